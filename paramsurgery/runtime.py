@@ -1,0 +1,272 @@
+"""Running a graph through the real ncnn runtime: the oracle for every numeric check.
+
+`run` works in-process; `run_isolated` runs the same thing in a child process so a
+segfault or SIGFPE in ncnn (parameterless Slice, empty Concat, ...) becomes a
+`RunResult` with a status instead of killing the caller.
+
+Conventions (see ncnn-format.md §6): every fp16/bf16 option is off so results are
+bit-stable fp32; inputs are cloned into ncnn-owned Mats (a borrowed numpy buffer can
+dangle); int32 arrays keep their bits (Embed reads int32 bit patterns);
+`batch_index` is pnnx's convention for which numpy axis is ncnn's batch ``n``
+(233 = no batch axis).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence, Union
+
+import numpy as np
+
+NO_BATCH = 233
+
+
+@dataclass
+class Feed:
+    """One input: the array and the numpy axis that is ncnn's batch axis (233 = none)."""
+
+    array: np.ndarray
+    batch_index: int = NO_BATCH
+
+
+@dataclass
+class Fetch:
+    """One output to extract: blob name, extract type (1 = raw, for SDPA kv caches),
+    and the batch axis to restore in numpy (233 = none)."""
+
+    name: str
+    batch_index: int = NO_BATCH
+    type: int = 0
+
+
+FeedLike = Union[np.ndarray, Feed]
+FetchLike = Union[str, Fetch]
+
+
+@dataclass
+class RunOptions:
+    num_threads: int = 1
+    light_mode: bool = True
+    fp32: bool = True
+    packing: bool = True
+
+    def apply(self, net) -> None:  # noqa: ANN001 - ncnn.Net
+        opt = net.opt
+        if self.fp32:
+            for key in ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic",
+                        "use_bf16_storage", "use_bf16_packed"):
+                if hasattr(opt, key):
+                    setattr(opt, key, False)
+        opt.num_threads = self.num_threads
+        opt.lightmode = self.light_mode
+        opt.use_packing_layout = self.packing
+        opt.use_vulkan_compute = False
+
+
+@dataclass
+class RunResult:
+    """Outcome of an isolated run. status: ok | load_param_failed | load_model_failed |
+    input_failed | extract_failed | crash | error."""
+
+    status: str
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    message: str = ""
+    signal: int | None = None
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def describe(self) -> str:
+        if self.status == "crash" and self.signal is not None:
+            try:
+                name = signal.Signals(self.signal).name
+            except ValueError:
+                name = f"signal {self.signal}"
+            return f"crash ({name})"
+        return self.status + (f": {self.message}" if self.message else "")
+
+
+class NcnnRunError(RuntimeError):
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def _as_feed(value: FeedLike) -> Feed:
+    return value if isinstance(value, Feed) else Feed(np.asarray(value))
+
+
+def _as_fetch(value: FetchLike) -> Fetch:
+    return value if isinstance(value, Fetch) else Fetch(value)
+
+
+def _to_mat(feed: Feed):  # noqa: ANN202 - ncnn.Mat
+    import ncnn
+
+    arr = feed.array
+    if arr.dtype == np.float64:
+        arr = arr.astype(np.float32)
+    elif arr.dtype == np.int64:
+        arr = arr.astype(np.int32)
+    arr = np.ascontiguousarray(arr)
+    if arr.dtype not in (np.float32, np.int32):
+        raise TypeError(f"ncnn inputs must be float32 or int32, got {arr.dtype}")
+    if arr.size == 0:
+        return ncnn.Mat()
+    if feed.batch_index != NO_BATCH:
+        return ncnn.Mat(arr, batch_index=feed.batch_index).clone()
+    mat = ncnn.Mat(arr)
+    clone = mat.clone()
+    del mat
+    return clone
+
+
+def _from_mat(mat, fetch: Fetch) -> np.ndarray:  # noqa: ANN001
+    if mat.dims == 0:
+        return np.zeros((0,), np.float32)
+    if fetch.type == 1:
+        # raw internal blob (packed layouts, kv caches): only the logical shape is meaningful
+        return np.array(mat.numpy(), copy=True)
+    if fetch.batch_index != NO_BATCH:
+        return np.array(mat.numpy(batch_index=fetch.batch_index), copy=True)
+    return np.array(mat, copy=True)
+
+
+def load_net(param: str | os.PathLike, bin: str | os.PathLike | bytes | None = None,
+             options: RunOptions | None = None):  # noqa: ANN201 - ncnn.Net
+    """Load a net with fp32 options; `param` is a path or the text itself (contains a newline).
+    `bin=None` serves zeros-free empty weights (DataReaderFromEmpty)."""
+    import ncnn
+
+    net = ncnn.Net()
+    (options or RunOptions()).apply(net)
+    param_s = os.fspath(param)
+    if "\n" in param_s:
+        ret = net.load_param_mem(param_s)
+    elif param_s.endswith(".bin"):
+        ret = net.load_param_bin(param_s)
+    else:
+        ret = net.load_param(param_s)
+    if ret != 0:
+        raise NcnnRunError("load_param_failed", f"ncnn load_param returned {ret}")
+    if bin is None:
+        ret = net.load_model(ncnn.DataReaderFromEmpty())
+    elif isinstance(bin, (bytes, bytearray)):
+        net.load_model_mem(bytes(bin))
+        ret = 0
+    else:
+        ret = net.load_model(os.fspath(bin))
+    if ret != 0:
+        raise NcnnRunError("load_model_failed", f"ncnn load_model returned {ret}")
+    return net
+
+
+def run_net(net, inputs: Mapping[str, FeedLike], outputs: Sequence[FetchLike],
+            light_mode: bool | None = None) -> dict[str, np.ndarray]:  # noqa: ANN001
+    """Feed `inputs` and extract `outputs` from an already loaded net."""
+    mats = {name: _to_mat(_as_feed(v)) for name, v in inputs.items()}
+    result: dict[str, np.ndarray] = {}
+    with net.create_extractor() as ex:
+        if light_mode is not None:
+            ex.set_light_mode(light_mode)
+        for name, mat in mats.items():
+            ret = ex.input(name, mat)
+            if ret != 0:
+                raise NcnnRunError("input_failed", f"ex.input({name!r}) returned {ret}")
+        for spec in map(_as_fetch, outputs):
+            ret, mat = ex.extract(spec.name, spec.type)
+            if ret != 0:
+                raise NcnnRunError("extract_failed", f"ex.extract({spec.name!r}) returned {ret}")
+            result[spec.name] = _from_mat(mat, spec)
+    return result
+
+
+def run(param: str | os.PathLike, bin: str | os.PathLike | bytes | None,
+        inputs: Mapping[str, FeedLike], outputs: Sequence[FetchLike],
+        options: RunOptions | None = None) -> dict[str, np.ndarray]:
+    """Load and run in this process. Raises `NcnnRunError` on a load/input/extract failure.
+    A crash inside ncnn kills this process: use `run_isolated` for untrusted graphs."""
+    net = load_net(param, bin, options)
+    return run_net(net, inputs, outputs)
+
+
+# --------------------------------------------------------------------------- isolation
+
+def run_isolated(param: str | os.PathLike, bin: str | os.PathLike | None,
+                 inputs: Mapping[str, FeedLike], outputs: Sequence[FetchLike],
+                 options: RunOptions | None = None, timeout: float = 600.0) -> RunResult:
+    """`run` in a child process. Never raises for ncnn failures: the status says what
+    happened (a signal number for crashes)."""
+    options = options or RunOptions()
+    with tempfile.TemporaryDirectory(prefix="paramsurgery-run-") as tmp:
+        tmpdir = Path(tmp)
+        param_s = os.fspath(param)
+        if "\n" in param_s:
+            (tmpdir / "graph.param").write_text(param_s)
+            param_s = str(tmpdir / "graph.param")
+        feeds = {name: _as_feed(v) for name, v in inputs.items()}
+        np.savez(tmpdir / "inputs.npz", **{f"i{i}": f.array for i, f in enumerate(feeds.values())})
+        spec = {
+            "param": param_s,
+            "bin": None if bin is None else os.fspath(bin),
+            "inputs": [[name, f.batch_index] for name, f in feeds.items()],
+            "outputs": [[f.name, f.batch_index, f.type] for f in map(_as_fetch, outputs)],
+            "options": options.__dict__,
+        }
+        (tmpdir / "spec.json").write_text(json.dumps(spec))
+        try:
+            proc = subprocess.run([sys.executable, "-m", "paramsurgery.runtime", str(tmpdir)],
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return RunResult("timeout", message=f"no result after {timeout:.0f} s")
+        status_file = tmpdir / "status.json"
+        if proc.returncode < 0:
+            return RunResult("crash", signal=-proc.returncode, stderr=proc.stderr,
+                             message=_last_lines(proc.stderr))
+        if not status_file.exists():
+            return RunResult("error", message=_last_lines(proc.stderr) or
+                             f"child exited with {proc.returncode}", stderr=proc.stderr)
+        status = json.loads(status_file.read_text())
+        outputs_np: dict[str, np.ndarray] = {}
+        if status["status"] == "ok":
+            with np.load(tmpdir / "outputs.npz") as data:
+                outputs_np = {name: data[f"o{i}"] for i, name in enumerate(status["names"])}
+        return RunResult(status["status"], outputs_np, status.get("message", ""),
+                         stderr=proc.stderr)
+
+
+def _last_lines(text: str, n: int = 5) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return "\n".join(lines[-n:])
+
+
+def _child(tmpdir: Path) -> int:
+    spec = json.loads((tmpdir / "spec.json").read_text())
+    options = RunOptions(**spec["options"])
+    with np.load(tmpdir / "inputs.npz") as data:
+        inputs = {name: Feed(data[f"i{i}"], bidx) for i, (name, bidx) in enumerate(spec["inputs"])}
+    fetches = [Fetch(name, bidx, typ) for name, bidx, typ in spec["outputs"]]
+    try:
+        outs = run(spec["param"], spec["bin"], inputs, fetches, options)
+    except NcnnRunError as exc:
+        (tmpdir / "status.json").write_text(json.dumps({"status": exc.status,
+                                                        "message": exc.message}))
+        return 0
+    names = list(outs)
+    np.savez(tmpdir / "outputs.npz", **{f"o{i}": outs[n] for i, n in enumerate(names)})
+    (tmpdir / "status.json").write_text(json.dumps({"status": "ok", "names": names}))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through run_isolated
+    sys.exit(_child(Path(sys.argv[1])))
