@@ -1,0 +1,32 @@
+"""`paramsurgery fmt`: rewrite a graph in pnnx's canonical layout."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..io import atomic_write, load
+from ._common import add_output_args, output_path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fmt", help="normalise a .param to pnnx's format (layout, param order, "
+                       "float spelling, header counts)")
+    p.add_argument("param", help="input .param")
+    add_output_args(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = output_path(args, args.param)
+    g = load(args.param)
+    from ..normalize import normalize
+
+    normalize(g)
+    data = g.dump_bytes()
+    if out == "-":
+        sys.stdout.buffer.write(data)
+    else:
+        atomic_write(out, data)
+        print(f"wrote {out} ({len(g)} layers, {g.blob_count()} blobs)", file=sys.stderr)
+    return 0

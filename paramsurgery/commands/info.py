@@ -1,0 +1,34 @@
+"""`paramsurgery info`: counts, type histogram, inputs/outputs, non-ncnn layers."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..io import load
+from ..summary import format_summary, summarize
+from ._common import add_format_arg, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("info", help="summarise a graph (counts, types, inputs/outputs)")
+    p.add_argument("param", nargs="+", help=".param or .param.bin file(s)")
+    p.add_argument("--bin", help="weights file: adds weight bytes per layer type and dtype")
+    add_format_arg(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    results = []
+    for path in args.param:
+        g = load(path, bin=args.bin if len(args.param) == 1 else None)
+        s = summarize(g)
+        if args.bin and g.weights is not None:
+            from ..weights import weight_summary
+
+            s["weights"] = weight_summary(g)
+        results.append(s)
+    if args.format == "json":
+        print_json(results[0] if len(results) == 1 else results)
+    else:
+        print("\n\n".join(format_summary(s) for s in results))
+    return 0

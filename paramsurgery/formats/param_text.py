@@ -1,0 +1,335 @@
+"""Text `.param` reader and writer, byte-exact.
+
+Reading keeps, for every layer, the exact text of its record (plus the blank lines before
+it and its line ending), the header as written and whatever follows the last layer. Writing
+emits that text for every layer nobody edited and re-renders only edited or new layers, in
+pnnx's layout. So `load → save` reproduces a file byte for byte whatever tool wrote it.
+
+The grammar is ncnn 1.0.20261020's (ncnn-format.md §1): whitespace-separated header and
+blob tokens (a blob list may continue on the next line), a param list that ends at the end
+of its line, values typed by their text. Tokenising is done on `str` decoded with
+`surrogateescape` (lossless for any bytes) and C-locale whitespace only.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .._gc import paused_gc
+from ..errors import ParamSyntaxError
+from ..graph import Graph, Source
+from ..layer import Layer
+from ..params import Params
+
+MAGIC = 7767517
+BINARY_MAGIC = b"\xdd\x85\x76\x00"  # 7767517 as little-endian int32: a .param.bin
+
+# --- strict syntax of a param list (validated at load with one regex per line) -----------
+_KEY_S = r"\+?0*(?:[12]?[0-9]|3[01])"
+_KEY_A = r"-0*233(?:[0-2][0-9]|3[01])"
+_INT = r"[+-]?[0-9]+"
+_NUM = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+_FLT = (r"[+-]?(?:[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?"
+        r"|[0-9]+[eE][+-]?[0-9]+)")
+_SVAL = rf'"[^"\r\n]*"|[A-Za-z][^\s"]*|{_INT}(?:,{_INT})*,?|{_FLT}(?:,{_NUM})*,?'
+_AVAL = rf"[0-9]+(?:,{_NUM})*"
+_TOKEN = rf"(?:{_KEY_S}=(?:{_SVAL})|{_KEY_A}=(?:{_AVAL}))"
+PARAMS_RE = re.compile(rf"(?:[ \t\v\f]+{_TOKEN})*[ \t\v\f]*")
+_TOKEN_RE = re.compile(rf"{_TOKEN}(?=[ \t\v\f]|$)")
+# values whose meaning needs more than syntax: array counts, int/float range, long strings
+_NEEDS_CHECK = re.compile(r"-0*233|[0-9]{10}|[eE][+-]?[0-9]{2}")
+
+# C isspace() in the C locale; str.split() would also split on \x1c-\x1f, \x85, \xa0, ...
+_C_WS = " \t\n\v\f\r"
+_ODD_WS = re.compile(r"[\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+_C_SPLIT = re.compile(r"[ \t\n\v\f\r]+")
+_NONWS = re.compile(r"[^ \t\n\v\f\r]+")
+
+
+def read_param(data: bytes, path: str | None = None) -> Graph:
+    """Parse text `.param` bytes into a Graph. Raises ParamSyntaxError with file:line:col."""
+    if data[:4] == BINARY_MAGIC:
+        from .param_bin import read_param_bin
+
+        return read_param_bin(data, path)
+    text = data.decode("utf-8", "surrogateescape")
+    with paused_gc():
+        return _Reader(text, path).run()
+
+
+class _Reader:
+    def __init__(self, text: str, path: str | None) -> None:
+        self.path = path
+        if "\r" in text:
+            parts = re.split(r"(\r\n|\r|\n)", text)
+            self.lines = parts[0::2]
+            self.eols = parts[1::2] + [""]
+        else:
+            self.lines = text.split("\n")
+            self.eols = ["\n"] * (len(self.lines) - 1) + [""]
+        self.split = _c_split if _ODD_WS.search(text) else str.split
+
+    def err(self, msg: str, line_idx: int, col: int | None = None) -> ParamSyntaxError:
+        return ParamSyntaxError(msg, file=self.path, line=line_idx + 1, col=col)
+
+    def col_of(self, line_idx: int, tok_index: int) -> int:
+        """1-based column of the tok_index-th token of a line (error path only)."""
+        for i, m in enumerate(_NONWS.finditer(self.lines[line_idx])):
+            if i == tok_index:
+                return m.start() + 1
+        return len(self.lines[line_idx]) + 1
+
+    # ------------------------------------------------------------------ header
+    def header(self) -> tuple[int, int, int]:
+        """Read magic, layer_count, blob_count; return (count, count, index of next line)."""
+        toks: list[tuple[str, int, int]] = []
+        i = 0
+        lines = self.lines
+        while len(toks) < 3:
+            if i >= len(lines):
+                what = ("magic number 7767517", "layer_count", "blob_count")[len(toks)]
+                if not toks:
+                    raise self.err("empty file: expected the magic number 7767517", 0, 1)
+                raise self.err(f"file ended before the header's {what}", max(i - 1, 0))
+            for ti, t in enumerate(self.split(lines[i])):
+                toks.append((t, i, ti))
+                if len(toks) == 3 and ti != len(self.split(lines[i])) - 1:
+                    raise self.err("the header (magic, layer_count, blob_count) must end its "
+                                   "line; found more tokens after blob_count", i,
+                                   self.col_of(i, ti + 1))
+            i += 1
+        (m, mi, mt), (lc, li, lt), (bc, bi, bt) = toks
+        if not _is_int(m) or int(m) != MAGIC:
+            raise self.err(f"bad magic {m!r}: expected 7767517 (ncnn: 'param is too old, "
+                           f"please regenerate')", mi, self.col_of(mi, mt))
+        for v, li_, ti_, what in ((lc, li, lt, "layer_count"), (bc, bi, bt, "blob_count")):
+            if not _is_int(v):
+                raise self.err(f"{what} {v!r} is not an integer", li_, self.col_of(li_, ti_))
+            if int(v) <= 0:
+                raise self.err(f"{what} must be > 0 (got {v}); ncnn rejects it", li_,
+                               self.col_of(li_, ti_))
+        return int(lc), int(bc), i
+
+    # ------------------------------------------------------------------ body
+    def run(self) -> Graph:
+        declared_layers, declared_blobs, i = self.header()
+        lines, eols, split = self.lines, self.eols, self.split
+        header_text = "".join(lines[k] + eols[k] for k in range(i))
+        layers: list[Layer] = []
+        lead: list[str] = []
+        n = len(lines)
+        trailer = ""
+        ignored = 0
+        path = self.path
+        while i < n:
+            line = lines[i]
+            toks = split(line)
+            if not toks:
+                lead.append(line + eols[i])
+                i += 1
+                continue
+            try:
+                layer, i_next = self.record(i, toks)
+            except ParamSyntaxError:
+                if len(layers) < declared_layers:
+                    raise
+                # ncnn stops after layer_count layers: what follows is never parsed
+                rest = "".join(lines[k] + eols[k] for k in range(i, n))
+                trailer = "".join(lead) + rest
+                ignored = sum(1 for k in range(i, n) if split(lines[k]))
+                lead = []
+                break
+            layer._lead = "".join(lead)
+            lead = []
+            layer.source_file = path
+            layer.source_line = i + 1
+            layers.append(layer)
+            i = i_next
+        else:
+            trailer = "".join(lead)
+        g = Graph._from_layers(layers)
+        g.source = Source(path=path, format="param", header=header_text.encode("utf-8", "surrogateescape"),
+                          declared_layers=declared_layers, declared_blobs=declared_blobs,
+                          trailer=trailer.encode("utf-8", "surrogateescape"), ignored_lines=ignored)
+        return g
+
+    def record(self, i: int, toks: list[str]) -> tuple[Layer, int]:
+        """Parse the layer record starting on line i; return it and the next line index."""
+        line = self.lines[i]
+        if len(toks) < 4:
+            return self.record_slow(i)
+        t2, t3 = toks[2], toks[3]
+        if not (t2.isdigit() and t3.isdigit() and t2.isascii() and t3.isascii()):
+            return self.record_slow(i)
+        nin, nout = int(t2), int(t3)
+        need = 4 + nin + nout
+        if len(toks) < need or '"' in line or len(line) > 255 and _long_token(toks):
+            return self.record_slow(i)
+        if len(toks) > need:
+            ptext = " " + " ".join(toks[need:])
+            if not PARAMS_RE.fullmatch(ptext):
+                self.bad_params(i, line, need)
+        else:
+            ptext = ""
+        layer = Layer(toks[0], toks[1], toks[4:4 + nin], toks[4 + nin:need], Params(ptext))
+        layer._body = line
+        layer._eol = self.eols[i]
+        if ptext and (_NEEDS_CHECK.search(ptext) or len(ptext) > 200):
+            layer.source_line = i + 1
+            layer.source_file = self.path
+            layer.params.check()
+        return layer, i + 1
+
+    def record_slow(self, i: int) -> tuple[Layer, int]:
+        """General case: tokens with positions; blob list may continue on following lines;
+        params are the rest of the line that holds the last blob (quoted strings may contain
+        spaces)."""
+        lines = self.lines
+        start = i
+        toks: list[tuple[str, int, int, int]] = []  # text, line, start col, end col
+
+        def take(count: int, what: str) -> None:
+            nonlocal i, pos_line
+            while len(toks) < count:
+                if pos_line is None:
+                    pos_line = iter(_NONWS.finditer(lines[i]))
+                m = next(pos_line, None)
+                if m is None:
+                    i += 1
+                    pos_line = None
+                    if i >= len(lines):
+                        raise self.err(f"file ended while reading {what} of the layer that "
+                                       f"starts on line {start + 1}", len(lines) - 1)
+                    continue
+                toks.append((m.group(0), i, m.start(), m.end()))
+
+        pos_line = None
+        take(4, "type, name and blob counts")
+        (typ, tl, tc, _), (name, nl, nc, _) = toks[0], toks[1]
+        for tok, what in ((typ, "layer type"), (name, "layer name")):
+            if len(tok.encode("utf-8", "surrogateescape")) > 255:
+                raise self.err(f"{what} longer than 255 bytes (ncnn: 'parse {what.replace(' ', '_')} "
+                               f"failed')", toks[0][1], toks[0][2] + 1)
+        counts = []
+        for tok, li, c, _ in toks[2:4]:
+            if not (tok.isdigit() and tok.isascii()):
+                where = "" if li == start else f" (layer {typ!r} {name!r} starts on line {start + 1})"
+                raise self.err(f"expected a blob count, found {tok!r}{where} (ncnn: 'parse "
+                               f"bottom_count failed')", li, c + 1)
+            counts.append(int(tok))
+        nin, nout = counts
+        take(4 + nin + nout, "the blob names")
+        for tok, li, c, _ in toks[4:]:
+            if len(tok.encode("utf-8", "surrogateescape")) > 255:
+                raise self.err("blob name longer than 255 bytes (ncnn: 'parse blob_name "
+                               "failed')", li, c + 1)
+        last_line, last_end = toks[-1][1], toks[-1][3]
+        if len(toks) == 4:
+            last_line, last_end = toks[3][1], toks[3][3]
+        ptext = lines[last_line][last_end:]
+        if ptext.strip():
+            if not PARAMS_RE.fullmatch(ptext):
+                self.bad_params(last_line, lines[last_line], None, last_end)
+        else:
+            ptext = ""
+        names = [t[0] for t in toks]
+        layer = Layer(names[0], names[1], names[4:4 + nin], names[4 + nin:], Params(ptext))
+        layer._body = "".join(lines[k] + self.eols[k] for k in range(start, last_line)) + \
+            lines[last_line]
+        layer._eol = self.eols[last_line]
+        layer.source_line = start + 1
+        layer.source_file = self.path
+        layer.source_params_col = last_end + 1 if last_line == start else None
+        if ptext:
+            layer.params.check()
+        return layer, last_line + 1
+
+    def bad_params(self, i: int, line: str, need: int | None, start: int | None = None) -> None:
+        """Locate the first malformed param token and raise."""
+        if start is None:
+            ms = list(_NONWS.finditer(line))
+            start = ms[need - 1].end() if need else 0
+        pos = start
+        while pos < len(line):
+            m = re.compile(r"[ \t\v\f]+").match(line, pos)
+            if m is None:
+                break
+            pos = m.end()
+            if pos >= len(line):
+                return
+            t = _TOKEN_RE.match(line, pos)
+            if t is None:
+                bad = _NONWS.match(line, pos)
+                token = bad.group(0) if bad else line[pos:]
+                raise self.err(_explain_bad_token(token), i, pos + 1)
+            pos = t.end()
+        raise self.err("malformed param list", i, pos + 1)
+
+
+def _explain_bad_token(token: str) -> str:
+    if "=" not in token:
+        return f"invalid parameter {token!r}: expected id=value"
+    key, _, val = token.partition("=")
+    if not re.fullmatch(r"[+-]?[0-9]+", key):
+        return f"invalid parameter id {key!r}"
+    k = int(key)
+    if not (0 <= k <= 31 or -23331 <= k <= -23300):
+        return f"parameter id {k} out of range (0..31; arrays -23300..-23331)"
+    if not val:
+        return f"missing value after '{key}='"
+    if val.startswith('"'):
+        return f"unterminated or malformed quoted string {token!r}"
+    if '"' in val:
+        return f"stray quote in {token!r} (a quoted value must start with '\"')"
+    if k <= -23300:
+        return f"malformed array {token!r}: expected count,elem,..."
+    if "," in val:
+        return f"invalid array element in {token!r} (ints and floats cannot mix; spaces end a value)"
+    return f"invalid numeric value {val!r} in {token!r}"
+
+
+def _is_int(s: str) -> bool:
+    return re.fullmatch(r"[+-]?[0-9]+", s) is not None
+
+
+def _long_token(toks: list[str]) -> bool:
+    return any(len(t.encode("utf-8", "surrogateescape")) > 255 for t in toks[:2])
+
+
+def _c_split(line: str) -> list[str]:
+    return [t for t in _C_SPLIT.split(line) if t]
+
+
+# =========================================================================== writer
+
+def write_param(g: Graph) -> bytes:
+    """Serialise a graph. Unedited layers are written exactly as read; edited and new layers
+    in pnnx's layout. The header keeps its original text unless the counts changed."""
+    layers = g.layers
+    src = g.source
+    nl, nb = len(layers), g.blob_count()
+    parts: list[str] = []
+    header = src.header.decode("utf-8", "surrogateescape") if src.header else ""
+    if header and (not g.modified or (src.declared_layers == nl and src.declared_blobs == nb)):
+        parts.append(header)
+    else:
+        parts.append(f"{MAGIC}\n{nl} {nb}\n")
+    last = len(layers) - 1
+    trailer = src.trailer.decode("utf-8", "surrogateescape")
+    for idx, layer in enumerate(layers):
+        body = layer._body
+        if body is None:
+            body = layer.render()
+        eol = layer._eol
+        if not eol and (idx != last or trailer):
+            eol = "\n"  # a record that ended the file is no longer last
+        parts.append(layer._lead)
+        parts.append(body)
+        parts.append(eol)
+    parts.append(trailer)
+    return "".join(parts).encode("utf-8", "surrogateescape")
+
+
+def format_layer_line(layer: Layer) -> str:
+    """A layer line in pnnx's layout, whatever its original text."""
+    return layer.render()

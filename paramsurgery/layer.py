@@ -1,0 +1,121 @@
+"""One ncnn layer: type, name, ordered bottoms/tops, params, and where it came from.
+
+Bottoms and tops are read-only tuples here; rewiring goes through `Graph` so the blob
+indexes and the networkx edges stay consistent.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .params import Params
+
+if TYPE_CHECKING:
+    from .graph import Graph
+
+
+class Layer:
+    __slots__ = ("id", "_type", "_name", "_inputs", "_outputs", "params", "graph",
+                 "source_file", "source_line", "source_params_col", "_lead", "_body", "_eol",
+                 "weights", "meta")
+
+    def __init__(self, type: str, name: str, inputs: list[str], outputs: list[str],
+                 params: Params | None = None) -> None:
+        self.id = -1
+        self._type = type
+        self._name = name
+        self._inputs = inputs
+        self._outputs = outputs
+        self.params = params if params is not None else Params()
+        self.params._owner = self
+        self.graph: Graph | None = None
+        self.source_file: str | None = None
+        self.source_line: int | None = None
+        self.source_params_col: int | None = None
+        self._lead = ""  # blank lines before the record, kept verbatim
+        self._body: str | None = None  # the original record text; None once edited
+        self._eol = "\n"
+        self.weights: Any = None  # filled by the .bin reader (paramsurgery.weights)
+        self.meta: dict = {}
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def type(self) -> str:
+        return self._type
+
+    @type.setter
+    def type(self, value: str) -> None:
+        _check_token(value, "layer type")
+        if value != self._type:
+            self._type = value
+            self._mark_edited()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        _check_token(value, "layer name")
+        if value != self._name:
+            if self.graph is not None:
+                self.graph._rename_layer(self, value)
+            self._name = value
+            self._mark_edited()
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(self._inputs)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(self._outputs)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def edited(self) -> bool:
+        return self._body is None
+
+    def _mark_edited(self) -> None:
+        if self._body is not None:
+            self._body = None
+        if self.graph is not None:
+            self.graph._modified = True
+
+    def set(self, pid: int, value: object) -> "Layer":
+        """Set a param; returns the layer so edits chain."""
+        self.params.set(pid, value)
+        return self
+
+    def unset(self, pid: int) -> "Layer":
+        self.params.remove(pid)
+        return self
+
+    def where(self) -> str:
+        """`file:line` of this layer's source line, or its name for layers made in memory."""
+        if self.source_line is None:
+            return f"<new layer {self._name}>"
+        return f"{self.source_file or '<input>'}:{self.source_line}"
+
+    # ------------------------------------------------------------------ text
+    def render(self) -> str:
+        """The layer line in pnnx's layout (`%-24s %-24s %d %d`, single spaces)."""
+        parts = ["%-24s %-24s %d %d" % (self._type, self._name, len(self._inputs),
+                                         len(self._outputs))]
+        parts.extend(self._inputs)
+        parts.extend(self._outputs)
+        parts.extend(self.params.tokens())
+        return " ".join(parts)
+
+    def __repr__(self) -> str:
+        return (f"Layer({self._type} {self._name} {' '.join(self._inputs)} -> "
+                f"{' '.join(self._outputs)} {' '.join(self.params.tokens())})").replace("  ", " ")
+
+
+def _check_token(value: str, what: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty string")
+    if any(c.isspace() for c in value):
+        raise ValueError(f"{what} {value!r} contains whitespace")
+    if len(value.encode("utf-8", "surrogateescape")) > 255:
+        raise ValueError(f"{what} {value!r} is longer than 255 bytes")

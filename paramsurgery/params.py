@@ -1,0 +1,246 @@
+"""A layer's param list: an ordered id → typed value mapping that remembers each token's
+original text, so an unedited token is written back exactly as it was read.
+
+Parsing is lazy: loading a 100k-layer file only validates the syntax of each line (one regex
+per line); values are typed the first time a layer's params are read or edited.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Iterator
+
+from .values import (ARRAY_KEY_BASE, Kind, PyValue, Value, ValueError_, format_value, infer,
+                     parse_value, pnnx_order_key)
+
+if TYPE_CHECKING:
+    from .layer import Layer
+
+# one `key=value` token; a quoted value may contain spaces (ncnn-format.md §1.6)
+TOKEN_RE = re.compile(r'([^\s=]+)=("[^"\r\n]*"|\S+)')
+
+
+class _Entry:
+    __slots__ = ("pid", "value", "text")
+
+    def __init__(self, pid: int, value: Value, text: str | None) -> None:
+        self.pid = pid
+        self.value = value
+        self.text = text  # the original `k=v` token, None once edited
+
+    def render(self) -> str:
+        return self.text if self.text is not None else format_value(self.pid, self.value)
+
+
+class Params:
+    """Ordered mapping param id (0..31) → value. `params[0]` gives the plain Python value;
+    `params.value(0)` the typed `Value`. Assignments keep the int/float kind of an existing
+    param (see `values.infer`)."""
+
+    __slots__ = ("_text", "_entries", "_dupes", "_owner", "edited")
+
+    def __init__(self, text: str = "", owner: "Layer | None" = None) -> None:
+        self._text = text  # the param part of the line, parsed on first use
+        self._entries: dict[int, _Entry] | None = None if text.strip() else {}
+        self._dupes: list[_Entry] = []  # earlier tokens of a duplicated id (ncnn: last wins)
+        self._owner = owner
+        self.edited = False
+
+    # ------------------------------------------------------------------ parsing
+    def _load(self) -> dict[int, _Entry]:
+        entries = self._entries
+        if entries is None:
+            entries = {}
+            for m in TOKEN_RE.finditer(self._text):
+                try:
+                    pid, value = parse_value(m.group(1), m.group(2))
+                except ValueError_ as exc:  # the loader validated the syntax; this is semantic
+                    raise _located(self, m.group(0), len(m.group(1)) + 1 + exc.offset,
+                                   str(exc)) from None
+                old = entries.pop(pid, None)
+                if old is not None:
+                    self._dupes.append(old)
+                entries[pid] = _Entry(pid, value, m.group(0))
+            self._entries = entries
+        return entries
+
+    def check(self) -> None:
+        """Parse every value now (raises ParamSyntaxError on a semantic error)."""
+        self._load()
+
+    # ------------------------------------------------------------------ reading
+    def __contains__(self, pid: object) -> bool:
+        return pid in self._load()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def __getitem__(self, pid: int) -> PyValue:
+        return self._load()[pid].value.python
+
+    def get(self, pid: int, default: PyValue | None = None) -> PyValue | None:
+        e = self._load().get(pid)
+        return default if e is None else e.value.python
+
+    def value(self, pid: int) -> Value | None:
+        e = self._load().get(pid)
+        return None if e is None else e.value
+
+    def kind(self, pid: int) -> Kind | None:
+        e = self._load().get(pid)
+        return None if e is None else e.value.kind
+
+    def items(self) -> Iterator[tuple[int, PyValue]]:
+        for pid, e in self._load().items():
+            yield pid, e.value.python
+
+    def values_typed(self) -> Iterator[tuple[int, Value]]:
+        for pid, e in self._load().items():
+            yield pid, e.value
+
+    def to_dict(self) -> dict[int, PyValue]:
+        return dict(self.items())
+
+    @property
+    def has_duplicates(self) -> bool:
+        self._load()
+        return bool(self._dupes)
+
+    # ------------------------------------------------------------------ editing
+    def set(self, pid: int, value: object) -> "Params":
+        """Set param `pid`. An existing param keeps its position and int/float kind; a new one
+        is placed where pnnx would put it (keys sorted as decimal strings)."""
+        if not isinstance(pid, int) or not 0 <= pid <= 31:
+            raise ValueError(f"param id must be 0..31, got {pid!r}")
+        entries = self._load()
+        old = entries.get(pid)
+        like = old.value if old else self._schema_value(pid)
+        new_value = infer(value, like=like)
+        if old is not None:
+            if old.value == new_value and type(old.value) is type(new_value):
+                return self
+            old.value = new_value
+            old.text = None
+        else:
+            self._insert_sorted(entries, _Entry(pid, new_value, None))
+        self._dupes = [d for d in self._dupes if d.pid != pid]
+        self._touch()
+        return self
+
+    def _schema_value(self, pid: int) -> Value | None:
+        """A placeholder of the kind ncnn's load_param reads for this id, if known."""
+        if self._owner is None:
+            return None
+        from .layer_params import param_kind
+
+        kind = param_kind(self._owner.type, pid)
+        if kind is None:
+            return None
+        return Value(kind, () if kind.is_array else ("" if kind is Kind.STRING else 0))
+
+    def __setitem__(self, pid: int, value: object) -> None:
+        self.set(pid, value)
+
+    def remove(self, pid: int) -> "Params":
+        entries = self._load()
+        if pid in entries or any(d.pid == pid for d in self._dupes):
+            entries.pop(pid, None)
+            self._dupes = [d for d in self._dupes if d.pid != pid]
+            self._touch()
+        return self
+
+    def __delitem__(self, pid: int) -> None:
+        if pid not in self._load():
+            raise KeyError(pid)
+        self.remove(pid)
+
+    def normalize(self) -> "Params":
+        """Re-render every value in pnnx style and sort ids as pnnx does (for `fmt`)."""
+        entries = self._load()
+        ordered = sorted(entries.values(), key=lambda e: pnnx_order_key(e.pid))
+        changed = [e.pid for e in ordered] != list(entries) or bool(self._dupes)
+        for e in ordered:
+            if e.text is not None and e.text != format_value(e.pid, e.value):
+                e.text = None
+                changed = True
+        if changed:
+            self._entries = {e.pid: e for e in ordered}
+            self._dupes = []
+            self._touch()
+        return self
+
+    def _insert_sorted(self, entries: dict[int, _Entry], new: _Entry) -> None:
+        key = pnnx_order_key(new.pid)
+        items = list(entries.values())
+        pos = len(items)
+        for i, e in enumerate(items):
+            if pnnx_order_key(e.pid) > key:
+                pos = i
+                break
+        items.insert(pos, new)
+        entries.clear()
+        entries.update((e.pid, e) for e in items)
+
+    def _touch(self) -> None:
+        self.edited = True
+        if self._owner is not None:
+            self._owner._mark_edited()
+
+    # ------------------------------------------------------------------ writing
+    def tokens(self) -> list[str]:
+        """The `k=v` tokens as they will be written (original text where unedited)."""
+        entries = self._load()
+        if not self._dupes:
+            return [e.render() for e in entries.values()]
+        # keep duplicates where they were (only while the line is unedited)
+        return [m.group(0) for m in TOKEN_RE.finditer(self._text)] if not self.edited else \
+            [e.render() for e in entries.values()]
+
+    def copy(self, owner: "Layer | None" = None) -> "Params":
+        p = Params("", owner)
+        p._entries = {pid: _Entry(e.pid, e.value, e.text) for pid, e in self._load().items()}
+        return p
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Params):
+            return NotImplemented
+        return {k: v for k, v in self.values_typed()} == {k: v for k, v in other.values_typed()}
+
+    def __repr__(self) -> str:
+        return "Params(" + " ".join(self.tokens()) + ")"
+
+
+def array_key(pid: int) -> int:
+    return ARRAY_KEY_BASE - pid
+
+
+def _located(params: Params, token: str, offset: int, message: str):  # noqa: ANN202
+    """A ParamSyntaxError at the token's column in the layer's source line (if known)."""
+    from .errors import ParamSyntaxError
+
+    owner = params._owner
+    if owner is None or owner.source_line is None:
+        return ParamSyntaxError(f"{message} in {token!r}")
+    col = None
+    body = owner._body
+    if body is not None:
+        line_no = owner.source_line
+        lines = body.split("\n")
+        # the param list is on the record's last line, after the blob names
+        last = lines[-1]
+        skip = 0 if len(lines) > 1 else 4 + len(owner._inputs) + len(owner._outputs)
+        pos = 0
+        for m in re.finditer(r"\S+", last):
+            if skip == 0:
+                break
+            skip -= 1
+            pos = m.end()
+        hit = last.find(token, pos)
+        if hit >= 0:
+            col = hit + offset + 1
+            line_no = owner.source_line + len(lines) - 1
+        return ParamSyntaxError(message, file=owner.source_file, line=line_no, col=col)
+    return ParamSyntaxError(message, file=owner.source_file, line=owner.source_line)

@@ -1,0 +1,322 @@
+"""Typed `.param` values: parsing one `k=v` token the way ncnn does, and writing values the
+way pnnx does.
+
+ncnn decides a value's type from its text (ncnn-format.md §1.4): a token with `.`, `e` or
+`E` is a float, one starting with a letter or `"` is a string, a comma makes an array, and
+keys `-23300-id` are old-style arrays whose first element is the count. Because an int read
+where a float is expected (or the reverse) is misread by ncnn, the kind is part of the value
+and survives every edit.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Sequence, Union
+
+import numpy as np
+
+ARRAY_KEY_BASE = -23300  # array param `id` is written with key `-23300 - id`
+MAX_PARAM_ID = 31  # NCNN_MAX_PARAM_COUNT 32
+INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+FLT_MAX = float(np.finfo(np.float32).max)
+
+
+class Kind(str, Enum):
+    INT = "int"
+    FLOAT = "float"
+    INTS = "int[]"
+    FLOATS = "float[]"
+    STRING = "string"
+
+    @property
+    def is_array(self) -> bool:
+        return self in (Kind.INTS, Kind.FLOATS)
+
+
+PyValue = Union[int, float, str, list]
+
+
+@dataclass(frozen=True)
+class Value:
+    """A typed param value. `quoted` only matters for strings (how they were written)."""
+
+    kind: Kind
+    value: PyValue
+    quoted: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind.is_array and not isinstance(self.value, tuple):
+            object.__setattr__(self, "value", tuple(self.value))
+
+    @property
+    def python(self) -> PyValue:
+        """The plain Python value (arrays as lists)."""
+        return list(self.value) if self.kind.is_array else self.value
+
+
+# --------------------------------------------------------------------------- constructors
+
+def Int(v: int) -> Value:  # noqa: N802 - reads like a type in rewrite rules
+    return Value(Kind.INT, _check_int(v))
+
+
+def Float(v: float) -> Value:  # noqa: N802
+    return Value(Kind.FLOAT, _to_f32(v))
+
+
+def Ints(v: Sequence[int]) -> Value:  # noqa: N802
+    return Value(Kind.INTS, tuple(_check_int(x) for x in v))
+
+
+def Floats(v: Sequence[float]) -> Value:  # noqa: N802
+    return Value(Kind.FLOATS, tuple(_to_f32(x) for x in v))
+
+
+def Str(v: str, quoted: bool | None = None) -> Value:  # noqa: N802
+    if '"' in v or "\n" in v or "\r" in v:
+        raise ValueError(f"a param string cannot contain quotes or newlines: {v!r}")
+    if len(v.encode("utf-8", "surrogateescape")) > 255:
+        raise ValueError("a param string is at most 255 bytes")
+    return Value(Kind.STRING, v, bool(quoted) if quoted is not None else not _BARE_RE.fullmatch(v))
+
+
+def _check_int(v: object) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"expected an int, got {type(v).__name__} {v!r}")
+    v = int(v)
+    if not INT32_MIN <= v <= INT32_MAX:
+        raise ValueError(f"{v} does not fit in int32")
+    return v
+
+
+def _to_f32(v: object) -> float:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(f"expected a float, got {type(v).__name__} {v!r}")
+    f = float(np.float32(v))
+    if not np.isfinite(f):
+        # ncnn's text parser cannot read inf/nan (they parse as strings or fail)
+        raise ValueError(f"{v!r} cannot be written in a text .param (not finite in float32)")
+    return f
+
+
+def infer(v: object, *, like: Value | None = None) -> Value:
+    """Make a Value from a Python value. With `like` (the current value of that id), the
+    int/float distinction of the existing param is kept: an int assigned to a float param
+    stays a float, a non-integral float assigned to an int param is refused."""
+    if isinstance(v, Value):
+        return v
+    if like is not None:
+        if like.kind is Kind.FLOAT and isinstance(v, (int, float, np.integer, np.floating)):
+            return Float(v)
+        if like.kind is Kind.FLOATS and isinstance(v, (list, tuple, np.ndarray)):
+            return Floats(list(v))
+        if like.kind is Kind.INT and isinstance(v, (float, np.floating)):
+            if float(v).is_integer():
+                return Int(int(v))
+            raise TypeError(f"param is an int; refusing to store float {v!r} (ncnn would read 0)")
+        if like.kind is Kind.INTS and isinstance(v, (list, tuple, np.ndarray)):
+            vals = list(v)
+            if all(float(x).is_integer() for x in vals):
+                return Ints([int(x) for x in vals])
+            raise TypeError("param is an int array; refusing to store floats")
+        if like.kind is Kind.STRING and isinstance(v, str):
+            return Str(v)
+    if isinstance(v, (bool, np.bool_)):
+        return Int(int(v))
+    if isinstance(v, (int, np.integer)):
+        return Int(int(v))
+    if isinstance(v, (float, np.floating)):
+        return Float(v)
+    if isinstance(v, str):
+        return Str(v)
+    if isinstance(v, np.ndarray):
+        v = v.tolist()
+    if isinstance(v, (list, tuple)):
+        if v and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in v):
+            return Ints(v)
+        if v and all(isinstance(x, (int, float, np.integer, np.floating)) for x in v):
+            return Floats(v)
+        if not v:
+            return Ints([])
+    raise TypeError(f"cannot store {type(v).__name__} {v!r} as an ncnn param")
+
+
+# --------------------------------------------------------------------------- pnnx formatting
+
+def pnnx_float(f: float) -> str:
+    """pnnx's float_to_string (tools/pnnx/src/utils.cpp), as measured on pnnx 20261020:
+    `%g` when it round-trips float32, `%.9g` otherwise, scientific with a normalised exponent
+    for tiny/huge magnitudes; always with a `.` or `e` so ncnn reads a float."""
+    f32 = np.float32(f)
+    if f32 == 0:
+        return "0.0"
+
+    def sci(fmt: str) -> str:
+        mant, exp = (fmt % f32).split("e")
+        return f"{mant}e{'-' if exp[0] == '-' else ''}{int(exp[1:])}"
+
+    if abs(f32) < np.float32(1e-4) or abs(f32) >= np.float32(1e6):
+        return sci("%e") if np.float32("%e" % f32) == f32 else sci("%.8e")
+    s = "%g" % f32
+    if np.float32(s) != f32:
+        s = "%.9g" % f32
+        if "." in s and len(s.split(".")[1]) > 9:
+            return sci("%.8e")
+    return s if any(c in s for c in ".eE") else s + ".0"
+
+
+_BARE_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def format_value(pid: int, value: Value) -> str:
+    """One `k=v` token in pnnx's style: arrays always old-style `-233xx=n,...`."""
+    kind = value.kind
+    if kind is Kind.INT:
+        return f"{pid}={value.value}"
+    if kind is Kind.FLOAT:
+        return f"{pid}={pnnx_float(value.value)}"
+    if kind is Kind.INTS:
+        body = ",".join(str(x) for x in value.value)
+        return f"{ARRAY_KEY_BASE - pid}={len(value.value)}" + (f",{body}" if body else "")
+    if kind is Kind.FLOATS:
+        body = ",".join(pnnx_float(x) for x in value.value)
+        return f"{ARRAY_KEY_BASE - pid}={len(value.value)}" + (f",{body}" if body else "")
+    s = value.value
+    if value.quoted or not _BARE_RE.fullmatch(s):
+        return f'{pid}="{s}"'
+    return f"{pid}={s}"
+
+
+def pnnx_order_key(pid: int) -> str:
+    """pnnx writes params in std::map<std::string> order: by the decimal id as a string."""
+    return str(pid)
+
+
+# --------------------------------------------------------------------------- parsing
+
+class ValueError_(ValueError):
+    """A malformed value, with the offset (within the value text) of the bad part."""
+
+    def __init__(self, message: str, offset: int = 0) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_NUM_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _is_float_text(t: str) -> bool:
+    return "." in t or "e" in t or "E" in t
+
+
+def _parse_number(t: str, offset: int) -> tuple[bool, int | float]:
+    if not _NUM_RE.fullmatch(t):
+        raise ValueError_(f"invalid numeric value {t!r}", offset)
+    if _is_float_text(t):
+        f = float(t)
+        f32 = np.float32(f) if abs(f) <= FLT_MAX else None
+        if f32 is None or not np.isfinite(f32):
+            raise ValueError_(f"float {t!r} overflows float32", offset)
+        return True, float(f32)
+    v = int(t)
+    if not INT32_MIN <= v <= INT32_MAX:
+        raise ValueError_(f"int {t!r} does not fit in int32", offset)
+    return False, v
+
+
+def parse_key(text: str) -> tuple[int, bool]:
+    """Return (param id, is_array_key) or raise ValueError_."""
+    if not _INT_RE.fullmatch(text):
+        raise ValueError_(f"invalid parameter id {text!r}")
+    k = int(text)
+    if k <= ARRAY_KEY_BASE:
+        pid = ARRAY_KEY_BASE - k
+        if pid > MAX_PARAM_ID:
+            raise ValueError_(f"array id {k} out of range (-23300..-23331)")
+        return pid, True
+    if not 0 <= k <= MAX_PARAM_ID:
+        raise ValueError_(f"parameter id {k} out of range (0..31; arrays -23300..-23331)")
+    return k, False
+
+
+def parse_value(key: str, text: str) -> tuple[int, Value]:
+    """Parse the value text of one `key=text` token as ncnn 1.0.20261020 reads it."""
+    pid, is_array_key = parse_key(key)
+    if text.startswith('"'):
+        if len(text) < 2 or not text.endswith('"') or '"' in text[1:-1]:
+            raise ValueError_("unterminated or malformed quoted string")
+        body = text[1:-1]
+        if len(body.encode("utf-8", "surrogateescape")) > 255:
+            raise ValueError_("string longer than 255 bytes")
+        return pid, Value(Kind.STRING, body, True)
+    if not text:
+        raise ValueError_("missing value after '='")
+    if is_array_key:
+        parts = text.split(",")
+        if not _INT_RE.fullmatch(parts[0]) or int(parts[0]) < 0:
+            raise ValueError_(f"array count {parts[0]!r} is not a non-negative int")
+        count = int(parts[0])
+        elems = parts[1:]
+        if len(elems) != count:
+            what = "fewer" if len(elems) < count else "more"
+            raise ValueError_(f"array declares {count} elements but has {what} ({len(elems)})")
+        vals: list = []
+        floats = []
+        off = len(parts[0]) + 1
+        for e in elems:
+            is_f, v = _parse_number(e, off)
+            floats.append(is_f)
+            vals.append(v)
+            off += len(e) + 1
+        # ncnn types an old-style array by its last element and keeps raw bits of the others;
+        # a mixed array is representable only as written, so keep each element's own kind.
+        if floats and floats[-1]:
+            return pid, Value(Kind.FLOATS, [float(v) for v in vals]) if all(floats) else \
+                _Mixed(Kind.FLOATS, vals)
+        if any(floats):
+            return pid, _Mixed(Kind.INTS, vals)
+        return pid, Value(Kind.INTS, vals)
+    c0 = text[0]
+    if c0.isalpha() and c0.isascii():
+        if '"' in text:
+            raise ValueError_("stray quote in unquoted string")
+        if len(text.encode("utf-8", "surrogateescape")) > 255:
+            raise ValueError_("string longer than 255 bytes")
+        return pid, Value(Kind.STRING, text, False)
+    if "," in text:
+        parts = text.split(",")
+        if parts[-1] == "" and len(parts) > 1:
+            parts = parts[:-1]  # `0=5,` is a one-element array
+        vals = []
+        off = 0
+        first_float = None
+        for i, e in enumerate(parts):
+            is_f, v = _parse_number(e, off)
+            if first_float is None:
+                first_float = is_f
+            elif is_f and not first_float:
+                raise ValueError_(f"invalid array element (index {i}): float in an int array", off)
+            vals.append(float(v) if first_float else v)
+            off += len(e) + 1
+        return pid, Value(Kind.FLOATS if first_float else Kind.INTS, vals)
+    is_f, v = _parse_number(text, 0)
+    return pid, Value(Kind.FLOAT if is_f else Kind.INT, v)
+
+
+class _Mixed(Value):
+    """An old-style array mixing int and float elements. ncnn loads it but reinterprets the
+    bits of the minority elements; we keep it as written and lint flags it."""
+
+    def __init__(self, kind: Kind, values: list) -> None:
+        super().__init__(kind, tuple(values))
+
+    @property
+    def mixed(self) -> bool:
+        return True
+
+
+def is_mixed(value: Value) -> bool:
+    return isinstance(value, _Mixed)
