@@ -1,0 +1,299 @@
+"""Build the minimal pnnx-bug repro fixtures: fixtures/repros/<case>/<variant>/.
+
+For each case of paramsurgery.repro.cases and each variant: export with the pnnx binary
+(two trace lengths for dynamic variants), run the ncnn graph in a child process at a length
+no trace used, compare with torch, and write
+
+    model.ncnn.param, model.ncnn.bin, model.pnnx.param, model_ncnn.py   (what pnnx wrote)
+    ref.npz       inputs in0.. and torch outputs out0.. at the run length, plus
+                  batch_index_<blob> (int32 scalars) for every blob pnnx gave a batch axis
+    status.json   observed status and the evidence (pnnx rc/warnings, ncnn message/signal,
+                  max abs error, offending lines, versions)
+
+Where pnnx fails, only ref.npz and status.json are written. Every file is rewritten
+byte-identically on a rerun (seeded weights and inputs, deterministic npz, sorted json, no
+timings), except where ncnn itself is nondeterministic (recorded in status.json).
+
+    python tools/fixtures_repros.py [--only ID ...] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata
+import io
+import json
+import platform
+import random
+import shutil
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from paramsurgery.errors import MissingDependency  # noqa: E402
+from paramsurgery.repro import cases as C  # noqa: E402
+from paramsurgery.repro.check import (Reference, classify, rounded,  # noqa: E402
+                                      run_reference, signal_name)
+from paramsurgery.repro.pnnx_export import export_with_pnnx  # noqa: E402
+
+DEFAULT_OUT = ROOT / "fixtures" / "repros"
+MODEL_FILES = ("model.ncnn.param", "model.ncnn.bin", "model.pnnx.param", "model_ncnn.py")
+OWNED_FILES = MODEL_FILES + ("ref.npz", "status.json")
+MAX_NCNN_PY = 8192          # keep the generated test script only when it is small
+
+
+# --------------------------------------------------------------------------- io helpers
+
+def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """An .npz np.load reads, with fixed zip timestamps and key order so a rerun writes
+    the same bytes (np.savez stamps the current time into every member)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
+        for key in sorted(arrays):
+            member = io.BytesIO()
+            # np.asarray(order="C"), not ascontiguousarray, which turns 0-d into 1-d
+            np.lib.format.write_array(member, np.asarray(arrays[key], order="C"),
+                                      allow_pickle=False)
+            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, member.getvalue())
+    path.write_bytes(buf.getvalue())
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def versions() -> dict[str, str | None]:
+    import ncnn
+    import torch
+
+    return {"pnnx": _version("pnnx"), "ncnn": getattr(ncnn, "__version__", _version("ncnn")),
+            "torch": torch.__version__, "python": platform.python_version(),
+            "numpy": np.__version__}
+
+
+def _tail(text: str, n: int = 12) -> list[str]:
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    return lines[-n:]
+
+
+# --------------------------------------------------------------------------- build
+
+def _rel(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def build_variant(case: C.ReproCase, variant: C.Variant, vdir: Path,
+                  vers: dict[str, str | None]) -> dict[str, Any]:
+    """Export, run and record one variant into `vdir`; returns the status dict written."""
+    vdir.mkdir(parents=True, exist_ok=True)
+    for name in OWNED_FILES:            # a rerun must not leave files of an older outcome
+        (vdir / name).unlink(missing_ok=True)
+
+    traces, run_len = case.lengths(variant)
+    run_inputs = C.case_inputs(case, variant, run_len)
+    module = C.build_module(case, variant)
+    ref_outputs = C.torch_reference(case, variant, run_inputs, module)
+
+    status: dict[str, Any] = {
+        "case": case.id, "case_number": case.number, "variant": variant.name,
+        "title": case.title, "construct": case.construct, "description": variant.description,
+        "expected_status": variant.expected, "dynamic": case.is_dynamic(variant),
+        "trace_lengths": list(traces), "run_length": run_len, "seed": case.seed,
+        "input_names": list(case.input_names),
+        "input_shapes": {f"in{i}": list(a.shape) for i, a in enumerate(run_inputs)},
+        "input_dtypes": {f"in{i}": str(a.dtype) for i, a in enumerate(run_inputs)},
+        "reference_output_shapes": {f"out{i}": list(a.shape) for i, a in enumerate(ref_outputs)},
+        "why": case.why, "offending_pattern": case.offending_text,
+        "upstream": list(case.upstream), "versions": vers, "handwritten": variant.handwritten_param is not None,
+        "host_preprocessing": variant.prepare.__name__.lstrip("_") if variant.prepare else None,
+    }
+    if variant.name != "bug":
+        diff = C.equivalent_to_bug(case, variant, run_len)
+        status["torch_max_abs_diff_vs_bug"] = rounded(diff)
+
+    in_bidx: dict[str, int]
+    out_bidx: dict[str, int]
+    if variant.handwritten_param is not None:
+        (vdir / "model.ncnn.param").write_text(variant.handwritten_param)
+        (vdir / "model.ncnn.bin").write_bytes(b"")      # the graph has no weights
+        in_bidx = {f"in{i}": C.NO_BATCH for i in range(len(run_inputs))}
+        out_bidx = {f"out{i}": C.NO_BATCH for i in range(len(ref_outputs))}
+        status["pnnx"] = None
+        status["notes"] = case.notes
+    else:
+        with tempfile.TemporaryDirectory(prefix="paramsurgery-repro-") as tmp:
+            examples = [C.to_torch(x) for x in C.trace_inputs(case, variant)]
+            exp = export_with_pnnx(module, examples[0], Path(tmp), "model",
+                                   example_inputs2=examples[1] if len(examples) > 1 else None,
+                                   fp16=False, optlevel=2)
+            status["pnnx"] = {
+                "returncode": exp.returncode, "signal_name": signal_name(exp.signal),
+                "command": ["pnnx"] + exp.command[1:], "warnings": exp.warnings,
+                "trace_warnings": exp.trace_warnings,
+                "stderr_tail": _tail(exp.stderr) if not exp.ok else [],
+            }
+            in_bidx, out_bidx = exp.input_batch_index, exp.output_batch_index
+            if exp.ok:
+                for src, dst in ((exp.ncnn_param, "model.ncnn.param"),
+                                 (exp.ncnn_bin, "model.ncnn.bin"),
+                                 (exp.pnnx_param, "model.pnnx.param")):
+                    if src is not None:
+                        shutil.copyfile(src, vdir / dst)
+                if exp.ncnn_py is not None and exp.ncnn_py.stat().st_size <= MAX_NCNN_PY:
+                    shutil.copyfile(exp.ncnn_py, vdir / "model_ncnn.py")
+        if case.notes:
+            status["notes"] = case.notes
+
+    ref = Reference(run_inputs, ref_outputs, in_bidx, out_bidx)
+    write_npz(vdir / "ref.npz", ref.arrays())
+
+    param = vdir / "model.ncnn.param"
+    if not param.exists():
+        status.update({"status": "export_fail", "offending_lines": [], "unsupported_layers": []})
+    else:
+        text = param.read_text()
+        status["offending_lines"] = C.offending_lines(case, text)
+        status["unsupported_layers"] = C.unsupported_layers(text)
+        status["input_batch_index"] = in_bidx
+        status["output_batch_index"] = out_bidx
+        run = run_reference(param, vdir / "model.ncnn.bin", ref)
+        status.update(classify(run, ref_outputs, variant.nondeterministic))
+    status["matches_catalogue"] = status["status"] == variant.expected
+    write_json(vdir / "status.json", status)
+    return status
+
+
+def write_readme(out_dir: Path) -> Path:
+    """fixtures/repros/README.md: the table of every variant on disk, from its status.json."""
+    rows = []
+    paths = [out_dir / c.id / v.name / "status.json" for c in C.CASES for v in c.variants]
+    for st_path in (p for p in paths if p.exists()):   # catalogue order
+        st = json.loads(st_path.read_text())
+        if st["status"] == "export_fail":
+            ev = f"pnnx rc {st['pnnx']['returncode']}"
+        elif st.get("signal_name"):
+            ev = st["signal_name"]
+        elif st.get("nondeterministic"):
+            ev = "error varies run to run"
+        elif st.get("max_abs_err") is not None:
+            ev = f"max abs err {st['max_abs_err']}"
+        elif st["status"] == "wrong":
+            ev = "shape " + "; ".join(f"{o['ncnn']} vs torch {o['torch']}"
+                                      for o in st["output_shapes"] if o["ncnn"] != o["torch"])
+        elif st["status"] == "load_fail":
+            ev = (st.get("ncnn_stderr") or [""])[-1]
+        else:
+            ev = ""
+        lengths = ("hand-written" if st["handwritten"] else
+                   "/".join(map(str, st["trace_lengths"])) + f" -> {st['run_length']}")
+        rows.append(f"| {st['case_number']} | `{st['case']}` | {st['variant']} | {lengths} "
+                    f"| {st['status']} | {ev.replace('|', '/')} |")
+    text = (
+        "# Minimal pnnx 20261020 -> ncnn bug repros\n\n"
+        "Generated by `python tools/fixtures_repros.py` from the catalogue in\n"
+        "`paramsurgery/repro/cases.py`; do not edit by hand. One directory per case and\n"
+        "variant: `model.ncnn.param/.bin` and `model.pnnx.param` as pnnx wrote them,\n"
+        "`model_ncnn.py` (pnnx's generated runner), `ref.npz` (inputs `in*`, torch outputs\n"
+        "`out*`, `batch_index_<blob>`) and `status.json` (observed status and evidence).\n"
+        "Lengths: trace length(s) -> the untraced length the ncnn graph was run at.\n\n"
+        "`paramless-slice` is hand-written: pnnx 20261020 no longer emits a parameterless\n"
+        "Slice, but older pnnx did and ncnn still segfaults on it.\n\n"
+        "| # | case | variant | lengths | status | evidence |\n|---|---|---|---|---|---|\n"
+        + "\n".join(rows) + "\n")
+    path = out_dir / "README.md"
+    path.write_text(text)
+    return path
+
+
+def build(out_dir: Path = DEFAULT_OUT, only: list[str] | None = None) -> list[dict]:
+    """Build the repro fixtures (all cases, or the ids in `only`) into `out_dir` and return
+    one manifest entry per file written."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise MissingDependency("building the repro fixtures needs torch (the export "
+                                "extra); the committed fixtures need only numpy and ncnn") from exc
+
+    # every model and input is seeded per case; these only guard against stray randomness
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    out_dir = Path(out_dir)
+    selected = [C.get_case(i) for i in only] if only else list(C.CASES)
+    vers = versions()
+    entries: list[dict] = []
+    for case in selected:
+        for variant in case.variants:
+            vdir = out_dir / case.id / variant.name
+            st = build_variant(case, variant, vdir, vers)
+            for name in OWNED_FILES:
+                p = vdir / name
+                if not p.exists():
+                    continue
+                entries.append({
+                    "path": _rel(p), "kind": "repro", "case": case.id, "variant": variant.name,
+                    "sha256": sha256(p), "size": p.stat().st_size, "status": st["status"],
+                    "expected_status": variant.expected, "versions": vers,
+                    "input_shapes": st["input_shapes"], "seed": case.seed,
+                    "handwritten": variant.handwritten_param is not None,
+                    "notes": case.notes or None,
+                })
+    readme = write_readme(out_dir)
+    entries.append({"path": _rel(readme), "kind": "repro", "case": None, "variant": None,
+                    "sha256": sha256(readme), "size": readme.stat().st_size, "status": None,
+                    "versions": vers})
+    return entries
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", nargs="+", metavar="ID", help="case ids (default: all)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = ap.parse_args(argv)
+    entries = build(args.out, args.only)
+    seen = set()
+    for e in entries:
+        if e["case"] is None:
+            continue
+        key = (e["case"], e["variant"])
+        if key in seen:
+            continue
+        seen.add(key)
+        st = json.loads((args.out / e["case"] / e["variant"] / "status.json").read_text())
+        extra = st.get("signal_name") or ("" if st.get("max_abs_err") is None else st["max_abs_err"])
+        if st["status"] == "export_fail":
+            extra = f"pnnx rc {st['pnnx']['returncode']}"
+        mark = "" if st["matches_catalogue"] else f"   (catalogue: {st['expected_status']})"
+        print(f"{e['case']:<24} {e['variant']:<11} {st['status']:<11} {extra}{mark}")
+    total = sum(e["size"] for e in entries)
+    print(f"{len(entries)} files, {total / 1e6:.2f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
