@@ -52,7 +52,7 @@ class Graph:
     ``g.insert_after(l, "ReLU", "relu_x").graph.insert_splits().validate()``."""
 
     def __init__(self) -> None:
-        self.nx = nx.MultiDiGraph()
+        self._nx: nx.MultiDiGraph | None = None  # materialised on first use of `.nx`
         self._layers: dict[int, Layer] = {}
         self._next: dict[int, int | None] = {}
         self._prev: dict[int, int | None] = {}
@@ -71,10 +71,8 @@ class Graph:
     # ================================================================== construction
     @classmethod
     def _from_layers(cls, layers: list[Layer]) -> "Graph":
-        """Bulk build for the readers: fills indexes and networkx dicts directly (one pass)."""
+        """Bulk build for the readers: fills the indexes in one pass."""
         g = cls()
-        G = g.nx
-        node, succ, pred = G._node, G._succ, G._pred  # direct fill: 2-3x faster than add_edge
         producers = g._producers
         consumers = g._consumers
         by_name = g._by_name
@@ -86,9 +84,6 @@ class Graph:
             layer.id = i
             layer.graph = g
             layers_d[i] = layer
-            node[i] = {"layer": layer}
-            succ[i] = {}
-            pred[i] = {}
             nxt[i] = None
             prv[i] = prev_id
             if prev_id is not None:
@@ -111,15 +106,6 @@ class Graph:
                     consumers[b] = [(i, slot)]
                 else:
                     c.append((i, slot))
-                p = producers.get(b)
-                if p is not None:
-                    u, us = p[0]
-                    s = succ[u]
-                    e = s.get(i)
-                    if e is None:
-                        e = s[i] = {}
-                        pred[i][u] = e
-                    e[slot] = {"blob": b, "src": us, "dst": slot}
             for slot, b in enumerate(layer._outputs):
                 p = producers.get(b)
                 if p is None:
@@ -129,17 +115,36 @@ class Graph:
         g._head = 0 if layers else None
         g._tail = prev_id
         g._next_id = len(layers)
-        # bottoms read before their producer appeared have no edge yet (an order error that
-        # validate() reports); link them now so the networkx view is complete
-        for b, cons in consumers.items():
-            p = producers.get(b)
-            if p is None:
-                continue
-            u, us = p[0]
-            for (c, slot) in cons:
-                if c <= u:
-                    g._nx_add_edge(u, c, b, us, slot)
         return g
+
+    @property
+    def nx(self) -> nx.MultiDiGraph:
+        """The graph as a `networkx.MultiDiGraph`: node = layer id (attribute ``layer``), one
+        edge per blob read, ``producer -> consumer``, key = consumer slot, data ``blob``,
+        ``src`` (producer slot), ``dst`` (consumer slot). Built on first access (loading and
+        saving never need it) and kept in sync by every edit afterwards."""
+        if self._nx is None:
+            G = nx.MultiDiGraph()
+            node, succ, pred = G._node, G._succ, G._pred  # direct fill: ~3x faster than add_edge
+            for lid, layer in self._layers.items():
+                node[lid] = {"layer": layer}
+                succ[lid] = {}
+                pred[lid] = {}
+            producers = self._producers
+            for b, cons in self._consumers.items():
+                p = producers.get(b)
+                if not p:
+                    continue
+                u, us = p[0]
+                su = succ[u]
+                for c, slot in cons:
+                    e = su.get(c)
+                    if e is None:
+                        e = su[c] = {}
+                        pred[c][u] = e
+                    e[slot] = {"blob": b, "src": us, "dst": slot}
+            self._nx = G
+        return self._nx
 
     # ================================================================== queries
     def __len__(self) -> int:
@@ -283,11 +288,12 @@ class Graph:
 
     # ================================================================== low-level index upkeep
     def _nx_add_edge(self, u: int, v: int, blob: str, src: int, dst: int) -> None:
-        self.nx.add_edge(u, v, key=dst, blob=blob, src=src, dst=dst)
+        if self._nx is not None:
+            self._nx.add_edge(u, v, key=dst, blob=blob, src=src, dst=dst)
 
     def _nx_remove_edge(self, u: int, v: int, dst: int) -> None:
-        if self.nx.has_edge(u, v, key=dst):
-            self.nx.remove_edge(u, v, key=dst)
+        if self._nx is not None and self._nx.has_edge(u, v, key=dst):
+            self._nx.remove_edge(u, v, key=dst)
 
     def _link_input(self, lid: int, slot: int, blob: str) -> None:
         self._consumers.setdefault(blob, []).append((lid, slot))
@@ -416,7 +422,8 @@ class Graph:
         layer.id = lid
         layer.graph = self
         self._layers[lid] = layer
-        self.nx.add_node(lid, layer=layer)
+        if self._nx is not None:
+            self._nx.add_node(lid, layer=layer)
         self._order_link(lid, after_id)
         self._by_name.setdefault(layer._name, []).append(lid)
         self._by_type.setdefault(layer._type, {})[lid] = None
@@ -471,7 +478,8 @@ class Graph:
         for slot, b in enumerate(layer._outputs):
             self._unlink_output(lid, slot, b)
         self._order_unlink(lid)
-        self.nx.remove_node(lid)
+        if self._nx is not None:
+            self._nx.remove_node(lid)
         del self._layers[lid]
         ids = self._by_name[layer._name]
         ids.remove(lid)

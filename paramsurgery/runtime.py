@@ -139,6 +139,10 @@ def _from_mat(mat, fetch: Fetch) -> np.ndarray:  # noqa: ANN001
         return np.array(mat.numpy(), copy=True)
     if fetch.batch_index != NO_BATCH:
         return np.array(mat.numpy(batch_index=fetch.batch_index), copy=True)
+    if getattr(mat, "n", 1) > 1:
+        # ncnn put something in the batch axis the caller did not expect (pnnx case 7):
+        # return every batch item (leading axis) instead of silently only the first
+        return np.array(mat.numpy(batch_index=0), copy=True)
     return np.array(mat, copy=True)
 
 

@@ -67,56 +67,54 @@ def validate_graph(g: "Graph") -> list[Finding]:
                            f"{src.ignored_lines} unparsable line(s) after the declared layers "
                            f"are ignored by ncnn", file=src.path))
 
-    # ---- blobs: producers, order, readers
-    produced_at: dict[str, int] = {}
-    first_producer: dict[str, object] = {}
-    readers: dict[str, list] = {}
-    for i, layer in enumerate(layers):
-        if layer._type == "Input" and layer._inputs:
+    # ---- blobs, from the graph's indexes (one pass over blobs, no rescans)
+    layer_of = g._layers
+    pos = g._key  # order keys increase along the file order
+    producers = g._producers
+    for layer in g.by_type("Input"):
+        if layer._inputs:
             f(INPUT_WITH_BOTTOMS, ERROR, f"Input layer {layer.name!r} has bottoms "
               f"({', '.join(layer._inputs)}): ncnn never feeds them", layer)
-        seen_here: set[str] = set()
-        for b in layer._inputs:
-            if b in seen_here:
-                continue  # one layer reading a blob twice is fine
-            seen_here.add(b)
-            lst = readers.get(b)
-            if lst is None:
-                readers[b] = [(i, layer)]
-            else:
-                lst.append((i, layer))
-        for b in layer._outputs:
-            if b in produced_at:
-                f(DUPLICATE_TOP, ERROR,
-                  f"blob {b!r} is written by {first_producer[b].name!r} and again by "
-                  f"{layer.name!r}: ncnn resolves the name to the first writer", layer)
-            else:
-                produced_at[b] = i
-                first_producer[b] = layer
-        if layer._type == "Split" and len(layer._outputs) == 1:
+    for layer in g.by_type("Split"):
+        if len(layer._outputs) == 1:
             f(TRIVIAL_SPLIT, INFO, f"Split {layer.name!r} has a single top; it can be removed",
               layer, "Graph.remove_trivial_splits()")
-
-    for b, rs in readers.items():
-        p = produced_at.get(b)
-        if p is None:
-            i, layer = rs[0]
+    for b, prods in producers.items():
+        if len(prods) > 1:
+            first = layer_of[min(prods, key=lambda p: pos[p[0]])[0]]
+            for lid, _ in sorted(prods, key=lambda p: pos[p[0]])[1:]:
+                f(DUPLICATE_TOP, ERROR,
+                  f"blob {b!r} is written by {first.name!r} and again by "
+                  f"{layer_of[lid].name!r}: ncnn resolves the name to the first writer",
+                  layer_of[lid])
+    for b, cons in g._consumers.items():
+        prods = producers.get(b)
+        if prods and len(prods) == 1 and len(cons) == 1 and pos[cons[0][0]] > pos[prods[0][0]]:
+            continue  # the common case: one writer, one reader, in order
+        if not prods:
+            layer = layer_of[min(cons, key=lambda c: pos[c[0]])[0]]
             f(DANGLING_BOTTOM, ERROR,
               f"layer {layer.name!r} reads blob {b!r}, which no layer writes: ncnn loads the "
               f"graph and crashes at run time ('invalid layer index -1')", layer)
             continue
-        for i, layer in rs:
-            if i <= p and layer is not first_producer[b]:
+        p_lid = min(prods, key=lambda p: pos[p[0]])[0] if len(prods) > 1 else prods[0][0]
+        p_pos = pos[p_lid]
+        readers = {lid for lid, _ in cons}
+        for lid in sorted(readers, key=pos.__getitem__):
+            if lid == p_lid:
+                f(ORDER, ERROR, f"layer {layer_of[lid].name!r} reads its own top {b!r} (a cycle)",
+                  layer_of[lid])
+            elif pos[lid] < p_pos:
                 f(ORDER, ERROR,
-                  f"layer {layer.name!r} reads blob {b!r} before {first_producer[b].name!r} "
-                  f"writes it (layers must be in topological order)", layer,
-                  "Graph.toposort()")
-            elif layer is first_producer[b]:
-                f(ORDER, ERROR, f"layer {layer.name!r} reads its own top {b!r} (a cycle)", layer)
-        if len(rs) > 1:
-            names = ", ".join(repr(x.name) for _, x in rs[:4])
+                  f"layer {layer_of[lid].name!r} reads blob {b!r} before "
+                  f"{layer_of[p_lid].name!r} writes it (layers must be in topological order)",
+                  layer_of[lid], "Graph.toposort()")
+        if len(readers) > 1:
+            ordered = sorted(readers, key=pos.__getitem__)
+            names = ", ".join(repr(layer_of[x].name) for x in ordered[:4])
             f(FANOUT_WITHOUT_SPLIT, ERROR,
-              f"blob {b!r} is read by {len(rs)} layers ({names}) without a Split: ncnn's "
+              f"blob {b!r} is read by {len(readers)} layers ({names}) without a Split: ncnn's "
               f"light mode frees it after the first read and the second reader crashes",
-              rs[1][1], "Graph.insert_splits()")
+              layer_of[ordered[1]], "Graph.insert_splits()")
+    out.sort(key=lambda x: (x.line if x.line is not None else -1))
     return out

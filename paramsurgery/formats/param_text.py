@@ -49,8 +49,11 @@ _NONWS = re.compile(r"[^ \t\n\v\f\r]+")
 def read_param(data: bytes, path: str | None = None) -> Graph:
     """Parse text `.param` bytes into a Graph. Raises ParamSyntaxError with file:line:col."""
     if data[:4] == BINARY_MAGIC:
-        from .param_bin import read_param_bin
-
+        try:
+            from .param_bin import read_param_bin
+        except ImportError:  # pragma: no cover - the binary reader ships with the weights code
+            raise ParamSyntaxError("binary .param.bin files are not supported by this build",
+                                   file=path) from None
         return read_param_bin(data, path)
     text = data.decode("utf-8", "surrogateescape")
     with paused_gc():

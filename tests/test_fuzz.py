@@ -1,0 +1,83 @@
+"""Mutation fuzzing: truncations, byte flips and absurd counts give our typed errors or a
+graph that still round-trips; never another exception, never a huge allocation."""
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import paramsurgery
+from paramsurgery import ParamSurgeryError
+
+from conftest import CORPUS
+
+SEEDS = [(CORPUS / n).read_bytes() for n in ("test.param", "mobilenet_ssd.param",
+                                            "vision_transformer.param", "nanodet_m.param")]
+SEEDS.append(b'7767517\n3 4\nInput in 0 1 in0\nReshape r 1 1 in0 a 6="16,4,0h"\n'
+             b"Slice s 1 2 a b c -23300=2,-233,-233 1=0 2=0.5\n")
+
+
+def exercise(data: bytes) -> None:
+    try:
+        g = paramsurgery.loads(data)
+    except ParamSurgeryError as exc:
+        assert exc.line is None or exc.line >= 1
+        return
+    assert g.dump_bytes() == data
+    g.validate()
+    for layer in g:
+        try:
+            layer.params.check()
+        except ParamSurgeryError:
+            pass
+
+
+def mutate(data: bytes, rng: random.Random) -> bytes:
+    op = rng.randrange(6)
+    b = bytearray(data)
+    if op == 0:
+        return bytes(b[: rng.randrange(len(b) + 1)])
+    if op == 1:
+        for _ in range(rng.randint(1, 8)):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        return bytes(b)
+    if op == 2:
+        i = rng.randrange(len(b))
+        return bytes(b[:i] + rng.choice([b" ", b"\n", b"=", b",", b'"', b"-233", b"\r"]) + b[i:])
+    if op == 3:  # absurd counts
+        lines = bytes(b).split(b"\n")
+        k = rng.randrange(1, min(len(lines), 6))
+        toks = lines[k].split()
+        if len(toks) >= 3:
+            toks[rng.choice([0, 1, 2, 3][: len(toks)])] = rng.choice(
+                [b"2147483647", b"99999999999999999999", b"-1", b"1000000000"])
+            lines[k] = b" ".join(toks)
+        return b"\n".join(lines)
+    if op == 4:
+        i, j = sorted(rng.randrange(len(b)) for _ in range(2))
+        return bytes(b[:i] + b[j:])
+    return bytes(b).replace(b" ", b"\t", rng.randint(1, 5))
+
+
+@pytest.mark.parametrize("seed", range(len(SEEDS)))
+def test_mutation_fuzz(seed):
+    rng = random.Random(1234 + seed)
+    for _ in range(400):
+        exercise(mutate(SEEDS[seed], rng))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes(data):
+    exercise(b"7767517\n" + data)
+    exercise(data)
+
+
+def test_huge_header_counts_allocate_nothing():
+    data = b"7767517\n2147483647 2147483647\nInput in 0 1 x\n"
+    g = paramsurgery.loads(data)
+    assert len(g) == 1
+    assert "PS101" in [f.code for f in g.validate()]
+    with pytest.raises(ParamSurgeryError):
+        paramsurgery.loads(b"7767517\n1 1\nInput in 0 2147483647 x\n")
