@@ -15,7 +15,7 @@ from .io import load
 from .resources import fixture
 from .summary import format_summary, summarize
 
-DEFAULT_GRAPH = "ncnn_corpus/squeezenet_v1.1.param"
+DEFAULT_GRAPH = "qwen3_tts/tiny/talker_decoder.ported.ncnn.param"
 
 
 class DemoFailed(Exception):
@@ -60,10 +60,47 @@ def step_round_trip(ctx: dict) -> None:
     _say(f"ncnn load_param on the written file: 0 ({len(net.layers())} layers)")
 
 
+def step_add_kvcache(ctx: dict) -> None:
+    from .passes.kvcache import AddKVCache
+
+    g = ctx["graph"]
+    if not g.by_type("SDPA", "MultiHeadAttention"):
+        _say("no attention layer: skipped")
+        return
+    result = AddKVCache()(g)
+    _say(result.format())
+    out = Path(ctx["workdir"]) / "kvcache.param"
+    result.graph.save(out)
+    ctx["kv_param"] = out
+    _say(f"header: {len(g)} {g.blob_count()} -> {len(result.graph)} {result.graph.blob_count()}")
+    again = AddKVCache()(result.graph)
+    if again.modified:
+        raise DemoFailed("add-kvcache is not idempotent")
+    _say("running it again changes nothing (idempotent)")
+
+
+def step_kv_parity(ctx: dict) -> None:
+    from .kvcache_verify import verify_kvcache
+
+    if "kv_param" not in ctx:
+        _say("no kv-cache graph: skipped")
+        return
+    bin_path = Path(str(ctx["param"]).replace(".param", ".bin"))
+    if not bin_path.exists():
+        _say(f"no weights next to {ctx['param']}: parity skipped")
+        return
+    report = verify_kvcache(ctx["kv_param"], bin_path, n=9, m=4, reference_param=ctx["param"])
+    _say(report.format())
+    if not report.ok:
+        raise DemoFailed("kv-cache parity failed")
+
+
 STEPS: list[tuple[str, Callable[[dict], None]]] = [
     ("info", step_info),
     ("validate", step_validate),
     ("round trip", step_round_trip),
+    ("add-kvcache", step_add_kvcache),
+    ("kv-cache parity through ncnn (untraced lengths)", step_kv_parity),
 ]
 
 

@@ -44,3 +44,68 @@ def output_path(args: argparse.Namespace, input_path: str, *, required: bool = T
 def print_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")
+
+
+def derived_output(input_path: str, tag: str) -> str:
+    """`model.param` → `model.<tag>.param` (next to the input)."""
+    if input_path.endswith(".param"):
+        return input_path[: -len(".param")] + f".{tag}.param"
+    return input_path + f".{tag}.param"
+
+
+def link_or_copy(src: str, dst: str) -> str:
+    """Put `src`'s bytes at `dst` (hard link when possible, else an atomic copy); says which."""
+    import shutil
+    import tempfile
+
+    if os.path.exists(dst) and os.path.samefile(src, dst):
+        return "same file"
+    directory = os.path.dirname(os.path.abspath(dst))
+    fd, tmp = tempfile.mkstemp(prefix=".link.", dir=directory)
+    os.close(fd)
+    os.unlink(tmp)
+    try:
+        os.link(src, tmp)
+        how = "hard link"
+    except OSError:
+        shutil.copyfile(src, tmp)
+        how = "copy"
+    os.replace(tmp, dst)
+    return how
+
+
+def add_pass_args(parser: argparse.ArgumentParser, tag: str) -> None:
+    """Arguments every param-rewriting pass command takes."""
+    parser.add_argument("param", help="input .param")
+    add_output_args(parser, f"output .param (default: <input>.{tag}.param)")
+    parser.add_argument("--explain", action="store_true",
+                        help="also say why candidate layers were left alone")
+    add_format_arg(parser)
+
+
+def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str) -> int:
+    """Load, run one pass (on a copy), write the result atomically, print the report.
+    Exit 0 when the pass ran (changed or not); a refusal raises PassRefused (exit 2)."""
+    from ..io import atomic_write, load
+
+    if args.output is None and not args.in_place:
+        args.output = derived_output(args.param, tag)
+    out = output_path(args, args.param)
+    g = load(args.param)
+    result = pass_obj(g)
+    data = result.graph.dump_bytes()
+    if out == "-":
+        sys.stdout.buffer.write(data)
+    elif result.modified or out != args.param:
+        atomic_write(out, data)
+    if args.format == "json":
+        print_json({"pass": result.pass_name, "output": out, "modified": result.modified,
+                    "changes": [c.__dict__ for c in result.changes],
+                    "skipped": [s.__dict__ for s in result.skipped], "notes": result.notes})
+        return 0
+    stream = sys.stderr if out == "-" else sys.stdout
+    print(result.format(args.explain), file=stream)
+    if out != "-":
+        print(f"wrote {out}" if (result.modified or out != args.param) else f"{out} unchanged",
+              file=stream)
+    return 0

@@ -1,0 +1,65 @@
+"""`paramsurgery verify-kvcache`: prefill + cached steps vs a full prefill, through ncnn."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..kvcache_verify import DecoderIO, verify_kvcache
+from ._common import add_format_arg, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("verify-kvcache", help="prove a kv-cache decoder matches a full prefill "
+                       "through ncnn (per-step max abs/rel error)")
+    p.add_argument("param", help="the decoder with kv cache (.param)")
+    p.add_argument("bin", help="its weights (.bin)")
+    p.add_argument("--n", type=int, default=8, help="prefill length (default 8)")
+    p.add_argument("--m", type=int, default=4, help="single-token steps (default 4)")
+    p.add_argument("--tol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
+    p.add_argument("--reference", help="the same decoder without cache: also compare the full "
+                   "prefill with it")
+    add_decoder_io_args(p)
+    add_format_arg(p)
+    p.set_defaults(run=run)
+
+
+def add_decoder_io_args(p: argparse.ArgumentParser) -> None:
+    """The decoder convention (shared with add-kvcache --verify)."""
+    p.add_argument("--manifest", help="JSON with decoder conventions (keys of DecoderIO: "
+                   "embeds, mask, cos, sin, output, hidden, head_dim, rope_theta)")
+    for name in ("embeds", "mask", "cos", "sin"):
+        p.add_argument(f"--{name}", help=f"blob name of the {name} (default: fixtures' convention)")
+    p.add_argument("--output-blob", help="blob name of the decoder output (default out0)")
+    p.add_argument("--hidden", type=int, help="hidden size (default: inferred)")
+    p.add_argument("--head-dim", type=int, help="RoPE head_dim (default: inferred)")
+    p.add_argument("--rope-theta", type=float, help="RoPE theta (default 10000)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def decoder_io_from_args(args: argparse.Namespace) -> DecoderIO:
+    io = DecoderIO()
+    if args.manifest:
+        with open(args.manifest) as fh:
+            conf = json.load(fh)
+        for k, v in conf.items():
+            if hasattr(io, k):
+                setattr(io, k, v)
+    for k in ("embeds", "mask", "cos", "sin", "output_blob", "hidden", "head_dim", "rope_theta"):
+        v = getattr(args, k)
+        if v is not None:
+            setattr(io, "output" if k == "output_blob" else k, v)
+    return io
+
+
+def run(args: argparse.Namespace) -> int:
+    io = decoder_io_from_args(args)
+    report = verify_kvcache(args.param, args.bin, n=args.n, m=args.m, io=io, tol=args.tol,
+                            seed=args.seed, reference_param=args.reference)
+    if args.format == "json":
+        print_json({"ok": report.ok, "n": report.n, "m": report.m, "tol": report.tol,
+                    "error": report.error, "reference_rel": report.reference_rel,
+                    "steps": [s.__dict__ for s in report.steps]})
+    else:
+        print(report.format())
+    return 0 if report.ok else 1

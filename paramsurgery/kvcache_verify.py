@@ -1,0 +1,299 @@
+"""Parity of a kv-cache decoder through ncnn (`paramsurgery verify-kvcache`).
+
+The decoder convention is the fixtures' (and the Qwen3-TTS port's): inputs `embeds`
+(T, hidden), an additive `mask` (T, past+T), RoPE `cos`/`sin` (T, head_dim) for the current
+positions, and one output (T, hidden). The check runs, through the real ncnn runtime:
+
+1. a full prefill of N+M positions with empty caches (= the graph without cache);
+2. a prefill of the first N positions, then M single-token steps, each feeding back the
+   cache outputs of the previous call exactly as ncnn returned them (`extract(name, 1)`:
+   the SDPA cache is an opaque packed buffer and must not go through numpy);
+
+and compares every step's output with the matching rows of (1). It runs in a child process
+so a crashing graph is reported, not fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ParamSurgeryError, VerificationError
+from .graph import Graph
+from .io import load
+
+
+@dataclass
+class DecoderIO:
+    embeds: str = "in0"
+    mask: str = "in1"
+    cos: str = "in2"
+    sin: str = "in3"
+    output: str = "out0"
+    hidden: int | None = None  # inferred from the graph when None
+    head_dim: int | None = None  # inferred from the graph when None
+    rope_theta: float = 10000.0
+
+
+@dataclass
+class StepResult:
+    label: str
+    positions: tuple[int, int]
+    max_abs: float
+    max_rel: float
+
+
+@dataclass
+class ParityReport:
+    n: int
+    m: int
+    tol: float
+    steps: list[StepResult] = field(default_factory=list)
+    reference_rel: float | None = None  # full prefill vs the graph without cache, if given
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and all(s.max_rel <= self.tol for s in self.steps) and \
+            (self.reference_rel is None or self.reference_rel <= self.tol)
+
+    def format(self) -> str:
+        lines = [f"kv-cache parity: prefill {self.n} + {self.m} single-token steps vs a full "
+                 f"prefill of {self.n + self.m} (tolerance rel {self.tol:g})"]
+        if self.error:
+            lines.append(f"  FAILED to run: {self.error}")
+            return "\n".join(lines)
+        if self.reference_rel is not None:
+            lines.append(f"  full prefill vs graph without cache: rel {self.reference_rel:.3e}")
+        for s in self.steps:
+            flag = "ok" if s.max_rel <= self.tol else "MISMATCH"
+            lines.append(f"  {s.label:<10} positions {s.positions[0]:>3}..{s.positions[1] - 1:<3} "
+                         f"max_abs {s.max_abs:.3e}  rel {s.max_rel:.3e}  {flag}")
+        lines.append("  parity: " + ("ok" if self.ok else "FAILED"))
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- inference
+
+_INT_RE = re.compile(r"-?\d+")
+
+
+def infer_hidden(g: Graph, embeds: str) -> int | None:
+    """Feature width of the embeds input: the first norm / linear reading it."""
+    frontier = [embeds]
+    seen: set[str] = set()
+    while frontier:
+        blob = frontier.pop(0)
+        if blob in seen:
+            continue
+        seen.add(blob)
+        for layer, _ in g.consumers(blob):
+            p = layer.params
+            if layer.type in ("RMSNorm", "LayerNorm") and p.get(0):
+                return int(p[0])
+            if layer.type == "Gemm" and p.get(5, 0) and p.get(9):
+                return int(p[9])
+            if layer.type == "MultiHeadAttention" and p.get(0):
+                return int(p.get(3, p[0]))
+            if layer.type in ("Split", "Noop"):
+                frontier.extend(layer.outputs)
+    return None
+
+
+def infer_head_dim(g: Graph) -> int | None:
+    """head_dim from the q/k path into RotaryEmbed: a per-head norm (0=head_dim) or the
+    Reshape that splits heads (`6="hd,heads,0h"` or `0=hd`)."""
+    for rope in g.by_type("RotaryEmbed"):
+        cur = rope.inputs[0]
+        for _ in range(8):
+            p = g.producer(cur)
+            if p is None:
+                break
+            if p.type in ("RMSNorm", "LayerNorm") and p.params.get(0):
+                return int(p.params[0])
+            if p.type == "Reshape":
+                expr = p.params.get(6)
+                if isinstance(expr, str):
+                    first = expr.split(",")[0]
+                    if _INT_RE.fullmatch(first):
+                        return int(first)
+                if isinstance(p.params.get(0), int) and p.params.get(0) > 0:
+                    return int(p.params[0])
+                break
+            if not p.inputs:
+                break
+            cur = p.inputs[0]
+    return None
+
+
+def rope_tables(positions: np.ndarray, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    inv = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    ang = positions[:, None].astype(np.float64) * inv[None, :]
+    ang = np.concatenate([ang, ang], axis=1)
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def causal_mask(rows: int, past: int) -> np.ndarray:
+    m = np.zeros((rows, past + rows), np.float32)
+    m[:, past:][np.triu_indices(rows, 1)] = -np.inf
+    return m
+
+
+# --------------------------------------------------------------------------- public API
+
+def verify_kvcache(param: str | Path, bin: str | Path | None, *, n: int, m: int,
+                   io: DecoderIO | None = None, tol: float = 1e-5, seed: int = 0,
+                   reference_param: str | Path | None = None, timeout: float = 1800) -> ParityReport:
+    """Run the parity check in a child process. `reference_param` (the same graph without
+    cache, sharing `bin`) adds a check of the full prefill against it."""
+    if n < 1 or m < 1:
+        raise ParamSurgeryError("need at least one prefill position and one step (n, m >= 1)")
+    io = io or DecoderIO()
+    g = load(param)
+    from .passes.kvcache import cache_slots
+
+    slots = cache_slots(g)
+    if not slots:
+        raise VerificationError("the graph has no attention layer with a kv cache (7=1); run "
+                                "add-kvcache first", file=str(param))
+    rope = io.cos in g.inputs and io.sin in g.inputs
+    if not rope and g.by_type("RotaryEmbed"):
+        raise VerificationError(f"the graph applies RoPE but {io.cos!r}/{io.sin!r} are not both "
+                                f"graph inputs (inputs: {', '.join(g.inputs)})", file=str(param))
+    missing = [b for b in (io.embeds, io.mask) + ((io.cos, io.sin) if rope else ())
+               if b not in g.inputs]
+    if missing:
+        raise VerificationError(f"decoder input(s) {', '.join(missing)} are not graph inputs "
+                                f"(inputs: {', '.join(g.inputs)}); pass the names explicitly",
+                                file=str(param))
+    if io.output not in g.outputs:
+        raise VerificationError(f"{io.output!r} is not a graph output", file=str(param))
+    hidden = io.hidden or infer_hidden(g, io.embeds)
+    head_dim = (io.head_dim or infer_head_dim(g)) if rope else 0
+    if not hidden or (rope and not head_dim):
+        what = "hidden size" if not hidden else "head_dim"
+        raise VerificationError(f"cannot infer the {what} from the graph; give it explicitly",
+                                file=str(param))
+    spec = {"param": str(param), "bin": None if bin is None else str(bin), "n": n, "m": m,
+            "io": {**asdict(io), "hidden": hidden, "head_dim": head_dim}, "seed": seed,
+            "rope": rope,
+            "reference_param": None if reference_param is None else str(reference_param),
+            "slots": [[s.k_in, s.v_in, s.k_out, s.v_out] for s in slots]}
+    with tempfile.TemporaryDirectory(prefix="paramsurgery-kv-") as tmp:
+        spec_path = Path(tmp) / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        proc = subprocess.run([sys.executable, "-m", "paramsurgery.kvcache_verify", str(spec_path)],
+                              capture_output=True, text=True, timeout=timeout)
+        out_path = Path(tmp) / "result.json"
+        report = ParityReport(n, m, tol)
+        if proc.returncode != 0 or not out_path.exists():
+            sig = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
+            tail = " ".join(proc.stderr.strip().splitlines()[-3:])
+            report.error = f"ncnn run failed ({sig}) {tail}".strip()
+            return report
+        data = json.loads(out_path.read_text())
+    if data.get("error"):
+        report.error = data["error"]
+        return report
+    report.steps = [StepResult(s["label"], tuple(s["positions"]), s["max_abs"], s["max_rel"])
+                    for s in data["steps"]]
+    report.reference_rel = data.get("reference_rel")
+    return report
+
+
+# --------------------------------------------------------------------------- child process
+
+def _rel(a: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+    if a.shape != ref.shape:
+        return float("inf"), float("inf")
+    diff = float(np.max(np.abs(a - ref))) if a.size else 0.0
+    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+    return diff, diff / scale if scale > 0 else diff
+
+
+def _child(spec_path: Path) -> int:
+    import ncnn
+
+    from .runtime import NcnnRunError, RunOptions, load_net
+
+    spec = json.loads(spec_path.read_text())
+    out_path = spec_path.parent / "result.json"
+    io = spec["io"]
+    n, m = spec["n"], spec["m"]
+    total = n + m
+    rng = np.random.default_rng(spec["seed"])
+    embeds = rng.standard_normal((total, io["hidden"])).astype(np.float32)
+    rope = spec["rope"]
+    cos, sin = rope_tables(np.arange(total), io["head_dim"], io["rope_theta"]) if rope else (None, None)
+    slots = spec["slots"]
+    try:
+        net = load_net(spec["param"], spec["bin"], RunOptions())
+    except NcnnRunError as exc:
+        out_path.write_text(json.dumps({"error": exc.message}))
+        return 0
+
+    keep: list = []  # numpy arrays backing Mats stay alive until the call ends
+
+    def mat(a: np.ndarray):  # noqa: ANN202
+        a = np.ascontiguousarray(a, np.float32)
+        keep.append(a)
+        return ncnn.Mat(a).clone()
+
+    def call(net_, start: int, stop: int, past: int, caches: dict | None):  # noqa: ANN001, ANN202
+        ex = net_.create_extractor()
+        feeds = {io["embeds"]: embeds[start:stop], io["mask"]: causal_mask(stop - start, past)}
+        if rope:
+            feeds[io["cos"]] = cos[start:stop]
+            feeds[io["sin"]] = sin[start:stop]
+        for name, arr in feeds.items():
+            if ex.input(name, mat(arr)) != 0:
+                raise RuntimeError(f"input {name} rejected")
+        if caches is not None:
+            for k_in, v_in, _, _ in slots:
+                ex.input(k_in, caches.get(k_in, ncnn.Mat()))
+                ex.input(v_in, caches.get(v_in, ncnn.Mat()))
+        ret, out = ex.extract(io["output"])
+        if ret != 0:
+            raise RuntimeError(f"extract {io['output']} returned {ret}")
+        result = np.array(out, copy=True).reshape(stop - start, -1)
+        new = {}
+        if caches is not None:
+            for k_in, v_in, k_out, v_out in slots:
+                for src, dst in ((k_out, k_in), (v_out, v_in)):
+                    r, c = ex.extract(src, 1)  # raw: the cache layout is backend-private
+                    if r != 0:
+                        raise RuntimeError(f"extract {src} returned {r}")
+                    new[dst] = c
+        return result, new
+
+    try:
+        full, _ = call(net, 0, total, 0, {})
+        steps = []
+        pre, caches = call(net, 0, n, 0, {})
+        d, r = _rel(pre, full[:n])
+        steps.append({"label": "prefill", "positions": [0, n], "max_abs": d, "max_rel": r})
+        for t in range(n, total):
+            out, caches = call(net, t, t + 1, t, caches)
+            d, r = _rel(out, full[t:t + 1])
+            steps.append({"label": f"step {t - n + 1}", "positions": [t, t + 1], "max_abs": d,
+                          "max_rel": r})
+        result = {"steps": steps}
+        if spec.get("reference_param"):
+            ref_net = load_net(spec["reference_param"], spec["bin"], RunOptions())
+            ref, _ = call(ref_net, 0, total, 0, None)
+            result["reference_rel"] = _rel(full, ref)[1]
+    except (RuntimeError, NcnnRunError) as exc:
+        result = {"error": str(exc)}
+    out_path.write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - run by verify_kvcache
+    sys.exit(_child(Path(sys.argv[1])))

@@ -1,0 +1,174 @@
+"""Pass infrastructure: `requires` → `run` → `ensures`, results that say what changed, and a
+manager that rolls a failed pass back.
+
+A pass never hands back a half-rewritten graph: `Pass.__call__` works on a copy unless told
+otherwise, and the manager keeps the last good graph when a pass refuses or its
+postcondition fails. Passes register themselves by name so `paramsurgery passes` can list
+them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterable
+
+from ..errors import PassRefused
+from ..findings import ERROR, Finding
+from ..graph import Graph
+from ..layer import Layer
+
+PASSES: dict[str, type["Pass"]] = {}
+
+
+def register(cls: type["Pass"]) -> type["Pass"]:
+    """Class decorator: make a pass known to `paramsurgery passes`."""
+    if cls.name in PASSES and PASSES[cls.name] is not cls:
+        raise ValueError(f"two passes are named {cls.name!r}")
+    PASSES[cls.name] = cls
+    return cls
+
+
+def all_passes() -> dict[str, type["Pass"]]:
+    """Every registered pass (importing the modules of paramsurgery.passes registers them)."""
+    import importlib
+    import pkgutil
+
+    from .. import passes
+
+    for info in pkgutil.iter_modules(passes.__path__):
+        if info.name not in ("base", "match") and not info.name.startswith("_"):
+            importlib.import_module(f"{passes.__name__}.{info.name}")
+    return dict(sorted(PASSES.items()))
+
+
+@dataclass
+class Change:
+    """One edit a pass made, for its report: `layer: what: before -> after`."""
+
+    layer: str
+    what: str
+    before: Any = None
+    after: Any = None
+    line: int | None = None
+
+    def format(self) -> str:
+        where = f"line {self.line}: " if self.line is not None else ""
+        if self.before is None and self.after is None:
+            return f"{where}{self.layer}: {self.what}"
+        return f"{where}{self.layer}: {self.what}: {_short(self.before)} -> {_short(self.after)}"
+
+
+@dataclass
+class Skip:
+    """A candidate the pass looked at and left alone, with the reason (for --explain)."""
+
+    layer: str
+    reason: str
+    line: int | None = None
+
+    def format(self) -> str:
+        where = f"line {self.line}: " if self.line is not None else ""
+        return f"{where}{self.layer}: {self.reason}"
+
+
+@dataclass
+class PassResult:
+    graph: Graph
+    modified: bool
+    changes: list[Change] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    pass_name: str = ""
+    data: dict = field(default_factory=dict)  # pass-specific facts (e.g. cache blob names)
+
+    def format(self, explain: bool = False) -> str:
+        lines = []
+        head = f"{self.pass_name}: " if self.pass_name else ""
+        if self.modified:
+            lines.append(f"{head}{len(self.changes)} change(s)")
+            lines.extend("  " + c.format() for c in self.changes)
+        else:
+            lines.append(f"{head}nothing to change")
+        lines.extend("  note: " + n for n in self.notes)
+        if explain and self.skipped:
+            lines.append(f"  left alone ({len(self.skipped)}):")
+            lines.extend("    " + s.format() for s in self.skipped)
+        elif self.skipped:
+            lines.append(f"  {len(self.skipped)} candidate(s) left alone (--explain says why)")
+        return "\n".join(lines)
+
+
+class Pass:
+    """Base class. Subclasses set `name`/`summary` and implement `run`; override `requires`
+    to refuse up front and `ensures` to add postconditions."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    command: ClassVar[str | None] = None  # the CLI command that runs it
+
+    def requires(self, g: Graph) -> None:
+        """Raise PassRefused(reason) when the pass cannot apply to `g` at all."""
+
+    def run(self, g: Graph) -> PassResult:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def ensures(self, g: Graph, before: list[Finding]) -> None:
+        """Postcondition: the pass introduced no structural error (validate())."""
+        new = new_errors(before, g.validate())
+        if new:
+            detail = "; ".join(f.format() for f in new[:5])
+            raise PassRefused(f"{self.name} would leave the graph invalid: {detail}")
+
+    def __call__(self, g: Graph, *, in_place: bool = False) -> PassResult:
+        work = g if in_place else g.copy()
+        before = work.validate()
+        self.requires(work)
+        result = self.run(work)
+        result.graph = work
+        result.pass_name = result.pass_name or self.name
+        if result.modified:
+            self.ensures(work, before)
+        return result
+
+
+def new_errors(before: Iterable[Finding], after: Iterable[Finding]) -> list[Finding]:
+    """Error findings in `after` that `before` did not have (compared by code and layer)."""
+    seen = {(f.code, f.layer, f.message) for f in before if f.severity == ERROR}
+    seen_loose = {(f.code, f.layer) for f in before if f.severity == ERROR}
+    return [f for f in after if f.severity == ERROR and (f.code, f.layer, f.message) not in seen
+            and (f.code, f.layer) not in seen_loose]
+
+
+class PassManager:
+    """Run passes in order. A pass that refuses or breaks its postcondition is rolled back
+    (its result is discarded, the previous graph is kept) and, with `early_stop`, the
+    remaining passes are not run."""
+
+    def __init__(self, passes: list[Pass], *, early_stop: bool = True) -> None:
+        self.passes = passes
+        self.early_stop = early_stop
+
+    def run(self, g: Graph) -> tuple[Graph, list[PassResult], list[tuple[str, str]]]:
+        results: list[PassResult] = []
+        failures: list[tuple[str, str]] = []
+        current = g
+        for p in self.passes:
+            try:
+                res = p(current)
+            except PassRefused as exc:
+                failures.append((p.name, exc.message))
+                if self.early_stop:
+                    break
+                continue
+            results.append(res)
+            current = res.graph
+        return current, results, failures
+
+
+def where(layer: Layer) -> int | None:
+    return layer.source_line
+
+
+def _short(v: Any) -> str:
+    s = repr(v) if not isinstance(v, str) else v
+    return s if len(s) <= 80 else s[:77] + "..."

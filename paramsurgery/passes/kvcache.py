@@ -1,0 +1,200 @@
+"""Add ncnn's native kv cache to every attention layer (`paramsurgery add-kvcache`).
+
+SDPA (src/layer/sdpa.cpp): bottoms `q k v [mask]` become `q k v [mask] past_k past_v`, tops
+`out` become `out k_cache v_cache`, and `7=1`; the cache holds k/v after RoPE, concatenated
+along the sequence. MultiHeadAttention (src/layer/multiheadattention.cpp,
+resolve_bottom_blob_index): the two cache bottoms are appended after every other bottom and
+two tops after the output; self-attention appends the new tokens to the cache,
+cross-attention (q and k from different bottoms) computes k/v once and reuses the cache.
+
+The cache inputs come from one `Input` layer (ncnn's docs and benchmark LLM params) or one
+`Input` per blob (`split_inputs`), placed after the last existing `Input`. Blob names follow
+ncnn's docs (`cache_k_in_{i}` / `cache_k_out_{i}`) or ncnn's benchmark LLM params
+(`cache_k{i}` / `out_cache_k{i}`); `i` is the layer's ordinal among all attention layers in
+file order, so names are stable whatever `only`/`skip` select. A layer that already has a
+cache (`7=1`) is left alone, which makes the pass idempotent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..errors import PassRefused
+from ..graph import Graph
+from ..layer import Layer
+from .base import Change, Pass, PassResult, Skip, register
+from .match import InputAncestry, Match, fail, matched
+
+ATTENTION_TYPES = ("SDPA", "MultiHeadAttention")
+
+NAMINGS = {
+    # style: (k_in, v_in, k_out, v_out, single input layer name)
+    "ncnn-docs": ("cache_k_in_{i}", "cache_v_in_{i}", "cache_k_out_{i}", "cache_v_out_{i}",
+                  "kv_cache_in"),
+    "ncnn-llm": ("cache_k{i}", "cache_v{i}", "out_cache_k{i}", "out_cache_v{i}", "kv_cache"),
+}
+
+
+@dataclass
+class CacheSlot:
+    """The cache blobs of one attention layer."""
+
+    layer: str
+    index: int
+    k_in: str
+    v_in: str
+    k_out: str
+    v_out: str
+
+
+def cache_slots(g: Graph) -> list[CacheSlot]:
+    """The cache blobs of every attention layer that has `7=1`, in file order."""
+    slots = []
+    for i, layer in enumerate(g.by_type(*ATTENTION_TYPES)):
+        if layer.params.get(7, 0) == 1 and len(layer.inputs) >= 2 and len(layer.outputs) >= 3:
+            slots.append(CacheSlot(layer.name, i, layer.inputs[-2], layer.inputs[-1],
+                                   layer.outputs[1], layer.outputs[2]))
+    return slots
+
+
+@register
+class AddKVCache(Pass):
+    name = "add-kvcache"
+    summary = "add ncnn's native kv cache to SDPA / MultiHeadAttention layers (7=1)"
+    command = "paramsurgery add-kvcache"
+
+    def __init__(self, naming: str = "ncnn-docs", split_inputs: bool = False,
+                 only: Sequence[str] = (), skip: Sequence[str] = (),
+                 dynamic_gemm: bool = False, input_name: str | None = None) -> None:
+        if naming not in NAMINGS:
+            raise PassRefused(f"unknown naming {naming!r} (choose from {', '.join(NAMINGS)})")
+        self.naming = naming
+        self.split_inputs = split_inputs
+        self.only = set(only)
+        self.skip = set(skip)
+        self.dynamic_gemm = dynamic_gemm
+        self.input_name = input_name or NAMINGS[naming][4]
+
+    # ------------------------------------------------------------------ matching
+    def match(self, g: Graph, layer: Layer, ancestry: InputAncestry) -> Match:
+        p = layer.params
+        if p.get(7, 0) == 1:
+            return fail(layer, "already has a kv cache (7=1)")
+        if self.only and layer.name not in self.only:
+            return fail(layer, "not selected by --only")
+        if layer.name in self.skip:
+            return fail(layer, "excluded by --skip")
+        if len(layer.outputs) != 1:
+            return fail(layer, f"has {len(layer.outputs)} tops; an attention layer without "
+                               f"cache has exactly 1")
+        mask = p.get(5, 0)
+        n_in = len(layer.inputs)
+        if layer.type == "SDPA":
+            want = 4 if mask else 3
+            if n_in != want:
+                return fail(layer, f"has {n_in} bottoms but 5={mask} means {want} "
+                                   f"(q k v{' mask' if mask else ''})")
+            q, k, v = layer.inputs[:3]
+            dq, dk, dv = ancestry(q), ancestry(k), ancestry(v)
+            foreign = (dk | dv) - dq
+            if foreign:
+                return fail(layer, f"not self-attention: k/v depend on graph input(s) "
+                                   f"{', '.join(sorted(foreign))} that q does not; SDPA's cache "
+                                   f"appends k/v every step, which is wrong for cross-attention")
+            if not (dq & dk):
+                return fail(layer, "not self-attention: q and k share no graph input")
+            return matched(layer, mode="self")
+        # MultiHeadAttention: the bottom count picks the mode (resolve_bottom_blob_index)
+        if n_in - (1 if mask else 0) not in (1, 2, 3):
+            return fail(layer, f"has {n_in} bottoms, which 5={mask} does not explain")
+        mode = "self" if n_in - (1 if mask else 0) == 1 else "cross"
+        return matched(layer, mode=mode)
+
+    # ------------------------------------------------------------------ rewrite
+    def run(self, g: Graph) -> PassResult:
+        attention = g.by_type(*ATTENTION_TYPES)
+        result = PassResult(g, False)
+        if not attention:
+            raise PassRefused("the graph has no SDPA or MultiHeadAttention layer")
+        unknown = (self.only | self.skip) - {layer.name for layer in attention}
+        if unknown:
+            raise PassRefused(f"--only/--skip name(s) that are not attention layers: "
+                              f"{', '.join(sorted(unknown))}")
+        ancestry = InputAncestry(g)
+        k_in_f, v_in_f, k_out_f, v_out_f, _ = NAMINGS[self.naming]
+        todo: list[tuple[Layer, int, Match]] = []
+        for i, layer in enumerate(attention):
+            m = self.match(g, layer, ancestry)
+            if m:
+                todo.append((layer, i, m))
+            else:
+                result.skipped.append(Skip(layer.name, m.reason, layer.source_line))
+        slots: list[CacheSlot] = []
+        for layer, i, m in todo:
+            names = [f.format(i=i) for f in (k_in_f, v_in_f, k_out_f, v_out_f)]
+            taken = [n for n in names if g.has_blob(n)]
+            if taken:
+                raise PassRefused(f"cannot name the cache of {layer.name!r}: blob(s) "
+                                  f"{', '.join(taken)} already exist (choose another --naming)")
+            slots.append(CacheSlot(layer.name, i, *names))
+        if not slots:
+            reasons = {s.reason for s in result.skipped}
+            if reasons == {"already has a kv cache (7=1)"}:
+                result.notes.append("every attention layer already has a kv cache")
+            result.data["slots"] = cache_slots(g)
+            self._gemm(g, result)
+            return result
+
+        for slot, (layer, _, m) in zip(slots, todo):
+            before_in, before_out = len(layer.inputs), len(layer.outputs)
+            g.set_inputs(layer, list(layer.inputs) + [slot.k_in, slot.v_in])
+            g.set_outputs(layer, list(layer.outputs) + [slot.k_out, slot.v_out])
+            layer.set(7, 1)
+            result.changes.append(Change(layer.name, "bottoms/tops", f"{before_in} {before_out}",
+                                         f"{before_in + 2} {before_out + 2} (+{slot.k_in} "
+                                         f"{slot.v_in} / +{slot.k_out} {slot.v_out}), 7=1",
+                                         layer.source_line))
+            if m.captures.get("mode") == "cross":
+                result.notes.append(f"{layer.name}: cross-attention; ncnn computes k/v on the "
+                                    f"first call and reuses the cached k/v afterwards")
+        self._add_inputs(g, slots, result)
+        self._gemm(g, result)
+        result.modified = True
+        result.data["slots"] = cache_slots(g)
+        return result
+
+    def _add_inputs(self, g: Graph, slots: list[CacheSlot], result: PassResult) -> None:
+        blobs = [b for s in slots for b in (s.k_in, s.v_in)]
+        inputs = g.by_type("Input")
+        after = inputs[-1] if inputs else None
+        if self.split_inputs:
+            for b in blobs:
+                name = g.unique_layer_name(b)
+                after = g.add_layer("Input", name, [], [b], after=after) if after is not None \
+                    else g.add_layer("Input", name, [], [b])
+            result.changes.append(Change("Input", f"added {len(blobs)} Input layers, one per "
+                                                  f"cache blob"))
+            return
+        existing = g.find(self.input_name)
+        if existing is not None and existing.type == "Input":
+            g.set_outputs(existing, list(existing.outputs) + blobs)
+            result.changes.append(Change(existing.name, "tops", len(existing.outputs) - len(blobs),
+                                         len(existing.outputs), existing.source_line))
+            return
+        name = g.unique_layer_name(self.input_name)
+        if after is not None:
+            g.add_layer("Input", name, [], blobs, after=after)
+        else:
+            g.add_layer("Input", name, [], blobs)
+        result.changes.append(Change(name, f"added Input with {len(blobs)} cache blobs"))
+
+    def _gemm(self, g: Graph, result: PassResult) -> None:
+        if not self.dynamic_gemm:
+            return
+        for layer in g.by_type("Gemm"):
+            m = layer.params.get(7, 0)
+            if m and not layer.params.get(4, 0):  # constantM is only a hint when A is an input
+                layer.set(7, 0)
+                result.changes.append(Change(layer.name, "7 (constantM)", m, 0, layer.source_line))
+                result.modified = True
