@@ -94,7 +94,8 @@ def _check_int(v: object) -> int:
 def _to_f32(v: object) -> float:
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise TypeError(f"expected a float, got {type(v).__name__} {v!r}")
-    f = float(np.float32(v))
+    with np.errstate(over="ignore"):
+        f = float(np.float32(v))
     if not np.isfinite(f):
         # ncnn's text parser cannot read inf/nan (they parse as strings or fail)
         raise ValueError(f"{v!r} cannot be written in a text .param (not finite in float32)")
@@ -216,9 +217,9 @@ def _parse_number(t: str, offset: int) -> tuple[bool, int | float]:
     if not _NUM_RE.fullmatch(t):
         raise ValueError_(f"invalid numeric value {t!r}", offset)
     if _is_float_text(t):
-        f = float(t)
-        f32 = np.float32(f) if abs(f) <= FLT_MAX else None
-        if f32 is None or not np.isfinite(f32):
+        with np.errstate(over="ignore"):
+            f32 = np.float32(float(t))  # rounds like ncnn's cast: FLT_MAX spelled 3.40282347e38 is fine
+        if not np.isfinite(f32):
             raise ValueError_(f"float {t!r} overflows float32", offset)
         return True, float(f32)
     v = int(t)
