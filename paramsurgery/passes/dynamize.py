@@ -1,0 +1,376 @@
+"""Make a graph traced at one length run at any length (`paramsurgery dynamize`).
+
+A static export carries its traced length T in params: Crop absolute ends, Reshape dims,
+Gemm `7=` constantM, MemoryData shapes. Two ways to find them:
+
+- `--traced-len T`: every value equal to T in a length-carrying param (Reshape dims, Gemm
+  M/N/K hints, Crop starts/ends on the length axis, Slice sizes, MemoryData shapes). A
+  Reshape that holds T twice (T equal to a head count, ...) is ambiguous and refused unless
+  `--layers NAME:PARAM` says which one to take.
+- `--pair other.param` (the same model traced at another length): every value that differs
+  between the two is length-derived; it is fitted as `a + b·T` (when the lengths are known)
+  and rewritten; a differing value no rule covers is refused.
+
+Rewrites: Reshape dim → `-1` (one per Reshape); Gemm `7/8/9` → `0` (hints when the operand
+is not constant); Crop numpy-mode start/end → relative to its input's extent (negative,
+`-233` for "to the end"), which needs the traced extent of the Crop's input from pnnx's own
+IR (`X.pnnx.param` next to `X.ncnn.param`, or `--pnnx`); a MemoryData traced at T is
+refused (a constant baked at one length; make it an input). Every rewritten value is
+reported: layer, param, before → after.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Sequence
+
+from ..errors import PassRefused
+from ..graph import Graph
+from ..layer import Layer
+from ..values import Kind
+from . import _traced
+from .base import Change, Pass, PassResult, Skip, register
+
+RESHAPE_DIMS = {0: "w", 1: "h", 11: "d", 2: "c"}
+AXIS_PARAM = {"w": 0, "h": 1, "d": 11, "c": 2}
+SLICE_OPS = ("Tensor.slice",)
+
+
+@dataclass
+class _Site:
+    layer: Layer
+    pid: int
+    index: int | None  # element of an array param
+    value: int
+    other: int | None = None  # the value in the paired export
+
+    @property
+    def key(self) -> str:
+        return f"{self.layer.name}:{self.pid}" + ("" if self.index is None else f"[{self.index}]")
+
+
+def _ints(layer: Layer, pid: int) -> list[int] | None:
+    v = layer.params.value(pid)
+    if v is None:
+        return None
+    if v.kind is Kind.INT:
+        return [v.value]
+    if v.kind is Kind.INTS:
+        return list(v.value)
+    return None
+
+
+@register
+class Dynamize(Pass):
+    name = "dynamize"
+    summary = "rewrite a traced length baked into Crop/Reshape/Gemm params into relative forms"
+    command = "paramsurgery dynamize"
+
+    def __init__(self, traced_len: int | None = None, *, pair: Graph | str | os.PathLike | None = None,
+                 pair_len: int | None = None, axis: int | None = None,
+                 reshape_axes: Sequence[str] | None = None,
+                 layers: Sequence[str] | None = None,
+                 traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,
+                 pair_traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None) -> None:
+        if traced_len is None and pair is None:
+            raise PassRefused("dynamize needs --traced-len T or --pair OTHER.param")
+        self.T = traced_len
+        self.pair_path = None
+        if pair is not None and not isinstance(pair, Graph):
+            from ..io import load
+
+            self.pair_path = pair
+            pair = load(pair)
+        self.pair = pair
+        self.T2 = pair_len
+        self.axis = axis
+        self.reshape_axes = set(reshape_axes) if reshape_axes else None
+        self.layer_filter: dict[str, set[int] | None] | None = None
+        if layers:
+            self.layer_filter = {}
+            for spec in layers:
+                name, _, pid = spec.partition(":")
+                if pid:
+                    self.layer_filter.setdefault(name, set())
+                    cur = self.layer_filter[name]
+                    if cur is not None:
+                        cur.add(int(pid))
+                else:
+                    self.layer_filter[name] = None
+        self.traced = _traced.load_traced(traced)
+        if pair_traced is None and self.pair_path is not None:
+            pair_traced = _traced.companion_pnnx(self.pair_path)
+        self.pair_traced = _traced.load_traced(pair_traced)
+
+    # ------------------------------------------------------------------ helpers
+    def _selected(self, layer: Layer, pid: int) -> bool:
+        if self.layer_filter is None:
+            return True
+        if layer.name not in self.layer_filter:
+            return False
+        pids = self.layer_filter[layer.name]
+        return pids is None or pid in pids
+
+    def _told(self, layer: Layer) -> bool:
+        return self.layer_filter is not None and self.layer_filter.get(layer.name, 0) is not None \
+            and layer.name in self.layer_filter and self.layer_filter[layer.name] is not None
+
+    def _fit(self, v1: int, v2: int) -> str:
+        if self.T is None or self.T2 is None or self.T == self.T2:
+            return f"{v1} at one length, {v2} at the other"
+        b = Fraction(v2 - v1, self.T2 - self.T)
+        a = v1 - b * self.T
+        return f"{_frac(a)} + {_frac(b)}·T"
+
+    # ------------------------------------------------------------------ candidate sites
+    def _sites_traced_len(self, g: Graph) -> tuple[list[_Site], list[Skip]]:
+        T = self.T
+        sites: list[_Site] = []
+        notes: list[Skip] = []
+        for layer in g:
+            t = layer.type
+            if t == "Reshape":
+                for pid in RESHAPE_DIMS:
+                    v = layer.params.get(pid)
+                    if v == T and self._selected(layer, pid):
+                        if self.reshape_axes and RESHAPE_DIMS[pid] not in self.reshape_axes:
+                            continue
+                        sites.append(_Site(layer, pid, None, T))
+            elif t == "Gemm":
+                for pid in (7, 8, 9):
+                    if layer.params.get(pid) == T and self._selected(layer, pid):
+                        sites.append(_Site(layer, pid, None, T))
+            elif t == "Crop":
+                # one export cannot tell `x[..., s:]` from `x[..., L-r:]`: starts are taken as
+                # offsets from the beginning, positive ends as distances from the end
+                vals = _ints(layer, 10) or []
+                for i, v in enumerate(vals):
+                    if v > 0 and self._selected(layer, 10):
+                        sites.append(_Site(layer, 10, i, v))
+            elif t in ("MemoryData", "Slice"):
+                for pid, v in layer.params.items():
+                    vals = v if isinstance(v, list) else [v]
+                    if any(isinstance(x, int) and x == T for x in vals) and \
+                            self._selected(layer, pid):
+                        sites.append(_Site(layer, pid, None, T))
+        return sites, notes
+
+    def _sites_pair(self, g: Graph, h: Graph) -> list[_Site]:
+        a_layers, b_layers = g.layers, h.layers
+        if len(a_layers) != len(b_layers):
+            raise PassRefused(f"--pair: the two exports differ in structure ({len(a_layers)} vs "
+                              f"{len(b_layers)} layers); they must be the same model traced at "
+                              f"two lengths")
+        sites: list[_Site] = []
+        for la, lb in zip(a_layers, b_layers):
+            if (la.type, la.name, la.inputs, la.outputs) != (lb.type, lb.name, lb.inputs,
+                                                              lb.outputs):
+                raise PassRefused(f"--pair: the two exports differ in structure at layer "
+                                  f"{la.name!r} ({la.type} vs {lb.type} {lb.name!r}); they must "
+                                  f"be the same model traced at two lengths")
+            pa, pb = dict(la.params.values_typed()), dict(lb.params.values_typed())
+            for pid in sorted(set(pa) | set(pb)):
+                va, vb = pa.get(pid), pb.get(pid)
+                if va == vb:
+                    continue
+                if not self._selected(la, pid):
+                    continue
+                if va is None or vb is None or va.kind != vb.kind or \
+                        va.kind not in (Kind.INT, Kind.INTS):
+                    raise PassRefused(f"--pair: {la.name} param {pid} differs in a way no "
+                                      f"length fit covers ({_show(va)} vs {_show(vb)})")
+                if va.kind is Kind.INT:
+                    sites.append(_Site(la, pid, None, va.value, vb.value))
+                else:
+                    if len(va.value) != len(vb.value):
+                        raise PassRefused(f"--pair: {la.name} param {pid} has "
+                                          f"{len(va.value)} vs {len(vb.value)} elements")
+                    for i, (x, y) in enumerate(zip(va.value, vb.value)):
+                        if x != y:
+                            sites.append(_Site(la, pid, i, x, y))
+        return sites
+
+    # ------------------------------------------------------------------ crop extents
+    def _extent(self, ops: list[_traced.PnnxOp] | None, layer: Layer, start: int | None,
+                end: int | None, label: str) -> tuple[int, int]:
+        """(torch dim counted from the end, traced extent) of the Crop's input on that axis,
+        from the pnnx op whose start/end match."""
+        if ops is None:
+            raise PassRefused(f"{layer.name}: the Crop's {label} is length-derived but the extent "
+                              f"of its input along that axis is unknown: give pnnx's IR with "
+                              f"traced shapes (X.pnnx.param next to X.ncnn.param, or --pnnx)")
+        found: set[tuple[int, int]] = set()
+        for op in _traced.ops_of(ops, SLICE_OPS):
+            shape = op.in_shape
+            if not shape:
+                continue
+            dims = op.ints("dims") or op.ints("dim") or []
+            starts = op.ints("starts") or op.ints("start") or [0] * len(dims)
+            ends = op.ints("ends") or op.ints("end") or [None] * len(dims)
+            for d, s, e in zip(dims, starts, ends):
+                if end is not None and e != end:
+                    continue
+                if start is not None and s != start:
+                    continue
+                d = d % len(shape)
+                L = shape[d]
+                if L is not None:
+                    found.add((d - len(shape), L))
+        if len(found) != 1:
+            why = "no" if not found else f"{len(found)} different"
+            raise PassRefused(f"{layer.name}: {why} pnnx Tensor.slice op(s) in the traced IR match "
+                              f"its {label} {end if end is not None else start}; cannot tell "
+                              f"the extent of its input")
+        return found.pop()
+
+    def _length_axis(self) -> int | None:
+        """The torch dim (from the end) of the graph inputs that carries T."""
+        if self.axis is not None:
+            return self.axis
+        if self.traced is None:
+            return None
+        cands = set()
+        for op in self.traced:
+            if op.type == "pnnx.Input":
+                shape = op.out_shape or ()
+                for d, s in enumerate(shape):
+                    if s == self.T:
+                        cands.add(d - len(shape))
+        if len(cands) != 1:
+            raise PassRefused(f"cannot tell which input axis carries the traced length {self.T} "
+                              f"(candidates: {sorted(cands) or 'none'}); give --axis")
+        return cands.pop()
+
+    # ------------------------------------------------------------------ run
+    def run(self, g: Graph) -> PassResult:
+        result = PassResult(g, False)
+        if self.pair is not None:
+            sites = self._sites_pair(g, self.pair)
+            self._infer_lengths()
+        else:
+            sites, skips = self._sites_traced_len(g)
+            result.skipped.extend(skips)
+        if not sites:
+            result.notes.append("no length-derived value found")
+            return result
+        plan: list[tuple[_Site, object, str]] = []  # site, new value, how
+        by_layer: dict[int, list[_Site]] = {}
+        for s in sites:
+            by_layer.setdefault(s.layer.id, []).append(s)
+        length_axis = None
+        for lid, ss in by_layer.items():
+            layer = ss[0].layer
+            t = layer.type
+            if t == "Reshape":
+                if len(ss) > 1:
+                    shown = ", ".join(f"{s.pid}({RESHAPE_DIMS[s.pid]})={s.value}" for s in ss)
+                    raise PassRefused(f"{layer.name}: ambiguous: {len(ss)} dims look length-derived "
+                                      f"({shown}); only one can become -1 (T may equal a head "
+                                      f"count: use --pair, or --layers {layer.name}:PARAM)")
+                if any(layer.params.get(p) == -1 for p in RESHAPE_DIMS):
+                    raise PassRefused(f"{layer.name}: dim {ss[0].pid} is length-derived but the "
+                                      f"Reshape already infers another dim (-1)")
+                s = ss[0]
+                if s.pid not in RESHAPE_DIMS:
+                    raise PassRefused(f"{layer.name}: param {s.pid} differs; no rule for it")
+                plan.append((s, -1, "inferred (-1)"))
+            elif t == "Gemm":
+                for s in ss:
+                    const = {7: layer.params.get(4, 0), 8: layer.params.get(5, 0),
+                             9: layer.params.get(4, 0) or layer.params.get(5, 0)}.get(s.pid)
+                    if const is None:
+                        raise PassRefused(f"{layer.name}: Gemm param {s.pid} differs; no rule "
+                                          f"for it")
+                    if const:
+                        raise PassRefused(f"{layer.name}: Gemm {s.pid}={s.value} sizes a constant "
+                                          f"operand; it cannot become dynamic")
+                    plan.append((s, 0, "runtime size (0)"))
+            elif t == "Crop":
+                if self.pair is None:
+                    if length_axis is None:
+                        length_axis = self._length_axis()
+                for s in ss:
+                    plan.append(self._crop_plan(layer, s, length_axis))
+            elif t == "MemoryData":
+                raise PassRefused(f"{layer.name}: MemoryData {ss[0].pid}={ss[0].value} is a constant "
+                                  f"traced at one length (a mask or table); make it an input")
+            else:
+                s = ss[0]
+                raise PassRefused(f"{layer.name}: {t} param {s.pid} holds a length-derived value "
+                                  f"({s.value}) and dynamize has no rule for {t}")
+        plan = [p for p in plan if p is not None]
+        for s, new, how in plan:
+            self._apply(s, new)
+            what = f"{s.pid}" + ("" if s.index is None else f"[{s.index}]")
+            extra = f", {self._fit(s.value, s.other)}" if s.other is not None else ""
+            result.changes.append(Change(s.layer.name, f"{what} ({how}{extra})", s.value, new,
+                                         s.layer.source_line))
+        result.modified = bool(plan)
+        return result
+
+    def _infer_lengths(self) -> None:
+        if self.T is not None and self.T2 is not None:
+            return
+        if self.traced is None or self.pair_traced is None:
+            return
+        a = [op.out_shape for op in self.traced if op.type == "pnnx.Input"]
+        b = [op.out_shape for op in self.pair_traced if op.type == "pnnx.Input"]
+        diffs = {(x, y) for sa, sb in zip(a, b) if sa and sb and len(sa) == len(sb)
+                 for x, y in zip(sa, sb) if x != y}
+        if len(diffs) == 1:
+            t1, t2 = diffs.pop()
+            if self.T is None:
+                self.T = t1
+            if self.T2 is None:
+                self.T2 = t2
+
+    def _crop_plan(self, layer: Layer, s: _Site, length_axis: int | None):
+        label = "end" if s.pid == 10 else "start"
+        if s.value in (-233,) or (s.value < 0 and s.other is None):
+            return None
+        starts, ends = _ints(layer, 9) or [], _ints(layer, 10) or []
+        st = starts[s.index] if s.index < len(starts) else None
+        en = ends[s.index] if s.index < len(ends) else None
+        d, L = self._extent(self.traced, layer, st, en, label)
+        if self.pair is not None:
+            p = self.pair.layer(layer.name)
+            starts2, ends2 = _ints(p, 9) or [], _ints(p, 10) or []
+            st2 = starts2[s.index] if s.index < len(starts2) else None
+            en2 = ends2[s.index] if s.index < len(ends2) else None
+            d2, L2 = self._extent(self.pair_traced, p, st2, en2, label)
+            r1, r2 = s.value - L, s.other - L2
+            if r1 != r2:
+                raise PassRefused(f"{layer.name}: the Crop {label} moves from {s.value} to "
+                                  f"{s.other} while its input's extent moves from {L} to {L2}; "
+                                  f"it is not a fixed distance from the end")
+        else:
+            if d != length_axis:
+                return None  # a crop on an axis that does not carry the length
+            r1 = s.value - L
+        if r1 > 0:
+            raise PassRefused(f"{layer.name}: the Crop {label} {s.value} lies beyond its input's "
+                              f"extent {L}")
+        if r1 == 0:
+            if label == "start":
+                raise PassRefused(f"{layer.name}: the Crop starts at its input's end (empty)")
+            return (s, -233, f"to the end (input extent {L})")
+        return (s, r1, f"relative to the end (input extent {L})")
+
+    def _apply(self, s: _Site, new: int) -> None:
+        layer = s.layer
+        if s.index is None:
+            layer.set(s.pid, new)
+        else:
+            vals = list(layer.params.get(s.pid))
+            vals[s.index] = new
+            layer.set(s.pid, vals)
+
+
+def _frac(x: Fraction) -> str:
+    return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
+
+
+def _show(v) -> str:  # noqa: ANN001
+    return "absent" if v is None else f"{v.kind.value} {v.python!r}"

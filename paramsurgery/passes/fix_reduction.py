@@ -1,0 +1,252 @@
+"""Repair Reductions whose axes pnnx dropped (`paramsurgery fix-reduction`).
+
+pnnx removes every reduced dim that is its inferred batch axis (pnnx-bugs.md case 4). For
+`torch.stack(parts, 0).sum(0)` over parts that carry that batch axis it writes
+
+    Concat     stack_0 K 1 p1 .. pK s 0=-233
+    Reduction  sum_3   1 1 s out0 0=0 1=0 -23303=0 4=0 5=1
+
+`Concat 0=-233` yields an empty Mat and the Reduction on it dies with SIGFPE; with empty
+axes and `1=0` a Reduction on valid data is the identity. Both ops together mean "combine
+the K parts element-wise", which is what the rewrite writes:
+
+    Eltwise    sum_3   K 1 p1 .. pK out0 0=1                      (sum)
+    Eltwise    sum_3   K 1 p1 .. pK out0 0=1 -23301=K,1/K,..      (mean; coeff 2= folded in)
+    Eltwise 0=2 (max), 0=0 (prod); BinaryOp 0=5 chain (min)
+
+or, with `style="binaryop"`, a chain of BinaryOps (plus a scalar multiply for a mean).
+The Concat becomes dead and is removed.
+
+A Reduction with empty axes and `1=0` that is not fed by such a Concat is rewritten only
+when its intended axes are provable: the traced shapes of pnnx's own IR
+(`model.pnnx.param`) show every reduced dim had size 1, so the reduction is the identity and
+the layer is bypassed. Otherwise (a reduction across pnnx's batch axis of size > 1, no
+traced shapes, a reduction op that is not element-wise) the pass refuses and says what it
+would need.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from ..errors import PassRefused
+from ..graph import Graph
+from ..layer import Layer
+from ..values import Floats
+from . import _traced
+from .base import Change, Pass, PassResult, Skip, register
+from .match import Match, fail, matched
+
+OP_NAMES = {0: "SUM", 1: "ASUM", 2: "SUMSQ", 3: "MEAN", 4: "MAX", 5: "MIN", 6: "PROD", 7: "L1",
+            8: "L2", 9: "LogSum", 10: "LogSumExp"}
+ELEMENTWISE_OPS = (0, 3, 4, 5, 6)  # ops that combine K equal-shape parts element-wise
+TORCH_REDUCE = {"torch.sum": 0, "torch.mean": 3, "torch.amax": 4, "torch.max": 4,
+                "torch.amin": 5, "torch.min": 5, "torch.prod": 6}
+
+
+def has_empty_axes(layer: Layer) -> bool:
+    """A Reduction that reduces nothing: `reduce_all=0` and no axes (absent or `-23303=0`)."""
+    if layer.type != "Reduction":
+        return False
+    if layer.params.get(1, 1) != 0:
+        return False
+    axes = layer.params.get(3)
+    return not axes
+
+
+def batch_concat(g: Graph, layer: Layer) -> Layer | None:
+    """The `Concat 0=-233` feeding `layer`, if any."""
+    if not layer.inputs:
+        return None
+    p = g.producer(layer.inputs[0])
+    if p is not None and p.type == "Concat" and p.params.get(0, 0) == -233:
+        return p
+    return None
+
+
+@register
+class FixReduction(Pass):
+    name = "fix-reduction"
+    summary = ("stack + Reduction with dropped axes (Concat 0=-233, -23303=0) → element-wise "
+               "sum/mean; identity Reductions bypassed when traced shapes prove it")
+    command = "paramsurgery fix-reduction"
+
+    def __init__(self, *, style: str = "eltwise",
+                 traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,
+                 partial: bool = False) -> None:
+        if style not in ("eltwise", "binaryop"):
+            raise ValueError(f"style must be 'eltwise' or 'binaryop', got {style!r}")
+        self.style = style
+        self.traced = traced
+        self.partial = partial
+
+    # ------------------------------------------------------------------ matching
+    def _match_stack(self, g: Graph, red: Layer) -> Match:
+        concat = batch_concat(g, red)
+        if concat is None:
+            return fail(red, "its input does not come from a Concat 0=-233 (stack on pnnx's "
+                             "batch axis)")
+        op = red.params.get(0, 0)
+        if op not in ELEMENTWISE_OPS:
+            return fail(red, f"operation {op} ({OP_NAMES.get(op, '?')}) of a stacked axis is not "
+                             f"an element-wise combination of the parts (only SUM, MEAN, MAX, "
+                             f"MIN, PROD are)")
+        coeff = float(red.params.get(2, 1.0))
+        if coeff != 1.0 and op not in (0, 3):
+            return fail(red, f"coeff 2={coeff} with {OP_NAMES[op]} has no element-wise form")
+        if red.params.get(4, 0) != 0:
+            return fail(red, "keepdims 4=1: the output keeps a size-1 stacked axis whose place "
+                             "in ncnn's layout the graph does not say")
+        readers = g.consumer_layers(concat.outputs[0])
+        if readers != [red]:
+            return fail(red, f"Concat {concat.name!r} has other readers "
+                             f"({', '.join(r.name for r in readers if r is not red)})")
+        if not concat.inputs:
+            return fail(red, f"Concat {concat.name!r} has no bottoms")
+        return matched(red, concat=concat, parts=list(concat.inputs), op=op, coeff=coeff)
+
+    def _match_lone(self, g: Graph, red: Layer, aligned: dict[int, _traced.PnnxOp] | None,
+                    align_error: str | None) -> Match:
+        if aligned is None:
+            return fail(red, "not fed by Concat 0=-233, and its intended axes are unknown: the "
+                             "ncnn graph does not say which axis pnnx dropped (give the traced "
+                             "shapes: --pnnx model.pnnx.param)")
+        if align_error:
+            return fail(red, align_error)
+        op = aligned.get(red.id)
+        if op is None:
+            return fail(red, "no pnnx op lines up with it in the .pnnx.param")
+        dims = op.ints("dim")
+        shape = op.in_shape
+        if dims is None or shape is None:
+            return fail(red, f"pnnx op {op.name!r} (line {op.line}) has no dim= or no traced "
+                             f"input shape")
+        rank = len(shape)
+        dims = sorted({d % rank for d in dims}) if rank else dims
+        sizes = [shape[d] for d in dims]
+        if all(s == 1 for s in sizes):
+            if float(red.params.get(2, 1.0)) != 1.0:
+                return fail(red, "reduces size-1 dims but scales by coeff 2≠1")
+            return matched(red, op=op, dims=dims, shape=shape)
+        shown = ", ".join(f"dim {d} of size {'?' if s is None else s}" for d, s in zip(dims, sizes))
+        return fail(red, f"pnnx op {op.name!r} (line {op.line}) reduces {shown} of "
+                         f"{_fmt_shape(shape)}, which pnnx made ncnn's batch axis; ncnn cannot "
+                         f"reduce across the batch axis (re-export with stack(parts, 1).sum(1) "
+                         f"or a non-batch layout, pnnx-bugs.md case 4)")
+
+    def _align(self, g: Graph, reds: list[Layer]) -> tuple[dict[int, _traced.PnnxOp] | None, str | None]:
+        ops = _traced.load_traced(self.traced)
+        if ops is None:
+            return None, None
+        pn = _traced.ops_of(ops, tuple(TORCH_REDUCE))
+        all_reds = g.by_type("Reduction")
+        if len(pn) != len(all_reds):
+            return {}, (f"cannot line it up with pnnx's IR: the graph has {len(all_reds)} "
+                        f"Reductions, the .pnnx.param {len(pn)} reduction ops")
+        out: dict[int, _traced.PnnxOp] = {}
+        for layer, op in zip(all_reds, pn):
+            want = TORCH_REDUCE[op.type]
+            if layer.params.get(0, 0) != want:
+                return {}, (f"cannot line it up with pnnx's IR: Reduction {layer.name!r} is "
+                            f"operation {layer.params.get(0, 0)} but the matching pnnx op "
+                            f"{op.name!r} is {op.type}")
+            out[layer.id] = op
+        return out, None
+
+    # ------------------------------------------------------------------ run
+    def run(self, g: Graph) -> PassResult:
+        result = PassResult(g, False)
+        cands = [r for r in g.by_type("Reduction") if has_empty_axes(r)]
+        if not cands:
+            result.notes.append("no Reduction with empty axes and 1=0")
+            return result
+        aligned, align_error = (None, None)
+        if any(batch_concat(g, r) is None for r in cands):
+            aligned, align_error = self._align(g, cands)
+        refused: list[Skip] = []
+        for red in cands:
+            m = self._match_stack(g, red)
+            if m:
+                self._rewrite_stack(g, m, result)
+                continue
+            if batch_concat(g, red) is not None:
+                refused.append(Skip(red.name, m.reason, red.source_line))
+                continue
+            m2 = self._match_lone(g, red, aligned, align_error)
+            if m2:
+                self._rewrite_identity(g, m2, result)
+            else:
+                refused.append(Skip(red.name, m2.reason, red.source_line))
+        if refused:
+            result.skipped.extend(refused)
+            if not self.partial:
+                detail = "; ".join(f"{s.layer}" + (f" (line {s.line})" if s.line else "") +
+                                   f": {s.reason}" for s in refused)
+                raise PassRefused(f"fix-reduction cannot prove the rewrite of "
+                                  f"{len(refused)} Reduction(s): {detail}")
+        return result
+
+    def _rewrite_stack(self, g: Graph, m: Match, result: PassResult) -> None:
+        red: Layer = m.layer
+        concat: Layer = m["concat"]
+        parts: list[str] = m["parts"]
+        op, coeff = m["op"], m["coeff"]
+        k = len(parts)
+        line = red.source_line
+        before = f"Concat {concat.name} 0=-233 + Reduction {' '.join(red.params.tokens())}"
+        out = red.outputs[0]
+        name = red.name
+        g.remove_layer(concat)
+        if k == 1 and op in (0, 3, 4, 5, 6) and coeff == 1.0:
+            g.replace_layer(red, "Noop", name, inputs=parts, outputs=[out])
+            after = "Noop (one part)"
+        elif self.style == "eltwise" and op != 5:
+            params: dict = {0: {0: 1, 3: 1, 4: 2, 6: 0}[op]}
+            scale = coeff / k if op == 3 else coeff
+            if op in (0, 3) and scale != 1.0:
+                params[1] = Floats([scale] * k)
+            new = g.replace_layer(red, "Eltwise", name, inputs=parts, outputs=[out], params=params)
+            after = "Eltwise " + " ".join(new.params.tokens())
+        else:
+            after = self._binary_chain(g, red, parts, op, coeff)
+        result.changes.append(Change(name, f"stack of {k} parts + {OP_NAMES[op]}", before, after,
+                                     line))
+        result.modified = True
+
+    def _binary_chain(self, g: Graph, red: Layer, parts: list[str], op: int,
+                      coeff: float) -> str:
+        bop = {0: 0, 3: 0, 4: 4, 5: 5, 6: 2}[op]
+        out = red.outputs[0]
+        name = red.name
+        scale = coeff / len(parts) if op == 3 else coeff
+        need_scale = op in (0, 3) and scale != 1.0
+        g.remove_layer(red)
+        acc = parts[0]
+        steps = []
+        for i, p in enumerate(parts[1:], start=1):
+            last = i == len(parts) - 1 and not need_scale
+            top = out if last else g.unique_blob_name(f"{name}_acc{i}")
+            g.add_layer("BinaryOp", name if last else g.unique_layer_name(f"{name}_add{i}"),
+                        [acc, p], [top], {0: bop})
+            steps.append(f"BinaryOp 0={bop}")
+            acc = top
+        if need_scale:
+            g.add_layer("BinaryOp", name, [acc], [out], {0: 2, 1: 1, 2: float(scale)})
+            steps.append(f"BinaryOp 0=2 1=1 2={scale:g}")
+        return f"{len(steps)} BinaryOps ({', '.join(steps[-2:])})"
+
+    def _rewrite_identity(self, g: Graph, m: Match, result: PassResult) -> None:
+        red: Layer = m.layer
+        line = red.source_line
+        before = "Reduction " + " ".join(red.params.tokens())
+        g.bypass(red)
+        dims = ", ".join(str(d) for d in m["dims"])
+        result.changes.append(Change(red.name, f"identity Reduction removed (pnnx op "
+                                     f"{m['op'].name!r} reduces size-1 dim(s) {dims} of "
+                                     f"{_fmt_shape(m['shape'])})", before, "bypassed", line))
+        result.modified = True
+
+
+def _fmt_shape(shape) -> str:  # noqa: ANN001
+    return "(" + ",".join("?" if s is None else str(s) for s in shape) + ")"
