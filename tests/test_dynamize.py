@@ -160,3 +160,23 @@ def test_cli(tmp_path, capsys):
     assert main(["dynamize", str(path("attention", "static4")), "--traced-len", "4", "-o",
                  str(out)]) == 2
     assert "ambiguous" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ slow: torch at any length
+
+@pytest.mark.slow
+@settings(max_examples=8, deadline=None)
+@given(t=st.integers(6, 40), model=st.sampled_from(MODELS + ["pad_crop"]))
+def test_torch_at_random_lengths(t, model, tmp_path_factory):
+    pytest.importorskip("torch")
+    import sys
+
+    sys.path.insert(0, str(FIXTURES.parent / "tools"))
+    from fixtures_repairs import reference
+
+    d = tmp_path_factory.mktemp("dz")
+    dyn(model, pair=path(model, "static12")).graph.save(d / "m.param")
+    (x,), (want,) = reference(model, t, seed=t)
+    feeds, fetch = feeds_of(model, "static10", x)
+    got = run(d / "m.param", R / model / "static10" / "model.ncnn.bin", feeds, fetch)["out0"]
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
