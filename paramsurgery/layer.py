@@ -94,6 +94,10 @@ class Layer:
     def where(self) -> str:
         """`file:line` of this layer's source line, or its name for layers made in memory."""
         if self.source_line is None:
+            off = self.meta.get("param_bin_offset")
+            if off is not None:  # read from a .param.bin: no lines, a record offset
+                return (f"{self.source_file or '<input>'}: layer #{self.meta['param_bin_index']}"
+                        f" at byte {off}")
             return f"<new layer {self._name}>"
         return f"{self.source_file or '<input>'}:{self.source_line}"
 

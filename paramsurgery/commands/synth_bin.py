@@ -38,7 +38,6 @@ def run(args: argparse.Namespace) -> int:
             n = write_synth_bin(g, fh, seed=args.seed, dtype=args.dtype)
     except OSError as exc:
         raise ParamSurgeryError(f"cannot write: {exc.strerror or exc}", file=args.output) from None
-    blobs = sum(1 for layer in g for _ in (layer.weights or ()))
     print(f"{args.output}: {n} bytes of {args.dtype} weights for {len(g)} layers",
           file=sys.stderr)
     return 0
