@@ -294,3 +294,16 @@ def test_layer_weights_api(model):
     assert len(lw.sha256) == 64 and lw.same_bytes(g.copy().layer("fc").weights)
     assert lw.nbytes == sum(w.nbytes for w in lw)
     struct.unpack("<I", lw["weight"].raw()[:4])
+
+
+def test_save_in_place_over_the_source(model):
+    """Saving over the loaded files: the temp + rename keeps the mapping valid."""
+    p, b = model
+    orig = b.read_bytes()
+    g = load(p, bin=b)
+    g.save(p, bin=b)
+    assert b.read_bytes() == orig
+    replace_weight(g.layer("ln"), "beta", np.array([3.0, 4.0], np.float32))
+    g.save(p, bin=b)
+    assert b.read_bytes()[:-8] == orig[:-8]
+    assert np.frombuffer(b.read_bytes()[-8:], np.float32).tolist() == [3.0, 4.0]

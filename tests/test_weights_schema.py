@@ -316,3 +316,50 @@ def test_random_params_read_for_read(cases, dtype):
     g = loads(text)
     synth_weights(g, seed=1, dtype=dtype)
     oracle_equal(text, weights_bytes(g))
+
+
+# ----------------------------------------------------------------------------- weightless
+
+# params with which every weightless registered type loads in the wheel
+_BASE = {
+    "Reshape": "0=4", "Pooling": "1=2", "Pooling1D": "1=2", "Pooling3D": "1=2",
+    "Einsum": "-23300=5,105,106,45,62,105", "Fold": "1=2 20=4", "Unfold": "1=2",
+    "Spectrogram": "0=8", "InverseSpectrogram": "0=8", "PriorBox": "-23300=1,4.0",
+    "ROIAlign": "0=2 1=2",
+    "YoloDetectionOutput": "-23304=10,1.0,2.0,3.0,4.0,1.0,2.0,3.0,4.0,1.0,2.0",
+    "Yolov3DetectionOutput": "-23304=10,1.0,2.0,3.0,4.0,1.0,2.0,3.0,4.0,1.0,2.0 "
+                             "-23305=5,0.0,1.0,2.0,3.0,4.0 -23306=1,32.0",
+}
+_UNREGISTERED = {"ArgMax", "SPP"}
+
+
+def _weightless(extra: str = ""):  # noqa: ANN202
+    return [(t, (_BASE.get(t, "") + extra).strip(), 1) for t in sorted(NO_WEIGHTS)
+            if t not in _UNREGISTERED and t != "Input"]
+
+
+def test_weightless_types_read_nothing():
+    text = combined_param(_weightless())
+    rec = record_reads(text, b"")
+    assert rec.load_param == 0 and rec.load_model == 0 and rec.reads == [], rec.stderr
+
+
+@pytest.mark.slow
+def test_weightless_types_read_nothing_for_any_single_param(tmp_path):
+    """The fuzz the schema table rests on: every weightless type with each param id set to
+    one of a few values (on top of params that load) reads no byte."""
+    from paramsurgery.weights.oracle import record_many
+
+    jobs = []
+    for pid in range(32):
+        for v in ("1", "2", "4", "101", "400", "-1"):
+            for t, p, n in _weightless():
+                path = tmp_path / f"{t}_{pid}_{v}.param"
+                path.write_text(combined_param([(t, f"{p} {pid}={v}".strip(), n)]))
+                jobs.append(str(path))
+    recs = record_many([(j, None) for j in jobs])
+    loaded = 0
+    for j, rec in zip(jobs, recs):
+        assert rec.reads == [], j
+        loaded += rec.load_param == 0
+    assert loaded > len(jobs) // 2
