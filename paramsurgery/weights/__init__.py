@@ -24,6 +24,7 @@ from .binfile import (LayerWeights, Weight, WeightFile, attach_weights, make_wei
                       replace_weight, set_weights, weights_bytes, write_weights)
 from .schema import (NO_WEIGHTS, SCHEMAS, Read, SchemaError, has_schema, layer_reads,
                      reads_for, register_schema)
+from .synth import synth_size, synth_weights, write_synth_bin
 
 if TYPE_CHECKING:
     from ..graph import Graph
@@ -32,7 +33,7 @@ __all__ = [
     "LayerWeights", "Weight", "WeightFile", "Read", "SchemaError", "SCHEMAS", "NO_WEIGHTS",
     "attach_weights", "write_weights", "weights_bytes", "weight_summary", "set_weights",
     "replace_weight", "make_weight", "reads_for", "layer_reads", "has_schema",
-    "register_schema", "weights_fingerprint",
+    "register_schema", "weights_fingerprint", "synth_weights", "write_synth_bin", "synth_size",
 ]
 
 
