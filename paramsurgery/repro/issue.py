@@ -1,0 +1,772 @@
+"""`paramsurgery repro issue ID -o DIR`: everything a pnnx/ncnn maintainer needs for one
+case, ready to paste.
+
+    DIR/ISSUE.md            title, environment, minimal model, exact pnnx command, expected
+                            vs observed, offending lines, why, workaround, related issues
+    DIR/test_<id>.py        in the shape of pnnx's tools/pnnx/tests/ncnn/test_*.py: build the
+                            model, trace, run pnnx, import the generated *_ncnn.py, compare
+                            with torch.allclose (and once more at an untraced length)
+    DIR/model.py            the model (and its workaround) with the export command
+    DIR/model.ncnn.param, model.ncnn.bin, model.pnnx.param, model_ncnn.py
+                            what pnnx wrote (absent when pnnx itself failed)
+
+By default the observation is the committed fixture (fixtures/repros/<id>/, no torch
+needed); `fresh=True` exports and runs again with the installed torch/pnnx/ncnn.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from paramsurgery.errors import ParamSurgeryError
+from paramsurgery.io import atomic_write
+from paramsurgery.repro import cases as C
+from paramsurgery.repro.catalogue import recorded, variant_dir
+from paramsurgery.repro.observe import MODEL_FILES, environment, evidence
+from paramsurgery.repro.scripts import script
+
+SHOW_FULL_GRAPH = 30        # print a graph in full up to this many lines
+
+_INPUTSHAPE_RE = re.compile(r"\[([0-9,]*)\]([a-z0-9]*)")
+_DTYPE = {"f32": ("torch.float", "float32"), "f64": ("torch.double", "float64"),
+          "f16": ("torch.half", "float16"), "i32": ("torch.int", "int32"),
+          "i64": ("torch.long", "int64"), "": ("torch.float", "float32")}
+_NP_TO_SUFFIX = {"float32": "f32", "float64": "f64", "float16": "f16", "int32": "i32",
+                 "int64": "i64"}
+_VAR_NAMES = ("x", "y", "z", "w")
+
+
+def module_name(case_id: str) -> str:
+    return "test_" + case_id.replace("-", "_")
+
+
+def parse_inputshape(arg: str) -> list[tuple[tuple[int, ...], str]]:
+    """`[1,4,10]f32,[3,7]i32` -> [((1, 4, 10), 'f32'), ((3, 7), 'i32')]."""
+    return [(tuple(int(d) for d in m.group(1).split(",") if d), m.group(2) or "f32")
+            for m in _INPUTSHAPE_RE.finditer(arg)]
+
+
+def _shapes_from_command(cmd: list[str], key: str) -> list[tuple[tuple[int, ...], str]] | None:
+    for tok in cmd:
+        if tok.startswith(key + "="):
+            return parse_inputshape(tok[len(key) + 1:])
+    return None
+
+
+def _tensor_expr(shape: tuple[int, ...], suffix: str) -> str:
+    """The call pnnx's generated runner uses for an input of this shape and type."""
+    dims = ", ".join(str(d) for d in shape)
+    torch_dtype = _DTYPE.get(suffix, _DTYPE["f32"])[0]
+    if suffix.startswith("i"):
+        tup = f"({dims}, )" if len(shape) == 1 else f"({dims})"
+        return f"torch.randint(10, {tup}, dtype={torch_dtype})"
+    return f"torch.rand({dims}, dtype={torch_dtype})"
+
+
+def _var_names(n: int) -> list[str]:
+    return list(_VAR_NAMES[:n]) if n <= len(_VAR_NAMES) else [f"in{i}" for i in range(n)]
+
+
+def _rename_class(source: str, new: str) -> str:
+    return source.replace("class Model(nn.Module):", f"class {new}(nn.Module):", 1)
+
+
+# =========================================================================== observation
+
+class Observation:
+    """What was observed for every variant of a case, and where its files are."""
+
+    def __init__(self, case: C.ReproCase, statuses: dict[str, dict[str, Any]],
+                 dirs: dict[str, Path | None], env: dict[str, Any], source: str) -> None:
+        self.case = case
+        self.statuses = statuses
+        self.dirs = dirs
+        self.env = env
+        self.source = source          # "fixture" | "fresh"
+
+    @property
+    def bug(self) -> dict[str, Any]:
+        return self.statuses["bug"]
+
+    def text(self, variant: str, name: str) -> str | None:
+        d = self.dirs.get(variant)
+        if d is None or not (d / name).is_file():
+            return None
+        return (d / name).read_text()
+
+
+def from_fixture(case: C.ReproCase) -> Observation:
+    statuses, dirs = {}, {}
+    for v in case.variants:
+        st = recorded(case.id, v.name)
+        if st is None:
+            raise ParamSurgeryError(f"no committed fixture for {case.id}/{v.name}; build it "
+                                    f"with tools/fixtures_repros.py, or use --fresh")
+        statuses[v.name] = st
+        dirs[v.name] = variant_dir(case.id, v.name)
+    from paramsurgery import __version__
+    from paramsurgery.repro.observe import os_string
+
+    env = dict(statuses["bug"].get("versions") or {})
+    env["os"] = os_string()                 # the fixtures do not record the OS
+    env["paramsurgery"] = __version__
+    return Observation(case, statuses, dirs, env, "fixture")
+
+
+def fresh(case: C.ReproCase, workdir: Path) -> Observation:
+    from paramsurgery.repro.observe import check_cases
+
+    result = check_cases([case], keep=workdir)[0]
+    statuses = {v.variant: v.observed for v in result.variants}
+    dirs = {v.variant: workdir / case.id / v.variant for v in result.variants}
+    return Observation(case, statuses, dirs, environment(), "fresh")
+
+
+# =========================================================================== ISSUE.md
+
+def _fmt_shape(shape: Any) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _command(st: dict[str, Any]) -> str | None:
+    p = st.get("pnnx")
+    return " ".join(p["command"]) if p else None
+
+
+def _lengths(case: C.ReproCase, v: C.Variant) -> str:
+    traces, run = case.lengths(v)
+    if v.handwritten_param is not None:
+        return "hand-written graph"
+    kind = "dynamic export" if len(traces) > 1 else "static export"
+    return f"{kind} at T={'/'.join(map(str, traces))}, run at T={run}"
+
+
+def _observed_sentence(case: C.ReproCase, st: dict[str, Any], env: dict[str, Any]) -> str:
+    """What happens, in one or two sentences, for the opening paragraph."""
+    status = st["status"]
+    ncnn_v = env.get("ncnn") or "?"
+    if st.get("handwritten"):
+        where = f"ncnn {ncnn_v} loads the graph below"
+    else:
+        where = (f"the ncnn graph loads in ncnn {ncnn_v}" if status != "load_fail" else "")
+    run = st["run_length"]
+    if status == "export_fail":
+        p = st["pnnx"]
+        how = f"is killed by {p['signal_name']}" if p.get("signal_name") \
+            else f"exits with {p['returncode']}"
+        last = (p.get("stderr_tail") or [""])[-1]
+        return (f"pnnx itself {how} right after printing `{last}` and writes no ncnn file.")
+    if status == "load_fail":
+        lines = st.get("ncnn_stderr") or []
+        msg = f" (`{lines[0]}`)" if lines else ""
+        return f"ncnn {ncnn_v} cannot load the graph pnnx writes{msg}."
+    if status == "crash":
+        return (f"{where}, and the process is killed by {st.get('signal_name')} when it "
+                f"runs" + ("" if st.get("handwritten") else f" (T={run})") + ".")
+    if status == "wrong":
+        return (f"{where} and runs at T={run}, a length no trace used, without any error, "
+                f"but the result is wrong: {evidence(st)}.")
+    return f"{where} and gives the right result ({evidence(st)})."
+
+
+def _pnnx_said(st: dict[str, Any]) -> str:
+    p = st.get("pnnx")
+    if not p:
+        return ""
+    if p["returncode"] != 0:
+        return ""
+    warns = p.get("warnings") or []
+    if not warns:
+        return "pnnx exits 0 and prints no warning."
+    return "pnnx exits 0; its only hints are on stderr: " + \
+        ", ".join(f"`{w}`" for w in warns) + "."
+
+
+def _graph_block(text: str | None, label: str, lines_only: list[str] | None = None) -> list[str]:
+    if text is None:
+        return []
+    rows = text.rstrip("\n").splitlines()
+    out = []
+    if len(rows) <= SHOW_FULL_GRAPH:
+        out += [f"{label}:", "", "```", *rows, "```"]
+    elif lines_only:
+        out += [f"{label} ({len(rows) - 2} layers; the relevant lines):", "", "```",
+                *lines_only, "```"]
+    return out
+
+
+def _details(summary: str, body: list[str]) -> list[str]:
+    if not body:
+        return []
+    return ["<details>", f"<summary>{summary}</summary>", "", *body, "", "</details>"]
+
+
+def _input_lines(case: C.ReproCase, st: dict[str, Any]) -> str:
+    names = list(case.input_names)
+    return "; ".join(f"`{n}`" for n in names)
+
+
+def lint_findings(param_path: Path | None) -> list[str] | None:
+    """`paramsurgery lint` findings for a bug graph (pnnx's files next to it are used, as
+    `paramsurgery lint` does), when the lint module is available; None otherwise."""
+    if param_path is None or not param_path.is_file():
+        return None
+    try:
+        from paramsurgery.lint import lint_file
+    except ImportError:
+        return None
+    try:
+        findings = lint_file(param_path)
+    except Exception:  # noqa: BLE001 - lint is advisory here
+        return None
+    out = []
+    for f in findings:
+        where = "model.ncnn.param" + (f":{f.line}" if f.line is not None else "")
+        text = f"{where}: {f.code} {f.severity} {f.message}"
+        if f.fix:
+            text += f" (fix: {f.fix})"
+        out.append(text)
+    return out
+
+
+def render_issue(obs: Observation, *, lint: bool = True) -> str:
+    case = obs.case
+    bug_v = case.variant("bug")
+    st = obs.bug
+    sc = script(case.id)
+    env = obs.env
+    mod = module_name(case.id)
+    lines: list[str] = []
+    add = lines.append
+
+    add(f"# {'ncnn' if case.handwritten else 'pnnx'}: {case.title}")
+    add("")
+    cmd = _command(st)
+    add(f"**Construct:** `{case.construct}`" + ("" if case.handwritten else
+        f" ({_lengths(case, bug_v)}).") + ("." if case.handwritten else ""))
+    add("")
+    add((f"With pnnx {env.get('pnnx')}, " if not case.handwritten else "")
+        + f"{_observed_sentence(case, st, env)} {_pnnx_said(st)}".rstrip())
+    add("")
+
+    add("## Environment")
+    add("")
+    add(f"- pnnx: {env.get('pnnx')}")
+    add(f"- ncnn: {env.get('ncnn')} (Python wheel; fp16/bf16 storage and arithmetic off, "
+        f"1 thread)")
+    add(f"- torch: {env.get('torch')}")
+    add(f"- Python: {env.get('python')}")
+    add(f"- numpy: {env.get('numpy')}")
+    add(f"- OS: {env.get('os')}")
+    how = ("the committed fixture" if obs.source == "fixture"
+           else "a fresh export and run")
+    add(f"- paramsurgery: {env.get('paramsurgery')} (`paramsurgery repro issue {case.id}`, "
+        f"from {how})")
+    add("")
+
+    add("## Minimal model")
+    add("")
+    add("```python")
+    add(sc.imports.rstrip())
+    add("")
+    add("")
+    add(sc.model.rstrip())
+    add("```")
+    add("")
+    add(f"Weights: `torch.manual_seed({case.seed})` before `Model()`. "
+        f"Inputs: {_input_lines(case, st)}.")
+    if case.notes:
+        add("")
+        add(case.notes)
+    add("")
+
+    add("## Export")
+    add("")
+    if cmd:
+        traced = _shapes_from_command(st["pnnx"]["command"], "inputshape") or []
+        names = _var_names(len(traced))
+        add("```python")
+        add(f"torch.manual_seed({case.seed})")
+        add("net = Model().eval()")
+        for n, (shape, suffix) in zip(names, traced):
+            add(f"{n} = {_tensor_expr(shape, suffix)}")
+        args = names[0] if len(names) == 1 else "(" + ", ".join(names) + ")"
+        add(f"torch.jit.trace(net, {args}).save(\"model.pt\")")
+        add("```")
+        add("")
+        add("```sh")
+        add(cmd)
+        add("```")
+        add("")
+        p = st["pnnx"]
+        rc = p["returncode"]
+        add(f"pnnx exit code: {rc}" + (f" ({p['signal_name']})" if p.get("signal_name") else "")
+            + ".")
+        if p.get("warnings"):
+            add("")
+            add("pnnx stderr (warnings):")
+            add("")
+            add("```")
+            lines.extend(p["warnings"])
+            add("```")
+        if rc != 0 and p.get("stderr_tail"):
+            add("")
+            add("Last lines pnnx printed:")
+            add("")
+            add("```")
+            lines.extend(p["stderr_tail"][-8:])
+            add("```")
+    else:
+        add("No pnnx run: the graph below is hand-written (pnnx 20261020 no longer emits "
+            "it; older pnnx did).")
+    add("")
+
+    add("## Expected vs observed")
+    add("")
+    ref_shapes = st.get("reference_output_shapes") or {}
+    exp = ", ".join(f"`{k}` {_fmt_shape(v)}" for k, v in ref_shapes.items())
+    if not case.handwritten:
+        add(f"Run at T={st['run_length']} ({'a length neither trace used' if st.get('dynamic') else 'not the traced length'}), "
+            f"inputs fed with the batch_index pnnx wrote in `model_ncnn.py`:")
+        add("")
+    add(f"- **expected** (torch): {exp}")
+    add(f"- **observed**: {_observed_detail(st)}")
+    for v in case.variants[1:]:
+        if v.name == "workaround":
+            continue
+        vst = obs.statuses[v.name]
+        add(f"- **{v.name}** variant ({v.description}; {_lengths(case, v)}): "
+            f"{vst['status']}, {evidence(vst)}")
+    add("")
+
+    add("## Generated graph")
+    add("")
+    bug_text = obs.text("bug", "model.ncnn.param")
+    offending = st.get("offending_lines") or []
+    if bug_text is not None:
+        lines.extend(_graph_block(bug_text, "`model.ncnn.param`", offending))
+        add("")
+    if offending:
+        add("Offending lines:")
+        add("")
+        add("```")
+        lines.extend(offending)
+        add("```")
+    else:
+        add(f"Offending lines: {case.offending_text}")
+    pnnx_text = obs.text("bug", "model.pnnx.param")
+    if pnnx_text is not None:
+        add("")
+        lines.extend(_details("pnnx's own IR (<code>model.pnnx.param</code>)",
+                              _graph_block(pnnx_text, "`model.pnnx.param`")))
+    if lint:
+        bug_dir = obs.dirs.get("bug")
+        found = lint_findings(bug_dir / "model.ncnn.param" if bug_dir is not None else None)
+        if found:
+            add("")
+            add("`paramsurgery lint model.ncnn.param`:")
+            add("")
+            add("```")
+            lines.extend(found)
+            add("```")
+    add("")
+
+    add("## Why")
+    add("")
+    add(case.why)
+    if sc.details:
+        add("")
+        add(f"**Details.** {sc.details}")
+    add("")
+
+    add("## Workaround")
+    add("")
+    wv = case.variant("workaround")
+    wst = obs.statuses["workaround"]
+    add(f"**{wv.description}**, verified with the same export and run:")
+    add("")
+    add("```python")
+    if sc.host:
+        add(f"# on the host, before calling the model: {sc.host}")
+    add(sc.workaround.rstrip())
+    add("```")
+    add("")
+    add(f"Result: **{wst['status']}** ({evidence(wst)}).")
+    wtext = obs.text("workaround", "model.ncnn.param")
+    if wtext is not None:
+        add("")
+        lines.extend(_details("the workaround's <code>model.ncnn.param</code>",
+                              _graph_block(wtext, "`model.ncnn.param`")))
+    add("")
+
+    add("## Related")
+    add("")
+    if case.upstream:
+        for u in case.upstream:
+            add(f"- {u}")
+    else:
+        add("No related upstream issue or pull request known.")
+    add("")
+
+    add("## Files")
+    add("")
+    add(f"- `{mod}.py`: in the shape of `tools/pnnx/tests/ncnn/test_*.py` (build the model, "
+        f"trace, run pnnx, import the generated `{mod}_ncnn.py`, compare with "
+        f"`torch.allclose`{', then once more at an untraced length' if not case.handwritten else ''}). "
+        f"`PNNX=/path/to/pnnx python {mod}.py` exits 0 once this is fixed; with pnnx "
+        f"{env.get('pnnx')} it {_test_outcome(st)}.")
+    add("- `model.py`: the model, its workaround and the export command above "
+        "(`python model.py [workaround]`).")
+    files = [n for n in MODEL_FILES if obs.dirs.get("bug") and (obs.dirs["bug"] / n).is_file()]
+    if files:
+        add("- " + ", ".join(f"`{n}`" for n in files) + f": what pnnx {env.get('pnnx')} wrote"
+            + (" (hand-written graph)" if case.handwritten else "") + ".")
+    add("")
+    return "\n".join(lines)
+
+
+def _observed_detail(st: dict[str, Any]) -> str:
+    status = st["status"]
+    if status == "export_fail":
+        return f"no ncnn model: {evidence(st)}"
+    if status == "load_fail":
+        msg = "; ".join(f"`{ln}`" for ln in (st.get("ncnn_stderr") or [])[:3])
+        return f"`load_param` fails ({st.get('ncnn_status')}): {msg}" if msg else \
+            f"`load_param` fails ({st.get('ncnn_status')})"
+    if status == "crash":
+        return f"ncnn loads the graph; `extract` kills the process with {st.get('signal_name')}"
+    if status == "wrong":
+        got = ", ".join(f"`out{i}` {_fmt_shape(o['ncnn'])}"
+                        for i, o in enumerate(st.get("output_shapes") or []))
+        return (f"load 0, extract 0, {got}: silently wrong ({evidence(st)})")
+    return f"right ({evidence(st)})"
+
+
+def _test_outcome(st: dict[str, Any]) -> str:
+    status = st["status"]
+    if status == "export_fail":
+        return "exits 1 (pnnx fails, no ncnn files)"
+    if status == "crash":
+        return f"is killed by {st.get('signal_name')} inside ncnn"
+    if status == "load_fail":
+        return "exits 1 (ncnn load_param fails)"
+    if status == "wrong":
+        return "exits 1 (ncnn differs from torch)"
+    return "exits 0"
+
+
+# =========================================================================== test_<id>.py
+
+_TEST_HELPERS = '''
+
+def compare(what, a, b):
+    """torch.allclose per output; ncnn drops unit axes, so shapes are compared without them."""
+    a = a if isinstance(a, (tuple, list)) else (a,)
+    b = b if isinstance(b, (tuple, list)) else (b,)
+    ok = len(a) == len(b)
+    if not ok:
+        print(f"FAIL {what}: torch gives {len(a)} outputs, ncnn {len(b)}")
+    for i, (a0, b0) in enumerate(zip(a, b)):
+        a0 = a0.detach().float()
+        b0 = b0.float()
+        if [d for d in a0.shape if d != 1] != [d for d in b0.shape if d != 1]:
+            print(f"FAIL {what}: out{i} shape torch {tuple(a0.shape)} vs ncnn {tuple(b0.shape)}")
+            ok = False
+        elif not torch.allclose(a0, b0.reshape(a0.shape), 1e-3, 1e-3):
+            err = (a0 - b0.reshape(a0.shape)).abs().max().item()
+            print(f"FAIL {what}: out{i} max abs error {err:.3g}")
+            ok = False
+        else:
+            print(f"ok   {what}: out{i} {tuple(a0.shape)}")
+    return ok
+
+
+def fp32(net):
+    for key in ("use_fp16_packed", "use_fp16_storage", "use_fp16_arithmetic",
+                "use_bf16_storage", "use_bf16_packed"):
+        if hasattr(net.opt, key):
+            setattr(net.opt, key, False)
+
+
+def run_ncnn(name, inputs, in_batch, out_batch):
+    """Run name.ncnn.param/.bin on inputs; batch_index per input/output as in name_ncnn.py."""
+    out = []
+    with ncnn.Net() as net:
+        fp32(net)
+        if net.load_param(name + ".ncnn.param") != 0:
+            print(f"FAIL: ncnn load_param({name}.ncnn.param) failed")
+            return None
+        net.load_model(name + ".ncnn.bin")
+        with net.create_extractor() as ex:
+            for i, (x, bi) in enumerate(zip(inputs, in_batch)):
+                ex.input(f"in{i}", ncnn.Mat(x.numpy(), batch_index=bi).clone())
+            for i, bi in enumerate(out_batch):
+                ret, m = ex.extract(f"out{i}")
+                if ret != 0:
+                    print(f"FAIL: ncnn extract(out{i}) returned {ret}")
+                    return None
+                out.append(torch.from_numpy(m.numpy(batch_index=bi).copy()))
+    return out
+
+
+def loads(param):
+    with ncnn.Net() as net:
+        ret = net.load_param(param)
+    if ret != 0:
+        print(f"FAIL: ncnn load_param({param}) returned {ret}")
+    return ret == 0
+
+
+def describe(status):
+    code = os.waitstatus_to_exitcode(status)
+    if code > 128:                 # os.system runs a shell: a signal N shows as 128 + N
+        code = 128 - code
+    if code < 0:
+        return f"signal {-code} ({signal.Signals(-code).name})"
+    return f"exit code {code}"
+'''
+
+
+def _ints(d: dict[str, int] | None, prefix: str, n: int) -> str:
+    d = d or {}
+    return "[" + ", ".join(str(d.get(f"{prefix}{i}", C.NO_BATCH)) for i in range(n)) + "]"
+
+
+def render_test(obs: Observation) -> str:
+    case = obs.case
+    st = obs.bug
+    sc = script(case.id)
+    mod = module_name(case.id)
+    env = obs.env
+    out: list[str] = []
+    add = out.append
+    add(f"# Generated by `paramsurgery repro issue {case.id}` (catalogue case {case.number}).")
+    add(f"# {case.title}")
+    add(f"# pnnx {env.get('pnnx')} -> ncnn {env.get('ncnn')}, torch {env.get('torch')}: "
+        f"{_test_outcome(st)}.")
+    add("# In the shape of tools/pnnx/tests/ncnn/test_*.py: exits 0 when ncnn matches torch.")
+    add("# PNNX=/path/to/pnnx selects the converter (default: pnnx on PATH).")
+    add("")
+    add("import os")
+    add("import signal")
+    if "math." in sc.model:
+        add("import math")
+    add("")
+    add("import ncnn")
+    add("import torch")
+    add("import torch.nn as nn")
+    add("import torch.nn.functional as F")
+    add("")
+    add("")
+    add(sc.model.rstrip())
+    out.extend(_TEST_HELPERS.rstrip("\n").split("\n"))
+    add("")
+    n_out = len(st.get("reference_output_shapes") or {}) or 1
+    run_shapes = [tuple(v) for v in st["input_shapes"].values()]
+    run_suffix = [_NP_TO_SUFFIX.get(d, "f32") for d in st["input_dtypes"].values()]
+    in_b = _ints(st.get("input_batch_index"), "in", len(run_shapes))
+    out_b = _ints(st.get("output_batch_index"), "out", n_out)
+    if case.handwritten:
+        param = case.variant("bug").handwritten_param or ""
+        add("")
+        add("# the graph older pnnx wrote for x.unbind(0) (no Slice params)")
+        add(f"PARAM = \"\"\"{param}\"\"\"")
+        add("")
+        add("")
+        add("def test():")
+        add("    net = Model()")
+        add("    net.eval()")
+        add("")
+        add("    torch.manual_seed(0)")
+        names = _var_names(len(run_shapes))
+        for n, shape, suf in zip(names, run_shapes, run_suffix):
+            add(f"    {n} = {_tensor_expr(shape, suf)}")
+        add("")
+        add(f"    a = net({', '.join(names)})")
+        add("")
+        add("    # the hand-written graph: no pnnx run")
+        add(f"    with open(\"{mod}.ncnn.param\", \"w\") as f:")
+        add("        f.write(PARAM)")
+        add(f"    open(\"{mod}.ncnn.bin\", \"wb\").close()")
+        add("")
+        add("    # ncnn inference")
+        add(f"    b = run_ncnn(\"{mod}\", [{', '.join(names)}], {in_b}, {out_b})")
+        add("    return b is not None and compare(\"hand-written graph\", a, b)")
+    else:
+        cmdline = st["pnnx"]["command"]
+        traced = _shapes_from_command(cmdline, "inputshape") or []
+        traced2 = _shapes_from_command(cmdline, "inputshape2")
+        names = _var_names(len(traced))
+        add("")
+        add("def test():")
+        add(f"    torch.manual_seed({case.seed})")
+        add("    net = Model()")
+        add("    net.eval()")
+        add("")
+        add("    torch.manual_seed(0)")
+        for n, (shape, suf) in zip(names, traced):
+            add(f"    {n} = {_tensor_expr(shape, suf)}")
+        add("")
+        add(f"    a = net({', '.join(names)})")
+        add("")
+        add("    # export torchscript")
+        targs = names[0] if len(names) == 1 else "(" + ", ".join(names) + ")"
+        add(f"    mod = torch.jit.trace(net, {targs})")
+        add(f"    mod.save(\"{mod}.pt\")")
+        add("")
+        shape_args = " ".join(cmdline[2:])
+        add("    # torchscript to pnnx" + (" (dynamic shape: two input shapes)" if traced2 else ""))
+        add("    pnnx = os.environ.get(\"PNNX\", \"pnnx\")")
+        add(f"    ret = os.system(pnnx + \" {mod}.pt {shape_args}\")")
+        add("    if ret != 0:")
+        add("        print(f\"FAIL: pnnx ended with {describe(ret)}\")")
+        add("        return False")
+        add("")
+        add("    # ncnn inference (the runner pnnx generated, at the traced shape)")
+        add(f"    if not loads(\"{mod}.ncnn.param\"):")
+        add("        return False")
+        add(f"    import {mod}_ncnn")
+        add(f"    b = {mod}_ncnn.test_inference()")
+        add(f"    ok = compare(\"T={_trace_len(case)} (traced)\", a, b)")
+        add("")
+        run_len = st["run_length"]
+        add(f"    # ncnn inference at T={run_len}, a length "
+            f"{'neither trace used' if traced2 else 'the trace did not use'}")
+        add("    torch.manual_seed(1)")
+        rnames = _var_names(len(run_shapes))
+        for n, shape, suf in zip(rnames, run_shapes, run_suffix):
+            add(f"    {n} = {_tensor_expr(shape, suf)}")
+        add(f"    a = net({', '.join(rnames)})")
+        add(f"    b = run_ncnn(\"{mod}\", [{', '.join(rnames)}], {in_b}, {out_b})")
+        add(f"    return b is not None and compare(\"T={run_len} (untraced)\", a, b) and ok")
+    add("")
+    add("")
+    add("if __name__ == \"__main__\":")
+    add("    if test():")
+    add("        exit(0)")
+    add("    else:")
+    add("        exit(1)")
+    add("")
+    return "\n".join(out)
+
+
+def _trace_len(case: C.ReproCase) -> int:
+    return case.lengths(case.variant("bug"))[0][0]
+
+
+# =========================================================================== model.py
+
+def render_model_script(obs: Observation) -> str:
+    case = obs.case
+    sc = script(case.id)
+    out: list[str] = []
+    add = out.append
+    add(f'"""{case.title}.')
+    add("")
+    add(f"Minimal model of paramsurgery repro case `{case.id}` (catalogue #{case.number}).")
+    add("`python model.py` traces it and runs pnnx with the command of the report;")
+    add("`python model.py workaround` does the same for the workaround.")
+    add('"""')
+    add("")
+    add("import os")
+    add("import subprocess")
+    add("import sys")
+    add("")
+    add(sc.imports.rstrip())
+    add("")
+    add("")
+    add(sc.model.rstrip())
+    add("")
+    add("")
+    add(_rename_class(sc.workaround, "ModelWorkaround").rstrip())
+    add("")
+    add("")
+    exports = {}
+    for vname in ("bug", "workaround"):
+        st = obs.statuses.get(vname) or {}
+        if st.get("pnnx"):
+            exports[vname] = st["pnnx"]["command"]
+    if exports:
+        add("EXPORTS = {")
+        for vname, cmdline in exports.items():
+            cls = "Model" if vname == "bug" else "ModelWorkaround"
+            add(f"    {vname!r}: ({cls}, {cmdline[2:]!r}),")
+        add("}")
+        add("")
+        add("")
+        add("def example(arg):")
+        add("    \"\"\"Example tensors for an inputshape= argument, like pnnx's generated runner.\"\"\"")
+        add("    import re")
+        add("    out = []")
+        add("    for dims, suffix in re.findall(r\"\\[([0-9,]*)\\]([a-z0-9]*)\", arg):")
+        add("        shape = tuple(int(d) for d in dims.split(\",\") if d)")
+        add("        if suffix.startswith(\"i\"):")
+        add("            dtype = torch.int if suffix == \"i32\" else torch.long")
+        add("            out.append(torch.randint(10, shape, dtype=dtype))")
+        add("        else:")
+        add("            out.append(torch.rand(shape))")
+        add("    return tuple(out)")
+        add("")
+        add("")
+        add("def export(variant=\"bug\", pnnx=\"pnnx\"):")
+        add("    cls, args = EXPORTS[variant]")
+        add(f"    torch.manual_seed({case.seed})")
+        add("    net = cls().eval()")
+        add("    torch.manual_seed(0)")
+        add("    x = example(args[0].split(\"=\", 1)[1])")
+        add("    torch.jit.trace(net, x).save(\"model.pt\")")
+        add("    return subprocess.run([pnnx, \"model.pt\", *args]).returncode")
+        add("")
+        add("")
+        add("if __name__ == \"__main__\":")
+        add("    sys.exit(export(sys.argv[1] if len(sys.argv) > 1 else \"bug\",")
+        add("                    os.environ.get(\"PNNX\", \"pnnx\")))")
+    else:
+        add("if __name__ == \"__main__\":")
+        add("    print(\"hand-written graph: see model.ncnn.param; nothing to export\")")
+    add("")
+    return "\n".join(out)
+
+
+# =========================================================================== writer
+
+def write_issue(case_id: str, out_dir: str | Path, *, use_fresh: bool = False,
+                lint: bool = True) -> dict[str, Path]:
+    """Write the issue bundle for `case_id` into `out_dir` (created if missing). Every file
+    is written atomically; returns name -> path."""
+    from paramsurgery.repro.catalogue import resolve_ids
+
+    case = resolve_ids([case_id])[0]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = None
+    try:
+        if use_fresh:
+            tmp = Path(tempfile.mkdtemp(prefix="paramsurgery-issue-"))
+            obs = fresh(case, tmp)
+        else:
+            obs = from_fixture(case)
+        written: dict[str, Path] = {}
+        texts = {"ISSUE.md": render_issue(obs, lint=lint),
+                 f"{module_name(case.id)}.py": render_test(obs),
+                 "model.py": render_model_script(obs)}
+        for name, text in texts.items():
+            atomic_write(out / name, text)
+            written[name] = out / name
+        bug_dir = obs.dirs.get("bug")
+        for name in MODEL_FILES:
+            dst = out / name
+            src = bug_dir / name if bug_dir is not None else None
+            if src is not None and src.is_file():
+                atomic_write(dst, src.read_bytes())
+                written[name] = dst
+            elif dst.exists():
+                dst.unlink()        # a stale file from another case would mislead
+        return written
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
