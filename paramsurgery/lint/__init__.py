@@ -1,0 +1,201 @@
+"""`paramsurgery lint`: find what pnnx got wrong before ncnn does.
+
+    from paramsurgery.lint import lint_file, lint_graph, RULES
+    findings = lint_file("talker.ncnn.param")            # .pnnx.param / X_ncnn.py / ref.npz
+    for f in findings:                                   #   next to it are used if present
+        print(f.format())
+    lint_graph(g, bin="m.bin", pnnx_param="m.pnnx.param", select=["PS0"], ignore=["PS111"])
+    get_rule("PS001").fix_pass                           # "fix-slice": what `paramsurgery fix` runs
+
+Rules are data (`registry.py`): one registry, one small function per rule in
+`rules_layers.py` (PS0xx), `rules_structure.py` (PS1xx), `rules_weights.py` (PS2xx),
+`rules_scale.py` (PS3xx) and `rules_shapes.py` (PS4xx, with `conformance.py`). A rule's doc
+string is its `--explain` text.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+from .._gc import paused_gc
+from ..findings import ERROR, INFO, WARNING, Finding
+from .conformance import InputSpec, Reference, find_reference, parse_input_shapes
+from .context import LintContext, LintOptions
+from .registry import RULES, Hit, Rule, all_rules, get_rule, select_rules
+
+if TYPE_CHECKING:
+    from ..formats.pnnx_param import PnnxGraph
+    from ..graph import Graph
+
+__all__ = ["lint_graph", "lint_file", "Rule", "RULES", "all_rules", "get_rule", "fix_pass_of",
+           "fixable", "LintOptions", "InputSpec", "Reference", "parse_input_shapes",
+           "summarize", "SEVERITY_ORDER"]
+
+SEVERITY_ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
+
+
+def lint_graph(graph: "Graph", *, bin: str | os.PathLike | None = None,
+               pnnx_param: "str | os.PathLike | PnnxGraph | None" = None,
+               select: Iterable[str] | str | None = None,
+               ignore: Iterable[str] | str | None = None,
+               reference: "str | os.PathLike | Reference | None" = None,
+               input_shapes: "Sequence[InputSpec] | str | None" = None,
+               run: bool | None = None, run_bin: str | os.PathLike | None = None,
+               path: str | None = None,
+               options: LintOptions | None = None) -> list[Finding]:
+    """Every finding of the selected rules on `graph`, sorted by line then code.
+
+    `bin`: the `.bin` to check (PS2xx) and to run with. `pnnx_param`: pnnx's `.pnnx.param`
+    (a path or a parsed PnnxGraph) for the PS4xx rules. `reference`: a `.npz` of inputs and
+    torch outputs (or a `Reference`). `input_shapes`: the traced input shapes (InputSpecs or
+    pnnx syntax `[1,4,10]f32@0,...`). `run`: run through ncnn for PS4xx (None = when there is
+    something to compare with). `run_bin`: weights used only for running (not linted).
+    `select`/`ignore`: code prefixes. Rules whose inputs are missing are skipped."""
+    from ..formats.pnnx_param import PnnxGraph, read_pnnx_param
+
+    opts = options or LintOptions()
+    if run is not None:
+        opts = LintOptions(**{**opts.__dict__, "run": run})
+    pn = pnnx_param
+    if pn is not None and not isinstance(pn, PnnxGraph):
+        pn = read_pnnx_param(pn)
+    ref = reference
+    ref_error = None
+    if ref is not None and not isinstance(ref, Reference):
+        try:
+            ref = Reference.load(os.fspath(ref), graph, pn)
+        except (ValueError, OSError, KeyError) as exc:
+            ref, ref_error = None, str(exc)
+    specs = input_shapes
+    if isinstance(specs, str):
+        specs = parse_input_shapes(specs, sorted(graph.inputs))
+    ctx = LintContext(graph, path=path, bin=os.fspath(bin) if bin is not None else None,
+                      pnnx=pn, reference=ref, input_shapes=specs,
+                      run_bin=os.fspath(run_bin) if run_bin is not None else None, options=opts)
+    if ref_error:
+        ctx.extra["reference_error"] = ref_error
+    return run_rules(ctx, select_rules(select, ignore))
+
+
+def run_rules(ctx: LintContext, rules: Sequence[Rule]) -> list[Finding]:
+    out: list[Finding] = []
+    have = {"bin": ctx.bin is not None, "pnnx": ctx.pnnx is not None,
+            "run": ctx.can_run and (ctx.pnnx is not None or ctx.reference is not None
+                                    or bool(ctx.input_shapes))}
+    with paused_gc():
+        for r in rules:
+            if any(not have[n] for n in r.needs):
+                continue
+            for hit in r.check(ctx):
+                out.append(_to_finding(ctx, r, hit))
+    out.sort(key=lambda f: (f.file != ctx.path and f.file is not None,
+                            f.line if f.line is not None else 0, f.code))
+    return out
+
+
+def _to_finding(ctx: LintContext, r: Rule, hit: "Hit | Finding") -> Finding:
+    if isinstance(hit, Finding):
+        if hit.file is None and ctx.path is not None:
+            return Finding(hit.code, hit.severity, hit.message, hit.layer, hit.line, ctx.path,
+                           hit.fix)
+        return hit
+    layer = hit.layer
+    fix = hit.fix if (hit.fix is not None or hit.fix_pass is not None) else r.fix
+    if hit.fix_pass is not None and hit.fix is None:
+        fix = f"paramsurgery {hit.fix_pass}"
+    return Finding(r.code, hit.severity or r.severity, hit.message,
+                   layer.name if layer is not None else None,
+                   layer.source_line if layer is not None else hit.line,
+                   (layer.source_file if layer is not None and layer.source_file else ctx.path),
+                   fix)
+
+
+def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
+              pnnx_param: str | os.PathLike | None = None,
+              select: Iterable[str] | str | None = None,
+              ignore: Iterable[str] | str | None = None,
+              reference: str | os.PathLike | None = None,
+              input_shapes: "Sequence[InputSpec] | str | None" = None,
+              run: bool | None = None, discover: bool = True,
+              options: LintOptions | None = None) -> list[Finding]:
+    """Load `path` (`.param` or `.param.bin`) and lint it. With `discover` (default), pnnx's
+    files next to it are used when not given: `X.pnnx.param`, `X_ncnn.py` (traced input
+    shapes), `X.ref.npz`/`ref.npz` (a reference), and `X.ncnn.bin`/`X.bin` to run with.
+    Unreadable input raises a ParamSurgeryError with file:line:col."""
+    from ..formats.pnnx_param import find_pnnx_param
+    from ..io import load
+
+    from ..errors import ParamSurgeryError
+
+    p = os.fspath(path)
+    g = load(p)
+    for what, given in (("weights", bin), ("pnnx IR", pnnx_param), ("reference", reference)):
+        if given is not None and not isinstance(given, (Reference,)) and \
+                not os.path.isfile(os.fspath(given)):
+            raise ParamSurgeryError(f"no such file ({what})", file=os.fspath(given))
+    if reference is not None and not isinstance(reference, Reference):
+        try:
+            from ..formats.pnnx_param import read_pnnx_param
+
+            pn = None
+            if pnnx_param is not None:
+                pnnx_param = read_pnnx_param(pnnx_param)
+                pn = pnnx_param
+            elif discover and find_pnnx_param(p):
+                pnnx_param = read_pnnx_param(find_pnnx_param(p))
+                pn = pnnx_param
+            reference = Reference.load(os.fspath(reference), g, pn)
+        except (ValueError, KeyError, OSError) as exc:
+            raise ParamSurgeryError(f"cannot use this reference: {exc}",
+                                    file=os.fspath(reference)) from None
+    if discover:
+        if pnnx_param is None:
+            pnnx_param = find_pnnx_param(p)
+        if reference is None:
+            reference = find_reference(p)
+    run_bin = None
+    if discover and bin is None:
+        run_bin = _bin_next_to(p)
+    return lint_graph(g, bin=bin, pnnx_param=pnnx_param, select=select, ignore=ignore,
+                      reference=reference, input_shapes=input_shapes, run=run,
+                      run_bin=run_bin, path=p, options=options)
+
+
+def _bin_next_to(p: str) -> str | None:
+    cands = []
+    if p.endswith(".param"):
+        cands.append(p[: -len(".param")] + ".bin")
+    if p.endswith(".param.bin"):
+        cands.append(p[: -len(".param.bin")] + ".bin")
+    for c in cands:
+        if os.path.isfile(c) and c != p:
+            return c
+    return None
+
+
+def fix_pass_of(finding: Finding) -> str | None:
+    """The pass that repairs a finding (`fix-slice`, `fix-reduction`, `fold-gqa`, …) or
+    None: the finding's `paramsurgery <pass>` fix, else its rule's `fix_pass`."""
+    if finding.fix and finding.fix.startswith("paramsurgery "):
+        name = finding.fix.split()[1]
+        return name
+    r = get_rule(finding.code)
+    return r.fix_pass if r is not None and finding.fix == r.fix else None
+
+
+def fixable(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
+    """Findings grouped by the pass that repairs them (what `paramsurgery fix` runs)."""
+    out: dict[str, list[Finding]] = {}
+    for f in findings:
+        p = fix_pass_of(f)
+        if p is not None and p not in ("fmt",):
+            out.setdefault(p, []).append(f)
+    return out
+
+
+def summarize(findings: Iterable[Finding]) -> dict[str, int]:
+    counts = {ERROR: 0, WARNING: 0, INFO: 0}
+    for f in findings:
+        counts[f.severity] = counts.get(f.severity, 0) + 1
+    return counts

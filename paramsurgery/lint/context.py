@@ -1,0 +1,108 @@
+"""What every lint rule sees: the graph, the optional inputs (weights, pnnx's IR, a reference
+run, input shapes) and analyses computed once and shared (positions, the structural
+findings of `validate`, the conformance runs), so no rule rescans the graph per layer."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..findings import Finding
+
+if TYPE_CHECKING:
+    from ..formats.pnnx_param import PnnxGraph
+    from ..graph import Graph
+    from ..layer import Layer
+    from .conformance import Conformance, InputSpec, Reference
+
+
+@dataclass
+class LintOptions:
+    """Knobs of a lint run.
+
+    `run`: run the graph through ncnn for the PS4xx conformance rules: True, False, or None
+    (= when pnnx's IR or a reference is available and ncnn is importable).
+    `max_synth_bytes`: largest synthetic `.bin` made for a run when no weights are given
+    (bigger graphs skip the run with an info finding).
+    `timeout`: seconds per ncnn child process."""
+
+    run: bool | None = None
+    max_synth_bytes: int = 256 << 20
+    timeout: float = 120.0
+    depth_limit: int = 30000
+    blob_limit: int = 20000
+
+
+class LintContext:
+    def __init__(self, graph: "Graph", *, path: str | None = None, bin: str | None = None,
+                 pnnx: "PnnxGraph | None" = None, reference: "Reference | None" = None,
+                 input_shapes: "Sequence[InputSpec] | None" = None,
+                 run_bin: str | None = None, options: LintOptions | None = None) -> None:
+        self.graph = graph
+        self.path = path if path is not None else graph.source.path
+        self.bin = os.fspath(bin) if bin is not None else None
+        self.run_bin = run_bin  # weights to run with (the .bin next to the file), not linted
+        self.pnnx = pnnx
+        self.reference = reference
+        self.input_shapes = list(input_shapes) if input_shapes else None
+        self.options = options or LintOptions()
+        self.extra: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ graph views
+    @cached_property
+    def layers(self) -> list["Layer"]:
+        return self.graph.layers
+
+    @cached_property
+    def index(self) -> dict[int, int]:
+        """Layer id → position in file order."""
+        return {layer.id: i for i, layer in enumerate(self.layers)}
+
+    def producer(self, blob: str) -> "Layer | None":
+        return self.graph.producer(blob)
+
+    def consumer_layers(self, blob: str) -> list["Layer"]:
+        return self.graph.consumer_layers(blob)
+
+    def through_splits(self, blob: str) -> list["Layer"]:
+        """The layers reading `blob`, looking through `Split` copies."""
+        out: list["Layer"] = []
+        work = [blob]
+        seen = set()
+        while work:
+            b = work.pop()
+            if b in seen:
+                continue
+            seen.add(b)
+            for c in self.graph.consumer_layers(b):
+                if c.type == "Split":
+                    work.extend(c.outputs)
+                else:
+                    out.append(c)
+        return out
+
+    def source_of(self, blob: str) -> "Layer | None":
+        """The producer of `blob`, looking back through `Split` copies."""
+        p = self.graph.producer(blob)
+        hops = 0
+        while p is not None and p.type == "Split" and p.inputs and hops < 1000:
+            p = self.graph.producer(p.inputs[0])
+            hops += 1
+        return p
+
+    # ------------------------------------------------------------------ shared analyses
+    @cached_property
+    def validate_findings(self) -> list[Finding]:
+        return self.graph.validate()
+
+    @cached_property
+    def conformance(self) -> "Conformance":
+        from .conformance import Conformance
+
+        return Conformance(self)
+
+    @property
+    def can_run(self) -> bool:
+        return self.options.run is not False

@@ -1,0 +1,171 @@
+"""The rule registry: rules are data.
+
+A rule is a code (`PS001`), a slug, a default severity, a one-line summary, the command
+that repairs what it finds (`fix`, and `fix_pass`, the pass name `paramsurgery fix` runs),
+what it needs besides the `.param` (`bin`, `pnnx`, `run`) and one small check function whose
+doc string is what `paramsurgery lint --explain CODE` prints.
+
+A check takes the `LintContext` and yields `Hit`s (a layer and a message; the runner makes
+them `Finding`s with the rule's code, severity and fix) or ready `Finding`s.
+
+Code ranges: PS0xx converter / layer problems, PS1xx graph structure (shared with
+`Graph.validate()`), PS2xx weights (`--bin`), PS3xx scale hazards, PS4xx traced-shape
+conformance (pnnx's `.pnnx.param`, a reference run).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence, Union
+
+from ..findings import ERROR, INFO, SEVERITIES, WARNING, Finding
+
+if TYPE_CHECKING:
+    from ..layer import Layer
+    from .context import LintContext
+
+__all__ = ["Rule", "Hit", "RULES", "rule", "get_rule", "select_rules", "CATEGORIES",
+           "ERROR", "WARNING", "INFO"]
+
+CATEGORIES = {
+    "PS0": "converter and layer problems",
+    "PS1": "graph structure",
+    "PS2": "weights (--bin)",
+    "PS3": "scale hazards",
+    "PS4": "traced-shape conformance (.pnnx.param, reference runs)",
+}
+
+NEEDS = ("bin", "pnnx", "run")
+
+
+@dataclass
+class Hit:
+    """What a check found. `severity`/`fix`/`fix_pass` override the rule's defaults."""
+
+    layer: "Layer | None"
+    message: str
+    severity: str | None = None
+    fix: str | None = None
+    fix_pass: str | None = None
+    line: int | None = None  # when there is no layer (header, file-level)
+
+
+CheckFn = Callable[["LintContext"], Iterable[Union[Hit, Finding]]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str
+    severity: str
+    summary: str
+    check: CheckFn = field(repr=False, compare=False)
+    fix: str | None = None  # what to run, for people ("paramsurgery fix-slice")
+    fix_pass: str | None = None  # the pass name, for `paramsurgery fix` ("fix-slice")
+    needs: frozenset[str] = frozenset()
+    doc: str = ""
+
+    @property
+    def category(self) -> str:
+        return CATEGORIES.get(self.code[:3], "")
+
+    def explain(self) -> str:
+        """What `paramsurgery lint --explain CODE` prints."""
+        head = f"{self.code} ({self.name}) [{self.severity}]: {self.summary}"
+        lines = [head, ""]
+        if self.doc:
+            lines.append(self.doc)
+            lines.append("")
+        lines.append(f"Fix: {self.fix}" if self.fix else "Fix: no automatic repair; see above.")
+        if self.needs:
+            lines.append("Needs: " + ", ".join(_NEEDS_TEXT[n] for n in sorted(self.needs)))
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"code": self.code, "name": self.name, "severity": self.severity,
+                "summary": self.summary, "fix": self.fix, "fix_pass": self.fix_pass,
+                "needs": sorted(self.needs), "category": self.category}
+
+
+_NEEDS_TEXT = {
+    "bin": "the weights (--bin)",
+    "pnnx": "pnnx's .pnnx.param (--pnnx-param, or found next to the file)",
+    "run": "running the graph through ncnn in a child process (real or synth-bin weights)",
+}
+
+RULES: dict[str, Rule] = {}
+
+_CODE_RE = re.compile(r"PS[0-9]{3}$")
+
+
+def rule(code: str, name: str, severity: str, summary: str, *, fix: str | None = None,
+         fix_pass: str | None = None, needs: Sequence[str] = ()) -> Callable[[CheckFn], CheckFn]:
+    """Register a check function as a rule. `fix_pass` without `fix` means the command
+    `paramsurgery <fix_pass>`."""
+    if not _CODE_RE.match(code):
+        raise ValueError(f"bad rule code {code!r}")
+    if severity not in SEVERITIES:
+        raise ValueError(f"bad severity {severity!r}")
+    bad = set(needs) - set(NEEDS)
+    if bad:
+        raise ValueError(f"unknown needs {bad}")
+
+    def deco(fn: CheckFn) -> CheckFn:
+        if code in RULES:
+            raise ValueError(f"two rules have the code {code}")
+        RULES[code] = Rule(code, name, severity, summary, fn,
+                           fix or (f"paramsurgery {fix_pass}" if fix_pass else None), fix_pass,
+                           frozenset(needs), inspect.cleandoc(fn.__doc__ or ""))
+        return fn
+
+    return deco
+
+
+def _load_rules() -> None:
+    from . import rules_layers, rules_scale, rules_shapes, rules_structure, rules_weights  # noqa: F401
+
+
+def all_rules() -> dict[str, Rule]:
+    _load_rules()
+    return dict(sorted(RULES.items()))
+
+
+def get_rule(code: str) -> Rule | None:
+    _load_rules()
+    return RULES.get(code.upper().strip())
+
+
+def parse_codes(values: Iterable[str] | str | None) -> list[str] | None:
+    """`["PS0,PS101", "PS4"]` → `["PS0", "PS101", "PS4"]` (upper-cased prefixes)."""
+    if values is None:
+        return None
+    if isinstance(values, str):
+        values = [values]
+    out: list[str] = []
+    for v in values:
+        for part in str(v).split(","):
+            part = part.strip().upper()
+            if part:
+                out.append(part)
+    return out
+
+
+def _matches(code: str, prefixes: Sequence[str]) -> bool:
+    return any(p == "ALL" or code.startswith(p) for p in prefixes)
+
+
+def select_rules(select: Iterable[str] | str | None = None,
+                 ignore: Iterable[str] | str | None = None) -> list[Rule]:
+    """Rules whose code starts with one of `select` (default: all) and none of `ignore`
+    (ruff-style prefixes: `PS0`, `PS10`, `PS106`). An unknown code raises ValueError."""
+    rules = all_rules()
+    sel = parse_codes(select)
+    ign = parse_codes(ignore) or []
+    for p in (sel or []) + ign:
+        if p != "ALL" and not any(c.startswith(p) for c in rules):
+            raise ValueError(f"no lint rule matches {p!r} (codes are PS001 … PS4xx; see "
+                             f"paramsurgery lint --list)")
+    return [r for c, r in rules.items()
+            if (sel is None or _matches(c, sel)) and not _matches(c, ign)]

@@ -1,0 +1,501 @@
+"""PS0xx: converter and layer problems (pnnx-bugs.md, ncnn-format.md §1.5, §1.8, §4).
+
+Each rule reads only the layers of the types it is about (`Graph.by_type`), so the whole
+family is linear in the graph size."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+from ..layer_params import LAYER_PARAMS, param_info
+from ..layer_types import is_converter_leftover, is_ncnn_layer
+from ..values import Kind, is_mixed
+from .constructs import explain_leftover
+from .registry import ERROR, INFO, WARNING, Hit, rule
+
+if TYPE_CHECKING:
+    from ..layer import Layer
+    from .context import LintContext
+
+BATCH = -233  # pnnx's placeholder for "the batch axis" (and ncnn's "auto" size)
+NO_BATCH = 233
+
+
+def _ints(layer: "Layer", pid: int) -> list[int] | None:
+    """An int or int-array param as a list (None when absent or not ints)."""
+    v = layer.params.value(pid)
+    if v is None:
+        return None
+    if v.kind is Kind.INT:
+        return [int(v.value)]
+    if v.kind is Kind.INTS:
+        return [int(x) for x in v.value]
+    return None
+
+
+def _int(layer: "Layer", pid: int, default: int) -> int:
+    v = layer.params.value(pid)
+    return int(v.value) if v is not None and v.kind is Kind.INT else default
+
+
+# =========================================================================== Slice
+
+@rule("PS001", "paramless-slice", ERROR, "Slice with neither slices nor indices (SIGSEGV)",
+      fix_pass="fix-slice")
+def paramless_slice(ctx: "LintContext") -> Iterator[Hit]:
+    """A `Slice` needs `0=slices` (`-23300=n,…`) or `2=indices` (`-23302=n,…`). Without
+    either (or with an empty array, which ncnn treats as absent) ncnn loads the graph and
+    then dereferences a null pointer in `Slice::forward`: SIGSEGV, no error code.
+
+    Older pnnx (before Tencent/ncnn PR #6784) wrote such a Slice for `unbind` / `chunk` /
+    `tensor_split` along its inferred batch axis ("… along batch axis is not supported" on
+    stderr, then `continue` before writing the params; pnnx-bugs.md case 2e).
+    `paramsurgery fix-slice` restores the slices from pnnx's traced shapes."""
+    for layer in ctx.graph.by_type("Slice"):
+        slices = _ints(layer, 0)
+        indices = _ints(layer, 2)
+        if not slices and not indices:
+            yield Hit(layer, f"Slice {layer.name!r} has no slices or indices: ncnn dereferences "
+                             f"a null pointer at run time (SIGSEGV; pnnx wrote it for an "
+                             f"`unbind`/`chunk` along its batch axis)")
+
+
+@rule("PS002", "short-slice", ERROR, "Slice with fewer slices/indices than outputs",
+      fix_pass="fix-slice")
+def short_slice(ctx: "LintContext") -> Iterator[Hit]:
+    """`Slice` reads `slices[i]` for every top (or `indices[i-1]`/`indices[i]` for the
+    split points); an array shorter than that makes ncnn read past its end (garbage sizes,
+    usually a crash). The number of tops and the array length must agree: `n` slices for
+    `n` tops, or at least `n-1` indices."""
+    for layer in ctx.graph.by_type("Slice"):
+        n = len(layer.outputs)
+        indices = _ints(layer, 2)
+        slices = _ints(layer, 0)
+        if indices:
+            if len(indices) < n - 1:
+                yield Hit(layer, f"Slice {layer.name!r} has {n} outputs but only "
+                                 f"{len(indices)} split indices (needs {n - 1}): ncnn reads "
+                                 f"past the end of the array")
+        elif slices and len(slices) < n:
+            yield Hit(layer, f"Slice {layer.name!r} has {n} outputs but only {len(slices)} "
+                             f"slices: ncnn reads past the end of the array")
+
+
+# =========================================================================== batch axis
+
+@rule("PS003", "batch-axis", ERROR,
+      "Slice/Concat/Crop/Reduction along axis -233 (pnnx's batch axis)")
+def batch_axis(ctx: "LintContext") -> Iterator[Hit]:
+    """pnnx writes `-233` as the axis when the torch op works along the axis it inferred to
+    be the batch axis, which ncnn keeps outside the Mat ("… along batch axis … is not
+    supported" on pnnx's stderr; pnnx still returns 0):
+
+    - `Slice 1=-233` (`codes[i:i+1]`, `tensor_split` of that axis): ncnn's `load_param`
+      fails ("layer load_param … failed"; pnnx-bugs.md case 2b);
+    - `Concat 0=-233` (`torch.stack(parts, 0)` over parts that carry the batch axis): ncnn
+      outputs an empty Mat, and a `Reduction` on it dies with SIGFPE (case 4;
+      `paramsurgery fix-reduction` turns stack+sum into one Eltwise);
+    - a `-233` in Reduction axes or Crop axes.
+
+    Fix on the torch side: stack/slice along a non-batch axis (`torch.stack(parts, 1)`,
+    keep a leading 1 on int codes)."""
+    g = ctx.graph
+    for layer in g.by_type("Slice"):
+        if _int(layer, 1, 0) == BATCH:
+            yield Hit(layer, f"Slice {layer.name!r} slices along axis -233, pnnx's batch "
+                             f"axis (torch: `tensor_split`/`x[i:i+1]` along the axis pnnx "
+                             f"took as batch): ncnn's load_param rejects it",
+                      fix="paramsurgery fix-slice", fix_pass="fix-slice")
+    for layer in g.by_type("Concat"):
+        if _int(layer, 0, 0) == BATCH:
+            readers = ctx.through_splits(layer.outputs[0]) if layer.outputs else []
+            reduced = any(r.type == "Reduction" for r in readers)
+            msg = (f"Concat {layer.name!r} concatenates along axis -233, pnnx's batch axis "
+                   f"(torch: `torch.stack(parts, 0)` over parts that carry it): ncnn outputs "
+                   f"an empty Mat")
+            if reduced:
+                msg += " and the Reduction reading it dies with SIGFPE (stack + sum)"
+            yield Hit(layer, msg, fix="paramsurgery fix-reduction" if reduced else None,
+                      fix_pass="fix-reduction" if reduced else None)
+    for layer in g.by_type("Reduction"):
+        axes = _ints(layer, 3) or []
+        if BATCH in axes:
+            yield Hit(layer, f"Reduction {layer.name!r} reduces axis -233 (pnnx's batch "
+                             f"axis): ncnn has no such axis", fix="paramsurgery fix-reduction",
+                      fix_pass="fix-reduction")
+    for layer in g.by_type("Crop"):
+        axes = _ints(layer, 11) or []
+        if BATCH in axes:
+            yield Hit(layer, f"Crop {layer.name!r} crops axis -233 (pnnx's batch axis): ncnn "
+                             f"has no such axis")
+
+
+# =========================================================================== leftovers
+
+@rule("PS004", "not-ncnn-layer", ERROR,
+      "a layer type pnnx could not convert (pnnx.*, Tensor.*, torch.*, F.*, nn.*, aten::*, prim::*)")
+def not_ncnn_layer(ctx: "LintContext") -> Iterator[Hit]:
+    """pnnx writes a torch op it has no ncnn conversion for under its torch name and still
+    returns 0 (it only prints "ignore <type> <name> param …" on stderr). ncnn's
+    `load_param` then fails with "layer <type> not exists or registered" and the Net is
+    unusable (an extractor on it segfaults).
+
+    The message names the torch construct that usually leaves each type (pnnx-bugs.md):
+    `pnnx.Expression` + `Tensor.expand` ← HF `repeat_kv` under a dynamic length
+    (`paramsurgery fold-gqa`); `torch.unbind` ← unbind on pnnx's batch axis;
+    `F.scaled_dot_product_attention` ← `is_causal=True`; `Tensor.slice`/`Tensor.slice_copy`
+    ← interleaved M-RoPE slicing; `F.pad` ← shape-derived or replicate padding;
+    `torch.arange`/`torch.full`/`aten::triu` ← masks built from the dynamic length; …"""
+    for t in ctx.graph.types():
+        if is_ncnn_layer(t) or not is_converter_leftover(t):
+            continue
+        for layer in ctx.graph.by_type(t):
+            c = explain_leftover(ctx, layer)
+            msg = (f"{layer.type} {layer.name!r} is not an ncnn layer: ncnn fails to load the "
+                   f"graph ('layer {layer.type} not exists or registered')")
+            fix_pass = None
+            if c is not None:
+                msg += f"; usually from {c.construct}; workaround: {c.workaround}"
+                fix_pass = c.fix_pass
+            yield Hit(layer, msg, fix=f"paramsurgery {fix_pass}" if fix_pass else None,
+                      fix_pass=fix_pass)
+
+
+@rule("PS005", "unknown-layer-type", ERROR, "a layer type ncnn does not have (custom layer)")
+def unknown_layer_type(ctx: "LintContext") -> Iterator[Hit]:
+    """A type that is neither one of ncnn's 110 built-in layers nor a converter leftover:
+    a custom layer. ncnn loads the graph only if the application registers the type first
+    (`Net.register_custom_layer`); otherwise `load_param` fails with "layer <type> not
+    exists or registered". `--ignore PS005` when your application registers it."""
+    for t in ctx.graph.types():
+        if is_ncnn_layer(t) or is_converter_leftover(t):
+            continue
+        for layer in ctx.graph.by_type(t):
+            yield Hit(layer, f"{layer.type} {layer.name!r} is not an ncnn layer type: ncnn "
+                             f"loads the graph only if the application registers it "
+                             f"(register_custom_layer)")
+
+
+# =========================================================================== Reduction
+
+@rule("PS006", "empty-reduction", ERROR,
+      "Reduction with reduce_all=0 and no axes (reduces nothing)", fix_pass="fix-reduction")
+def empty_reduction(ctx: "LintContext") -> Iterator[Hit]:
+    """`Reduction 1=0` (reduce_all off) with an absent or empty axes array (`-23303=0`):
+    on a 2-D..4-D input ncnn reduces nothing (the output is the elementwise op times
+    `coeff`, i.e. the identity for SUM), on a 1-D input it reduces everything. Never what
+    the model meant.
+
+    pnnx writes it when it drops a reduction over its inferred batch axis
+    (`pass_ncnn/torch_sum.cpp` "drop batch index"): `torch.stack(parts, 0).sum(0)`,
+    `F.embedding(ids(K, T)).sum(0)`, `(ids + offsets[:, None])` embeddings summed over
+    levels (pnnx-bugs.md cases 4, 6b). Fed by `Concat 0=-233` it dies with SIGFPE.
+    `paramsurgery fix-reduction` rewrites stack+sum into an Eltwise, or bypasses a
+    reduction that pnnx's traced shapes prove is over a size-1 axis."""
+    g = ctx.graph
+    for layer in g.by_type("Reduction"):
+        if _int(layer, 1, 1) != 0:
+            continue
+        if _ints(layer, 3):
+            continue
+        msg = (f"Reduction {layer.name!r} has reduce_all=0 and no axes: ncnn reduces nothing "
+               f"on a 2-D..4-D input (everything on 1-D); pnnx dropped a reduction over its "
+               f"batch axis (torch: `.sum(0)`/`.mean(0)` over stacked parts or embeddings)")
+        src = ctx.source_of(layer.inputs[0]) if layer.inputs else None
+        if src is not None and src.type == "Concat" and _int(src, 0, 0) == BATCH:
+            msg += (f"; its input is Concat {src.name!r} 0=-233 (`torch.stack(parts, 0)"
+                    f".sum(0)`): SIGFPE at run time")
+        yield Hit(layer, msg)
+
+
+# =========================================================================== int ids
+
+# layers that move ids around without computing on them
+_ID_PRESERVING = frozenset(("Split", "Reshape", "Permute", "Crop", "Slice", "Squeeze",
+                            "ExpandDims", "Flatten", "Concat", "Tile", "Noop", "Flip",
+                            "CopyTo", "DeepCopy", "Padding", "Packing"))
+# layers that compute in float
+_FLOAT_MATH = frozenset(("BinaryOp", "UnaryOp", "Clip", "Eltwise", "Scale", "Bias", "Power",
+                         "Exp", "Log", "AbsVal", "Reduction", "Threshold", "ReLU", "Sigmoid",
+                         "TanH", "CumulativeSum", "Cast"))
+
+_BINOPS = {0: "add", 1: "sub", 2: "mul", 3: "div", 4: "max", 5: "min", 6: "pow", 7: "rsub",
+           8: "rdiv", 9: "rpow", 10: "atan2", 11: "ratan2"}
+
+
+def _describe_math(layer: "Layer") -> str:
+    if layer.type == "BinaryOp":
+        op = _BINOPS.get(_int(layer, 0, 0), "op")
+        if _int(layer, 1, 0):
+            b = layer.params.get(2, 0.0)
+            return f"{op} {b}"
+        return op
+    if layer.type == "Clip":
+        return f"clamp({layer.params.get(0, '-FLT_MAX')}, {layer.params.get(1, 'FLT_MAX')})"
+    return layer.type
+
+
+@rule("PS007", "float-math-on-ids", ERROR,
+      "float arithmetic (BinaryOp, Clip, UnaryOp, Eltwise, …) on the int ids an Embed reads")
+def float_math_on_ids(ctx: "LintContext") -> Iterator[Hit]:
+    """`Embed` reads its input as int32 bit patterns. ncnn has no integer BinaryOp, Clip,
+    UnaryOp or Eltwise: they compute in float on those bits, so `ids + 5` (`BinaryOp 0=0
+    1=1 2=5.0`), `ids.clamp(0, V-1)` (`Clip`), `ids + offsets[:, None]` (MemoryData +
+    BinaryOp) give float bit patterns and Embed picks wrong rows (pnnx-bugs.md case 6b,
+    max_abs ≈ 3). Reshape/view/flatten/transpose/slicing are fine (they move bits).
+
+    Found by walking back from every Embed's input through layers that only move data
+    (Split, Reshape, Permute, Crop, Slice, Concat, …); each blob is visited once.
+    Workaround: do the index arithmetic on the host (pre-offset the ids and concatenate
+    the tables into one Embed), or use one Embedding per codebook."""
+    g = ctx.graph
+    seen: set[str] = set()
+    flagged: set[int] = set()
+    for emb in g.by_type("Embed"):
+        if not emb.inputs:
+            continue
+        work = [emb.inputs[0]]
+        while work:
+            b = work.pop()
+            if b in seen:
+                continue
+            seen.add(b)
+            p = g.producer(b)
+            if p is None or p.type in ("Input", "MemoryData"):
+                continue
+            if p.type in _ID_PRESERVING:
+                work.extend(p.inputs)
+            elif p.type in _FLOAT_MATH and p.id not in flagged:
+                flagged.add(p.id)
+                yield Hit(p, f"{p.type} {p.name!r} ({_describe_math(p)}) computes in float on "
+                             f"the int32 ids that Embed {emb.name!r} reads: the result is float "
+                             f"bits and Embed picks wrong rows (torch: `ids + k`, "
+                             f"`ids.clamp(...)`, `ids + offsets` before an nn.Embedding); do the "
+                             f"index arithmetic on the host")
+
+
+# =========================================================================== batch n
+
+@rule("PS008", "axis-into-batch", WARNING,
+      "Reshape moving a tensor axis into ncnn's batch n (12=233, 13!=233)")
+def axis_into_batch(ctx: "LintContext") -> Iterator[Hit]:
+    """pnnx ≥ 2026-07 (Tencent/ncnn PR #6784) can move a real axis into the ncnn Mat's
+    batch `n` with `Reshape 12=233 13=k` (input has no batch axis, output axis k is the
+    batch). Every later layer then runs once per batch element: right for per-row work
+    (Embed + InnerProduct on ids, where the rows come back in `n`), wrong when a later layer
+    mixes rows (the 15 codec levels put into `n` and summed by a MatMul run once per level;
+    pnnx-bugs.md case 7, qwen3-tts.md §10). Also: the caller must read such an output with
+    `mat.numpy(batch_index=k)`.
+
+    A warning: check with a run against torch at a length no trace used (PS403 with a
+    reference). Torch-side fix: a layout where the grouped axis is not inferred as batch
+    (time-major ids, one Embed per codebook)."""
+    for layer in ctx.graph.by_type("Reshape"):
+        v12, v13 = _int(layer, 12, NO_BATCH), _int(layer, 13, NO_BATCH)
+        if v12 == NO_BATCH and v13 != NO_BATCH:
+            yield Hit(layer, f"Reshape {layer.name!r} moves output axis {v13} into ncnn's batch "
+                             f"n (12=233 13={v13}): later layers run once per batch element "
+                             f"and the output carries that axis in n")
+
+
+@rule("PS009", "batch-reshape-runtime", INFO,
+      "Reshape 12/13 (batch axis) needs an ncnn with PR #6784 (2026-07)")
+def batch_reshape_runtime(ctx: "LintContext") -> Iterator[Hit]:
+    """`Reshape 12=`/`13=` (input/output batch axis) exist only in ncnn builds with
+    Tencent/ncnn PR #6784 (merged 2026-07-01); older runtimes (e.g. 244f30c8 of 2026-06-25,
+    pinned by the Qwen3-TTS reference port) reject the params. Reported once per graph."""
+    n = 0
+    first = None
+    for layer in ctx.graph.by_type("Reshape"):
+        if 12 in layer.params or 13 in layer.params:
+            n += 1
+            first = first or layer
+    if first is not None:
+        yield Hit(first, f"{n} Reshape layer(s) use 12=/13= (batch axes, first "
+                         f"{first.name!r}): they need an ncnn runtime with PR #6784 (2026-07)")
+
+
+@rule("PS010", "rope-input-rank", WARNING,
+      "RotaryEmbed fed straight from a graph input (4-D without a batch axis rotates one head)")
+def rope_input_rank(ctx: "LintContext") -> Iterator[Hit]:
+    """`RotaryEmbed` rotates a 3-D `[w=head_dim, h=seq, c=heads]` blob. When pnnx infers no
+    batch axis (no SDPA downstream; every input `batch_index=233`), a torch `(1, H, T, D)`
+    input arrives 4-D, and RotaryEmbed handles one "head" and leaves the rest
+    uninitialised (pnnx-bugs.md case 6a; wrong, varies run to run). Statically this rule can
+    only see that the rotated blob is a graph input; a run (PS405) checks the rank.
+    Fix: give the tables as `(1, T, D)` and make sure pnnx infers a batch axis, or write
+    RoPE with half tables (not fused)."""
+    for layer in ctx.graph.by_type("RotaryEmbed"):
+        if not layer.inputs:
+            continue
+        src = ctx.source_of(layer.inputs[0])
+        if src is not None and src.type == "Input":
+            yield Hit(layer, f"RotaryEmbed {layer.name!r} rotates graph input "
+                             f"{layer.inputs[0]!r} directly: fed 4-D (torch (1, H, T, D) "
+                             f"with batch_index=233) it rotates only the first head")
+
+
+# =========================================================================== params
+
+def _kind_problem(expected: Kind, got: Kind) -> tuple[str, str] | None:
+    if expected is got:
+        return None
+    if expected is Kind.INT and got is Kind.FLOAT:
+        return ERROR, "ncnn reads it as an int and silently uses the default instead"
+    if expected is Kind.FLOAT and got is Kind.INT:
+        return WARNING, ("the ncnn wheel converts it, but ncnn builds with the untyped "
+                         "ParamDict read the int bits as a float (2=1 → 1.4e-45); write it "
+                         "with a '.'")
+    if expected.is_array and not got.is_array:
+        return ERROR, "ncnn expects an array here: the layer's load_param fails"
+    if not expected.is_array and got.is_array:
+        return ERROR, "ncnn expects a scalar here and reads the array as the default"
+    if expected is Kind.STRING:
+        return ERROR, "ncnn expects a string here and treats the number as absent"
+    if got is Kind.STRING:
+        return ERROR, ("ncnn expects a number and keeps the default (text values like inf "
+                       "and nan are read as strings)")
+    if expected is Kind.INTS and got is Kind.FLOATS:
+        return ERROR, "ncnn expects an int array; the float bits are read as ints"
+    if expected is Kind.FLOATS and got is Kind.INTS:
+        return WARNING, "ncnn expects a float array; write the elements with a '.'"
+    return WARNING, f"ncnn reads a {expected.value}"
+
+
+def _float_bits(vals: tuple) -> list[float] | None:
+    """The float32 values of int bit patterns, when every element looks like one (what
+    old converters wrote for float arrays); else None."""
+    import struct
+
+    out = []
+    big = False
+    for v in vals:
+        if v == 0:
+            out.append(0.0)
+            continue
+        if not -(1 << 31) <= v < (1 << 31):
+            return None
+        f = struct.unpack("<f", struct.pack("<i", v))[0]
+        if not (1e-6 <= abs(f) <= 1e6):
+            return None
+        big = big or abs(v) >= (1 << 23)
+        out.append(f)
+    return out if big else None
+
+
+@rule("PS011", "param-kind", ERROR,
+      "a param written with the kind ncnn does not read (float for int, scalar for array, …)")
+def param_kind(ctx: "LintContext") -> Iterator[Hit]:
+    """ncnn types a param by its text (`.`/`e` = float, `,` = array, a letter or `"` =
+    string) and each layer reads every id with a fixed kind (layer_params.py, from every
+    `load_param` of Tencent/ncnn). A mismatch is silent:
+
+    - float where an int is read: the wheel returns the default (`BinaryOp 0=2.0` is ADD);
+    - int where a float is read: the wheel converts, older ncnn reads the bits (warning);
+    - scalar where an array is read (`Slice 2=4`, `Reduction 3=0`): load_param fails;
+    - number where a string is read (`Crop 19=1`): treated as absent;
+    - an old-style array mixing ints and floats (`-23301=2,1.0,2`): element bits are
+      reinterpreted;
+    - the same id twice: ncnn keeps the last (warning).
+
+    Ids the layer does not read are PS013."""
+    for layer in ctx.layers:
+        t = layer.type
+        table = LAYER_PARAMS.get(t)
+        if table is None:
+            continue
+        params = layer.params
+        if not len(params):
+            continue
+        for pid, value in params.values_typed():
+            info = param_info(t, pid)
+            if is_mixed(value):
+                yield Hit(layer, f"{t} {layer.name!r} param {pid} mixes ints and floats in one "
+                                 f"array: ncnn reinterprets the bits of some elements")
+                continue
+            if info is None:
+                continue  # PS013
+            problem = _kind_problem(info.kind, value.kind)
+            if problem is None:
+                continue
+            if info.kind is Kind.FLOAT and value.kind is Kind.INT and value.value == 0:
+                continue  # int 0 and float 0.0 have the same bits: harmless everywhere
+            sev, why = problem
+            if info.kind is Kind.FLOATS and value.kind is Kind.INTS and _float_bits(value.value):
+                floats = ", ".join(f"{x:g}" for x in _float_bits(value.value)[:4])
+                why = (f"the ints are float32 bit patterns ({floats}, …): ncnn builds with the "
+                       f"untyped ParamDict read those floats, a typed ParamDict may convert "
+                       f"the integers instead; write the floats")
+            shown = "[]" if value.kind.is_array and not value.value else value.python
+            yield Hit(layer, f"{t} {layer.name!r} param {pid} ({info.name}) is written as "
+                             f"{value.kind.value} {shown!r} but ncnn reads a {info.kind.value}: "
+                             f"{why}", severity=sev)
+        if params.has_duplicates:
+            dup = sorted({d.pid for d in params._dupes})
+            yield Hit(layer, f"{t} {layer.name!r} writes param(s) {', '.join(map(str, dup))} "
+                             f"more than once: ncnn keeps the last", severity=WARNING)
+
+
+@rule("PS012", "load-rejects-params", ERROR, "params ncnn's load_param rejects")
+def load_rejects_params(ctx: "LintContext") -> Iterator[Hit]:
+    """Param combinations for which a layer's `load_param` fails in the ncnn wheel
+    (ncnn-format.md §1.8, measured), so the whole graph fails to load:
+
+    - Reduction with non-empty axes but no `5=1` (fixbug0): "param is too old, please
+      regenerate!";
+    - Softmax with an axis other than 0 and no `1=1`;
+    - MultiHeadAttention whose embed_dim is not a multiple of num_heads;
+    - GroupNorm whose channels are not a multiple of the groups;
+    - Gemm with a constant A/B but a zero M, N or K; Gemm quantize_term 4, 5 or 6;
+    - Crop in expression mode (`19`, `20`) without `21` axes_expr: the wheel ignores the
+      failed evaluation and segfaults."""
+    g = ctx.graph
+    for layer in g.by_type("Reduction"):
+        if _ints(layer, 3) and _int(layer, 5, 0) != 1:
+            yield Hit(layer, f"Reduction {layer.name!r} has axes but no 5=1: ncnn's load_param "
+                             f"fails ('param is too old, please regenerate!')")
+    for layer in g.by_type("Softmax"):
+        if _int(layer, 0, 0) != 0 and _int(layer, 1, 0) != 1:
+            yield Hit(layer, f"Softmax {layer.name!r} has axis {_int(layer, 0, 0)} but no 1=1: "
+                             f"ncnn's load_param fails")
+    for layer in g.by_type("MultiHeadAttention"):
+        e, h = _int(layer, 0, 0), _int(layer, 1, 1)
+        if h <= 0 or e % h:
+            yield Hit(layer, f"MultiHeadAttention {layer.name!r}: embed_dim {e} is not a "
+                             f"multiple of num_heads {h}: ncnn's load_param fails")
+    for layer in g.by_type("GroupNorm"):
+        grp, ch = _int(layer, 0, 1), _int(layer, 1, 0)
+        if grp <= 0 or ch % grp:
+            yield Hit(layer, f"GroupNorm {layer.name!r}: {ch} channels are not a multiple of "
+                             f"{grp} groups: ncnn's load_param fails")
+    for layer in g.by_type("Gemm"):
+        m, n, k = _int(layer, 7, 0), _int(layer, 8, 0), _int(layer, 9, 0)
+        if _int(layer, 4, 0) and (m == 0 or k == 0):
+            yield Hit(layer, f"Gemm {layer.name!r} has a constant A but M={m}, K={k}: ncnn's "
+                             f"load_param fails")
+        if _int(layer, 5, 0) and (n == 0 or k == 0):
+            yield Hit(layer, f"Gemm {layer.name!r} has a constant B but N={n}, K={k}: ncnn's "
+                             f"load_param fails")
+        if _int(layer, 18, 0) in (4, 5, 6):
+            yield Hit(layer, f"Gemm {layer.name!r} quantize_term {_int(layer, 18, 0)} is "
+                             f"rejected by ncnn's load_param")
+    for layer in g.by_type("Crop"):
+        has_expr = bool(layer.params.get(19)) or bool(layer.params.get(20))
+        if has_expr and not layer.params.get(21):
+            yield Hit(layer, f"Crop {layer.name!r} uses starts/ends expressions (19/20) without "
+                             f"axes (21): ncnn leaves the crop uninitialised and crashes")
+
+
+@rule("PS013", "unread-param", INFO, "a param id the layer type does not read")
+def unread_param(ctx: "LintContext") -> Iterator[Hit]:
+    """ncnn ignores a param id its layer does not read (e.g. pnnx writes `7=group` on a
+    Convolution1D, which has no groups: a grouped 1-D convolution is
+    ConvolutionDepthWise1D). Harmless; listed so a misspelt id does not go unnoticed."""
+    for layer in ctx.layers:
+        t = layer.type
+        if t not in LAYER_PARAMS or not len(layer.params):
+            continue
+        unread = [pid for pid in layer.params if param_info(t, pid) is None]
+        if unread:
+            yield Hit(layer, f"{t} {layer.name!r} has param(s) {', '.join(map(str, unread))}, "
+                             f"which {t} does not read (ncnn ignores them)")

@@ -1,0 +1,113 @@
+"""PS1xx: graph structure. PS101-PS110 are `Graph.validate()`'s checks
+(paramsurgery/validate.py), run once per lint and split by code here so each has its own
+`--explain` text and can be selected or ignored; PS111 is lint's own."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Iterator
+
+from .. import validate as V
+from ..findings import Finding
+from .registry import ERROR, INFO, WARNING, Hit, rule
+
+if TYPE_CHECKING:
+    from .context import LintContext
+
+
+def _from_validate(code: str):  # noqa: ANN202
+    def check(ctx: "LintContext") -> Iterator[Finding]:
+        for f in ctx.validate_findings:
+            if f.code == code:
+                yield f
+    return check
+
+
+def _register(code: str, name: str, severity: str, summary: str, doc: str,
+              fix: str | None = None) -> None:
+    fn = _from_validate(code)
+    fn.__doc__ = doc
+    rule(code, name, severity, summary, fix=fix)(fn)
+
+
+_register(V.HEADER_LAYERS, "header-layer-count", ERROR,
+          "header layer count disagrees with the body", """
+    Line 2 of a `.param` declares the layer count. More lines than declared: ncnn silently
+    ignores the extra layers (warning). Fewer: ncnn fails with "parse layer_type failed"
+    (error). `paramsurgery fmt` recomputes the header.""", "paramsurgery fmt")
+_register(V.HEADER_BLOBS, "header-blob-count", ERROR,
+          "header blob count smaller than the blobs the layers use", """
+    ncnn sizes its blob table from the header (`blobs.resize(blob_count)`); using more
+    blobs than declared is out of bounds (the wheel reports "too many blobs"). Declaring
+    more than used is harmless. `paramsurgery fmt` recomputes the header.""",
+          "paramsurgery fmt")
+_register(V.DUPLICATE_TOP, "duplicate-blob", ERROR, "a blob name written by two layers", """
+    Every top allocates a new blob; two layers writing the same name make two blobs with
+    one name and `find_blob_index_by_name` returns the first, so readers of the second
+    writer's data silently get the first's (or the wheel reports "too many blobs").
+    Rename one of the tops.""")
+_register(V.DANGLING_BOTTOM, "dangling-bottom", ERROR, "a layer reads a blob nobody writes", """
+    A bottom whose name no layer produces becomes a blob with producer -1: ncnn loads the
+    graph, then logs "invalid layer index -1" and crashes at extraction.""")
+_register(V.ORDER, "out-of-order", ERROR, "a layer reads a blob before its producer", """
+    ncnn requires layers in topological order (each bottom produced on an earlier line);
+    a reader before its producer creates a second blob of that name and extraction hits
+    producer -1. `Graph.toposort()` reorders, keeping the order wherever it is already
+    valid.""", "Graph.toposort()")
+_register(V.FANOUT_WITHOUT_SPLIT, "fanout-without-split", ERROR,
+          "a blob read by several layers without a Split", """
+    ncnn's default light mode frees a blob after its (recorded) consumer reads it; a second
+    reader finds it empty, re-runs the producer chain recursively and, in the wheel,
+    segfaults. pnnx inserts `Split splitncnn_N` for every multi-reader blob;
+    `Graph.insert_splits()` does the same.""", "Graph.insert_splits()")
+_register(V.TRIVIAL_SPLIT, "trivial-split", INFO, "a Split with a single top", """
+    Harmless: a Split with one top copies a reference. `Graph.remove_trivial_splits()`
+    removes it.""", "Graph.remove_trivial_splits()")
+_register(V.INPUT_WITH_BOTTOMS, "input-with-bottoms", ERROR, "an Input layer with bottoms", """
+    `Input` is a source: ncnn never feeds its bottoms, and the blob it would read stays
+    unconnected.""")
+_register(V.EMPTY_GRAPH, "empty-graph", ERROR, "a graph with no layers", """
+    ncnn rejects `layer_count <= 0` ("invalid layer_count or blob_count").""")
+_register(V.IGNORED_LINES, "ignored-lines", WARNING,
+          "unparsable lines after the declared layers", """
+    ncnn reads exactly the declared number of layers and ignores whatever follows; text
+    after them is usually a truncated edit or a second graph pasted in.""")
+
+
+_PNNX_OUT = re.compile(r"out[0-9]+$")
+
+
+@rule("PS111", "unused-blob", WARNING, "a blob written but never read that is not an output")
+def unused_blob(ctx: "LintContext") -> Iterator[Hit]:
+    """ncnn treats every blob with a producer and no reader as a graph output. Reported:
+
+    - an `Input` top nobody reads (warning): the input is listed as an output and feeding
+      it does nothing; usually the branch that used it was cut;
+    - in a graph that names its outputs `out0`, `out1`, … (pnnx's convention), any other
+      unread blob of a layer with no read top at all (warning): a dead branch that still
+      costs run time when extracted, and that pnnx itself may crash on (case 6d);
+    - an unread top of a multi-output layer whose other tops are read (info): e.g. a Slice
+      part the model discards."""
+    g = ctx.graph
+    cons = g._consumers
+    pnnx_style = any(_PNNX_OUT.match(b) for b in g.outputs)
+    for layer in ctx.layers:
+        outs = layer.outputs
+        if not outs:
+            continue
+        unread = [b for b in outs if not cons.get(b)]
+        if not unread:
+            continue
+        if layer.type == "Input":
+            for b in unread:
+                yield Hit(layer, f"graph input {b!r} is never read: ncnn lists it as an output "
+                                 f"and feeding it does nothing")
+            continue
+        if len(unread) < len(outs):
+            names = ", ".join(repr(b) for b in unread)
+            yield Hit(layer, f"{layer.type} {layer.name!r} top(s) {names} are never read (ncnn "
+                             f"lists them as outputs)", severity=INFO)
+            continue
+        if pnnx_style and not any(_PNNX_OUT.match(b) for b in unread):
+            yield Hit(layer, f"{layer.type} {layer.name!r} writes {unread[0]!r}, which nothing "
+                             f"reads and is not a pnnx output (out0, out1, …): a dead branch")
