@@ -1,0 +1,333 @@
+"""Cut a subgraph out of a graph, with exactly its weights (`paramsurgery extract`).
+
+    sub = extract_subgraph(g, inputs=["52"], outputs=["out0"])    # e.g. an lm_head
+    sub.save("head.param", bin="head.bin")                          # only its weights
+
+The subgraph holds the layers that compute `outputs` from `inputs` and nothing else, in the
+original file order. A cut blob (an intermediate blob named in `inputs`) becomes the top of a
+new `Input` layer of the same name; a graph input named in `inputs` keeps its `Input` layer
+(trimmed to the requested tops when it had several). Every kept layer keeps its params, its
+line text and its weights (`layer.weights` objects are shared, so their bytes are the same
+bytes: `weights_fingerprint` of a kept layer is unchanged, and `save(..., bin=...)` streams
+them from the source `.bin`).
+
+Refusals (`PassRefused`, with the reason): an output or input that is not a blob; an output
+that is also an input; an output that depends on a graph input not listed in `inputs` (it
+would be unfed); an input no output depends on (including one cut off by another input).
+
+Tops of kept layers that the subgraph does not read: a `Split` loses them (a `Split` left
+with one top is removed); any other layer keeps them, and they become extra outputs of the
+subgraph (as ncnn defines outputs), which the result reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from ..errors import PassRefused
+from ..graph import Graph
+from ..layer import Layer
+from .base import Change, Pass, PassResult, register
+
+
+@dataclass
+class ExtractPlan:
+    """What `plan_extract` decided: kept layers (ids in the source graph), where each
+    input comes from, and which graph inputs the outputs need."""
+
+    keep: set[int] = field(default_factory=set)
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    cut: list[str] = field(default_factory=list)  # inputs that were intermediate blobs
+    graph_inputs: list[str] = field(default_factory=list)  # inputs that were Input tops
+
+
+def _split_names(value: str | Sequence[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [v for v in (p.strip() for p in value.split(",")) if v]
+    return [str(v) for v in value]
+
+
+def _natural(name: str) -> tuple:
+    import re
+
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
+def plan_extract(g: Graph, inputs: Sequence[str] | None, outputs: Sequence[str]) -> ExtractPlan:
+    """Decide the subgraph without editing anything. `inputs=None` means "the graph inputs
+    the outputs depend on" (no cut)."""
+    outputs = list(dict.fromkeys(outputs))
+    if not outputs:
+        raise PassRefused("no outputs given")
+    auto_inputs = inputs is None
+    inputs = [] if inputs is None else list(dict.fromkeys(inputs))
+    where = g.source.path
+    for b in outputs:
+        if not g.has_blob(b):
+            raise PassRefused(f"output {b!r}: no blob of that name", file=where)
+        if g.producer(b) is None:
+            raise PassRefused(f"output {b!r}: no layer writes it", file=where)
+    for b in inputs:
+        if not g.has_blob(b):
+            raise PassRefused(f"input {b!r}: no blob of that name", file=where)
+        if g.producer(b) is None:
+            raise PassRefused(f"input {b!r}: no layer writes it (a dangling blob cannot be "
+                              f"a subgraph input)", file=where)
+    both = [b for b in outputs if b in inputs]
+    if both:
+        raise PassRefused(f"{', '.join(both)} named as both input and output", file=where)
+
+    input_set = set(inputs)
+    keep: set[int] = set()
+    used_inputs: set[str] = set()
+    unfed: dict[str, list[str]] = {}  # graph input -> outputs that need it
+    for out in outputs:
+        stack = [out]
+        seen: set[str] = set()
+        while stack:
+            b = stack.pop()
+            if b in seen:
+                continue
+            seen.add(b)
+            if b in input_set:
+                used_inputs.add(b)
+                continue
+            p = g.producer(b)
+            if p is None:
+                raise PassRefused(f"output {out!r} depends on blob {b!r}, which no layer "
+                                  f"writes", file=where)
+            if p.type == "Input":
+                if auto_inputs:
+                    used_inputs.add(b)
+                    if b not in input_set:
+                        input_set.add(b)
+                        inputs.append(b)
+                    continue
+                unfed.setdefault(b, []).append(out)
+                continue
+            keep.add(p.id)
+            stack.extend(p.inputs)
+    if unfed:
+        by_outs: dict[tuple[str, ...], list[str]] = {}
+        for b, outs in unfed.items():
+            by_outs.setdefault(tuple(outs), []).append(b)
+        parts = []
+        for outs, bs in by_outs.items():
+            bs = sorted(bs, key=_natural)
+            parts.append(f"{', '.join(outs)} depend{'s' if len(outs) == 1 else ''} on graph "
+                         f"input{'s' if len(bs) > 1 else ''} {', '.join(bs)}")
+        n = len(unfed)
+        raise PassRefused(f"{'; '.join(parts)}, which {'is' if n == 1 else 'are'} not in the "
+                          f"inputs (add {'it' if n == 1 else 'them'} to the inputs, or also cut a "
+                          f"blob between {'it' if n == 1 else 'them'} and the outputs)",
+                          file=where)
+    unused = [b for b in inputs if b not in used_inputs]
+    if unused:
+        raise PassRefused(f"input(s) {', '.join(unused)}: no output depends on them (not "
+                          f"upstream of {', '.join(outputs)}, or cut off by another input)",
+                          file=where)
+    if auto_inputs:  # the graph's own input order
+        order = {b: i for i, b in enumerate(g.inputs)}
+        inputs.sort(key=lambda b: order.get(b, len(order)))
+    plan = ExtractPlan(keep, inputs, outputs)
+    for b in inputs:
+        p = g.producer(b)
+        (plan.graph_inputs if p is not None and p.type == "Input" else plan.cut).append(b)
+    return plan
+
+
+def extract_subgraph(graph: Graph, inputs: Sequence[str] | None,
+                     outputs: Sequence[str]) -> Graph:
+    """The subgraph that computes `outputs` from `inputs`, with exactly its layers and
+    weights (see the module docstring). The input graph is not modified."""
+    return Extract(inputs, outputs)(graph).graph
+
+
+@register
+class Extract(Pass):
+    name = "extract"
+    summary = "cut the subgraph computing some blobs from others, with exactly its weights"
+    command = "paramsurgery extract"
+
+    def __init__(self, inputs: Sequence[str] | str | None, outputs: Sequence[str] | str) -> None:
+        self.inputs = _split_names(inputs)
+        self.outputs = _split_names(outputs) or []
+
+    def __call__(self, g: Graph, *, in_place: bool = False) -> PassResult:
+        # the plan is made on the caller's graph (layer ids), the edit on a copy whose ids
+        # are renumbered in file order: map through positions
+        plan = plan_extract(g, self.inputs, self.outputs)
+        pos = g.position()
+        keep_pos = {pos[i] for i in plan.keep}
+        before = g.validate()
+        work = g if in_place else g.copy()
+        self.plan = plan
+        result = self._apply(work, keep_pos, plan, len(g))
+        result.graph = work
+        result.pass_name = self.name
+        self.ensures(work, before)
+        return result
+
+    def run(self, g: Graph) -> PassResult:
+        """Extract in place (no copy; `__call__` works on a copy)."""
+        plan = plan_extract(g, self.inputs, self.outputs)
+        pos = g.position()
+        self.plan = plan
+        return self._apply(g, {pos[i] for i in plan.keep}, plan, len(g))
+
+    # ------------------------------------------------------------------ the edit
+    def _apply(self, g: Graph, keep_pos: set[int], plan: ExtractPlan, total: int) -> PassResult:
+        result = PassResult(g, True)
+        layers = g.layers
+        input_set = set(plan.inputs)
+        graph_inputs = set(plan.graph_inputs)
+        dropped = 0
+        for i, layer in enumerate(layers):
+            if i in keep_pos:
+                continue
+            if layer.type == "Input" and any(b in graph_inputs for b in layer.outputs):
+                continue  # kept, trimmed below
+            g.remove_layer(layer)
+            dropped += 1
+        # Input layers of requested graph inputs: only the requested tops
+        for layer in g.by_type("Input"):
+            tops = [b for b in layer.outputs if b in graph_inputs]
+            if list(layer.outputs) != tops:
+                result.changes.append(Change(layer.name, "Input tops", len(layer.outputs),
+                                             len(tops), layer.source_line))
+                g.set_outputs(layer, tops)
+        # kept layers that also write an input blob: the new Input takes the name
+        for layer in list(g):
+            if layer.type == "Input":
+                continue
+            for b in [t for t in layer.outputs if t in input_set]:
+                if layer.type == "Split":
+                    g.set_outputs(layer, [t for t in layer.outputs if t != b])
+                else:
+                    new = g.unique_blob_name(f"{b}_unused")
+                    tops = [new if t == b else t for t in layer.outputs]
+                    g.set_outputs(layer, tops)
+                    result.notes.append(f"{layer.name} also writes input {b!r}: that top is "
+                                        f"renamed {new!r} in the subgraph")
+        # unread tops: Splits lose them, other layers keep them (extra outputs)
+        wanted = set(plan.outputs)
+        for layer in list(g):
+            if layer.type == "Input" or layer.graph is None:
+                continue
+            unread = [t for t in layer.outputs if t not in wanted and not g.consumers(t)]
+            if not unread:
+                continue
+            if layer.type == "Split":
+                tops = [t for t in layer.outputs if t not in unread]
+                g.set_outputs(layer, tops)
+                if len(tops) == 1 and len(layer.inputs) == 1:
+                    g.bypass(layer)
+                    result.changes.append(Change(layer.name, "Split with one reader removed"))
+                else:
+                    result.changes.append(Change(layer.name, "Split tops", len(tops) +
+                                                 len(unread), len(tops), layer.source_line))
+            else:
+                result.notes.append(f"{layer.name} ({layer.type}) also writes "
+                                    f"{', '.join(unread)}, which the subgraph does not read: "
+                                    f"extra output(s)")
+        # cut blobs become Input layers, at the top, in the order given
+        after = None
+        for b in plan.cut:
+            name = g.unique_layer_name(b)
+            first = next(iter(g), None)
+            if after is None and first is not None:
+                after = g.add_layer("Input", name, [], [b], before=first)
+            elif after is None:
+                after = g.add_layer("Input", name, [], [b])
+            else:
+                after = g.add_layer("Input", name, [], [b], after=after)
+            result.changes.append(Change(name, f"Input for cut blob {b!r}"))
+        kept = len(g)
+        result.changes.insert(0, Change("graph", "layers", total, kept))
+        result.data.update(inputs=list(plan.inputs), outputs=list(plan.outputs),
+                           cut=list(plan.cut), graph_inputs=list(plan.graph_inputs),
+                           dropped=dropped, extra_outputs=[b for b in g.outputs
+                                                           if b not in wanted])
+        if g.weights is not None or any(l.weights is not None for l in g):
+            nbytes = sum(l.weights.nbytes for l in g if l.weights is not None)
+            result.data["weight_bytes"] = nbytes
+        return result
+
+
+# ---------------------------------------------------------------------- proof through ncnn
+
+@dataclass
+class ExtractCheck:
+    """Blob-for-blob comparison of a subgraph against the full graph (through ncnn)."""
+
+    blobs: dict[str, float] = field(default_factory=dict)  # output -> max |Δ|
+    shapes: dict[str, tuple] = field(default_factory=dict)
+
+    @property
+    def exact(self) -> bool:
+        return all(v == 0.0 for v in self.blobs.values())
+
+    def format(self) -> str:
+        lines = ["extract check: subgraph vs full graph, same inputs, through ncnn"]
+        for b, d in self.blobs.items():
+            lines.append(f"  {b:<24} shape {self.shapes.get(b)}  max|Δ| {d:.3e}  "
+                         f"{'identical' if d == 0.0 else 'DIFFERS'}")
+        lines.append("  result: " + ("bit-identical" if self.exact else "DIFFERENT"))
+        return "\n".join(lines)
+
+
+def check_extract(full_param: str, full_bin: str | None, sub_param: str, sub_bin: str | None,
+                  feeds: Mapping[str, object], outputs: Iterable[str],
+                  cut: Iterable[str] = ()) -> ExtractCheck:
+    """Run the full graph on `feeds` (graph inputs), take the `cut` blobs it computes as the
+    subgraph's inputs (as ncnn Mats, unchanged), run the subgraph, and compare `outputs`
+    with the full graph's. In this process (both graphs must load)."""
+    import numpy as np
+
+    from ..runtime import _as_feed, _to_mat, load_net
+
+    outputs = list(outputs)
+    cut = list(cut)
+    full = load_net(full_param, full_bin)
+    sub = load_net(sub_param, sub_bin)
+    sub_inputs = set(sub.input_names())
+    mats = {name: _to_mat(_as_feed(v)) for name, v in feeds.items()}
+    ref: dict[str, object] = {}
+    cut_mats: dict[str, object] = {}
+    with full.create_extractor() as ex:
+        ex.set_light_mode(False)
+        for name, m in mats.items():
+            ex.input(name, m)
+        for b in cut + outputs:
+            ret, m = ex.extract(b)
+            if ret != 0:
+                raise PassRefused(f"the full graph cannot compute {b!r} (extract returned {ret})")
+            if b in cut:
+                cut_mats[b] = m.clone()
+            if b in outputs:
+                ref[b] = np.array(m.numpy(batch_index=0) if getattr(m, "n", 1) > 1 else m,
+                                  copy=True)
+    check = ExtractCheck()
+    with sub.create_extractor() as ex:
+        for name, m in mats.items():
+            if name in sub_inputs:
+                ex.input(name, m)
+        for name, m in cut_mats.items():
+            ex.input(name, m)
+        for b in outputs:
+            ret, m = ex.extract(b)
+            if ret != 0:
+                raise PassRefused(f"the subgraph cannot compute {b!r} (extract returned {ret})")
+            got = np.array(m.numpy(batch_index=0) if getattr(m, "n", 1) > 1 else m, copy=True)
+            want = ref[b]
+            check.shapes[b] = tuple(want.shape)
+            if got.shape != want.shape:
+                check.blobs[b] = float("inf")
+            else:
+                check.blobs[b] = float(np.max(np.abs(got.astype(np.float64) -
+                                                     want.astype(np.float64)))) if got.size else 0.0
+    return check
