@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Iterable, Sequence
 
@@ -466,10 +466,8 @@ class Conformance:
         g = ctx.graph
         ins = sorted(g.inputs, key=_in_key)
         if ctx.input_shapes:
-            specs = list(ctx.input_shapes)
-            for i, s in enumerate(specs):
-                if i < len(ins) and re.fullmatch(r"in[0-9]+", s.blob) and s.blob not in ins:
-                    s.blob = ins[i]
+            specs = [replace(s, blob=ins[i]) if i < len(ins) and s.blob not in ins else s
+                     for i, s in enumerate(ctx.input_shapes)]
             return specs, "given"
         script = find_pnnx_script(ctx.path) if ctx.path else None
         if script:
