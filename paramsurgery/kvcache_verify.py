@@ -189,8 +189,10 @@ def verify_kvcache(param: str | Path, bin: str | Path | None, *, n: int, m: int,
     with tempfile.TemporaryDirectory(prefix="paramsurgery-kv-") as tmp:
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps(spec))
+        from .runtime import child_env
+
         proc = subprocess.run([sys.executable, "-m", "paramsurgery.kvcache_verify", str(spec_path)],
-                              capture_output=True, text=True, timeout=timeout)
+                              capture_output=True, text=True, timeout=timeout, env=child_env())
         out_path = Path(tmp) / "result.json"
         report = ParityReport(n, m, tol)
         if proc.returncode != 0 or not out_path.exists():

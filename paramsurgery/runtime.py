@@ -180,6 +180,11 @@ def run_net(net, inputs: Mapping[str, FeedLike], outputs: Sequence[FetchLike],
     """Feed `inputs` and extract `outputs` from an already loaded net."""
     mats = {name: _to_mat(_as_feed(v)) for name, v in inputs.items()}
     result: dict[str, np.ndarray] = {}
+    fetches = list(map(_as_fetch, outputs))
+    if light_mode is None and len(fetches) > 1:
+        # light mode frees a blob once its consumer ran; extracting an intermediate after a
+        # blob downstream of it then crashes ncnn. Several fetches: keep everything.
+        light_mode = False
     with net.create_extractor() as ex:
         if light_mode is not None:
             ex.set_light_mode(light_mode)
@@ -187,7 +192,7 @@ def run_net(net, inputs: Mapping[str, FeedLike], outputs: Sequence[FetchLike],
             ret = ex.input(name, mat)
             if ret != 0:
                 raise NcnnRunError("input_failed", f"ex.input({name!r}) returned {ret}")
-        for spec in map(_as_fetch, outputs):
+        for spec in fetches:
             ret, mat = ex.extract(spec.name, spec.type)
             if ret != 0:
                 raise NcnnRunError("extract_failed", f"ex.extract({spec.name!r}) returned {ret}")
@@ -230,7 +235,8 @@ def run_isolated(param: str | os.PathLike, bin: str | os.PathLike | None,
         (tmpdir / "spec.json").write_text(json.dumps(spec))
         try:
             proc = subprocess.run([sys.executable, "-m", "paramsurgery.runtime", str(tmpdir)],
-                                  capture_output=True, text=True, timeout=timeout)
+                                  capture_output=True, text=True, timeout=timeout,
+                                  env=child_env())
         except subprocess.TimeoutExpired:
             return RunResult("timeout", message=f"no result after {timeout:.0f} s")
         status_file = tmpdir / "status.json"
@@ -247,6 +253,17 @@ def run_isolated(param: str | os.PathLike, bin: str | os.PathLike | None,
                 outputs_np = {name: data[f"o{i}"] for i, name in enumerate(status["names"])}
         return RunResult(status["status"], outputs_np, status.get("message", ""),
                          stderr=proc.stderr)
+
+
+def child_env() -> dict[str, str]:
+    """Environment for a child `python -m paramsurgery...`: this package stays importable
+    even when it is used from a source tree that is not installed."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in parts:
+        env["PYTHONPATH"] = os.pathsep.join([root] + parts)
+    return env
 
 
 def _last_lines(text: str, n: int = 5) -> str:
