@@ -143,3 +143,8 @@ def test_static_lint_of_the_real_talker_is_fast(in_repo, capsys):
         dt = time.perf_counter() - t
         capsys.readouterr()
         assert dt < 0.5, (variant, dt)
+
+
+def test_linting_the_pnnx_ir_itself_says_which_file_to_lint(capsys):
+    code, _, err = lint(capsys, FIXTURES / "repros" / "uneven-chunk" / "bug" / "model.pnnx.param")
+    assert code == 2 and "lint the .ncnn.param next to it" in err

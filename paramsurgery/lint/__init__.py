@@ -129,6 +129,9 @@ def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
     from ..errors import ParamSurgeryError
 
     p = os.fspath(path)
+    if p.endswith(".pnnx.param"):
+        raise ParamSurgeryError("this is pnnx's own IR, not an ncnn graph: lint the .ncnn.param "
+                                "next to it (its .pnnx.param is read from there)", file=p)
     g = load(p)
     for what, given in (("weights", bin), ("pnnx IR", pnnx_param), ("reference", reference)):
         if given is not None and not isinstance(given, (Reference,)) and \
