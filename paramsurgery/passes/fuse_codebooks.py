@@ -1,0 +1,839 @@
+"""Fuse N codebook lookups into one offset `Embed` (`paramsurgery fuse-codebooks`).
+
+Residual-VQ decoders and multi-codebook LMs (the Qwen3-TTS code predictor's 15 tables, its
+codec decoder's 15 acoustic codebooks) look up N tables, one id input each, and add the
+rows. One `Embed` over the concatenated tables does the same with one input and one
+kernel launch:
+
+    Input ids_g -> Embed_g (vocab_g x d) [-> layout chain] --sum over g-->  s
+    ==>
+    Input ids -> Embed (sum vocab_g x d) -> Reshape [d, T, N] -> Reduction SUM axis 0
+              [-> the same layout chain, once] -> s
+
+**Caller contract** (qwen3-tts.md §7): ids are int32 bit patterns that ncnn `Embed` reads
+directly; any arithmetic on them in the graph would run in float on those bits (pnnx-bugs
+case 6b). So the offset of group g, `offset_g = sum_{i<g} vocab_i`, is added by the caller,
+and the ids are flattened **group-major**: `ids[g*T + t] = code_g[t] + offset_g`, every
+group with the same T. The in-graph sum is over the rows of the float embeddings (Reshape +
+Reduction with an explicit axis; no int tensor is sliced, nothing enters ncnn's batch axis,
+pnnx-bugs case 7). Ids must be in range: ncnn clamps an out-of-range id to the table, which
+in a fused table is another group's row (`FusedManifest.pack_ids` checks).
+
+Sum forms matched: a tree of two-input `BinaryOp` adds (`0=0`), `Eltwise` SUM (coefficients
+absent or all 1), and two stack+sum forms: per-branch `ExpandDims(a)` + `Concat(a)` +
+`Reduction` SUM over `a`, and (pnnx's stack) `Concat(0)` of the 2-D embeddings + `Reshape`
+to `[d, T, N]` + `Reduction` SUM over axis 0. Between each `Embed` and the sum there may
+be a chain of layout layers (`Reshape`, `Permute`, `ExpandDims`, `Squeeze`, `Flatten`) that
+is the same for every branch; it commutes with the sum and is applied once after it.
+
+Biases (`2=1`) are folded into the table rows (the same float additions the unfused graph
+makes), so the fused `Embed` has none. Tables stored fp16 stay fp16 (bytes concatenated
+exactly) when every table is fp16 and none has a bias; otherwise the fused table is fp32
+holding exactly the values ncnn loads. Every other layer keeps its weight bytes.
+
+`split` mode is the form without the sum: the chosen `Embed`s become one `Embed` and a
+`Slice` into N outputs that keep the original output names (each group's rows).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import PassRefused
+from ..graph import Graph
+from ..layer import Layer
+from .base import Change, Pass, PassResult, Skip, register
+
+LAYOUT_TYPES = ("Reshape", "Permute", "ExpandDims", "Squeeze", "Flatten")
+MANIFEST_FORMAT = "paramsurgery/fused-codebooks"
+MANIFEST_VERSION = 1
+
+
+# ============================================================================ the record
+
+@dataclass
+class CodebookGroup:
+    index: int
+    embed: str  # the original Embed layer
+    input: str  # its id input blob
+    vocab: int
+    offset: int
+    bias: bool = False
+    output: str | None = None  # split mode: the blob holding this group's rows
+
+
+@dataclass
+class Fusion:
+    """One fused lookup: what the caller feeds and what the graph returns."""
+
+    embed: str
+    mode: str  # "sum" | "split"
+    input: str
+    dim: int
+    groups: list[CodebookGroup] = field(default_factory=list)
+    output: str | None = None  # sum mode: the blob holding the sum (same name as before)
+    removed_inputs: list[str] = field(default_factory=list)
+    dtype: str = "fp32"
+
+    @property
+    def input_dim(self) -> int:
+        return sum(g.vocab for g in self.groups)
+
+    @property
+    def offsets(self) -> list[int]:
+        return [g.offset for g in self.groups]
+
+    @property
+    def vocab_sizes(self) -> list[int]:
+        return [g.vocab for g in self.groups]
+
+    def to_json(self) -> dict[str, Any]:
+        n = len(self.groups)
+        out: dict[str, Any] = {
+            "embed": self.embed,
+            "mode": self.mode,
+            "num_groups": n,
+            "dim": self.dim,
+            "input_dim": self.input_dim,
+            "table_dtype": self.dtype,
+            "vocab_sizes": self.vocab_sizes,
+            "offsets": self.offsets,
+            "groups": [asdict(g) for g in self.groups],
+            "input": {
+                "blob": self.input,
+                "dtype": "int32",
+                "rank": 1,
+                "length": f"{n} * T",
+                "layout": "group-major",
+                "formula": "ids[g * T + t] = code[g][t] + offsets[g], 0 <= code[g][t] < "
+                           "vocab_sizes[g]; every group has the same T",
+            },
+            "removed_inputs": self.removed_inputs,
+        }
+        if self.mode == "sum":
+            out["output"] = {"blob": self.output, "layout": "the unfused graph's sum blob, same "
+                             "name and shape: sum over g of group g's rows (T, dim) [then the "
+                             "branches' common layout chain]"}
+        else:
+            out["output"] = {"blobs": [g.output for g in self.groups],
+                             "layout": "blob g = rows g*T .. g*T+T-1 of the lookup = group g's "
+                                       "embeddings (T, dim), the unfused Embed's output"}
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Fusion":
+        f = cls(embed=d["embed"], mode=d["mode"], input=d["input"]["blob"], dim=d["dim"],
+                groups=[CodebookGroup(**g) for g in d["groups"]],
+                output=d["output"].get("blob"), removed_inputs=list(d["removed_inputs"]),
+                dtype=d.get("table_dtype", "fp32"))
+        if f.offsets != list(d["offsets"]) or f.vocab_sizes != list(d["vocab_sizes"]):
+            raise ValueError("manifest offsets/vocab_sizes disagree with its groups")
+        return f
+
+    # ------------------------------------------------------------------ caller side
+    def pack_ids(self, codes: Sequence[Sequence[int]] | np.ndarray) -> np.ndarray:
+        """Group-major, offset int32 ids from per-group codes `codes[g][t]` (shape (N, T)).
+        Refuses codes outside a group's vocabulary (ncnn would clamp them into another
+        group's rows)."""
+        arr = np.asarray(codes)
+        n = len(self.groups)
+        if arr.ndim != 2 or arr.shape[0] != n:
+            raise ValueError(f"codes must be (num_groups={n}, T), got {arr.shape}")
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"codes must be integers, got {arr.dtype}")
+        vocab = np.array(self.vocab_sizes)[:, None]
+        bad = (arr < 0) | (arr >= vocab)
+        if bad.any():
+            g, t = map(int, np.argwhere(bad)[0])
+            raise ValueError(f"code {int(arr[g, t])} of group {g} (t={t}) is outside its "
+                             f"vocabulary [0, {self.vocab_sizes[g]})")
+        ids = arr.astype(np.int64) + np.array(self.offsets)[:, None]
+        return np.ascontiguousarray(ids.reshape(-1).astype(np.int32))
+
+    def unpack_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The fused lookup's rows (N*T, dim) → (N, T, dim)."""
+        rows = np.asarray(rows)
+        return rows.reshape(len(self.groups), -1, rows.shape[-1])
+
+
+@dataclass
+class FusedManifest:
+    """`model.fused.json`: everything a runtime needs to feed the fused graph."""
+
+    fusions: list[Fusion]
+    param: str | None = None
+    bin: str | None = None
+    source_param: str | None = None
+    source_bin: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION,
+                "param": self.param, "bin": self.bin,
+                "source": {"param": self.source_param, "bin": self.source_bin},
+                "fusions": [f.to_json() for f in self.fusions]}
+
+    def dumps(self) -> str:
+        """Indented JSON with lists of numbers on one line."""
+        import re
+
+        text = json.dumps(self.to_json(), indent=2)
+        text = re.sub(r"\[\s*(-?\d+(?:,\s*-?\d+)*)\s*\]",
+                      lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]",
+                      text)
+        return text + "\n"
+
+    @classmethod
+    def loads(cls, text: str) -> "FusedManifest":
+        d = json.loads(text)
+        if d.get("format") != MANIFEST_FORMAT:
+            raise ValueError(f"not a fused-codebooks manifest (format {d.get('format')!r})")
+        if d.get("version") != MANIFEST_VERSION:
+            raise ValueError(f"unsupported manifest version {d.get('version')!r}")
+        return cls([Fusion.from_json(f) for f in d["fusions"]], d.get("param"), d.get("bin"),
+                   d["source"].get("param"), d["source"].get("bin"))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "FusedManifest":
+        with open(path, encoding="utf-8") as fh:
+            return cls.loads(fh.read())
+
+    def fusion(self, key: str) -> Fusion:
+        """A fusion by its Embed name or input blob."""
+        for f in self.fusions:
+            if key in (f.embed, f.input):
+                return f
+        raise KeyError(key)
+
+    def feeds(self, codes: Mapping[str, Sequence[Sequence[int]] | np.ndarray]) -> dict[str, np.ndarray]:
+        """{input blob: packed ids} from {input blob or embed name: codes (N, T)}."""
+        return {self.fusion(k).input: self.fusion(k).pack_ids(v) for k, v in codes.items()}
+
+
+# ============================================================================ matching
+
+@dataclass
+class _Branch:
+    embed: Layer
+    chain: list[Layer]  # layout layers from the Embed towards the sum, in order
+    leaf_blob: str  # the blob the sum reads
+
+
+@dataclass
+class _SumMatch:
+    root: Layer  # the layer writing the sum
+    removed: list[Layer]  # the sum's own layers (adds / Eltwise / Concat+Reshape+Reduction)
+    branches: list[_Branch]
+    post: list[Layer]  # layout layers to apply once after the fused sum (templates)
+    post_extra: list[tuple[str, dict]] = field(default_factory=list)  # new layers (type, params)
+
+
+def _is_add(layer: Layer) -> bool:
+    p = layer.params
+    return (layer.type == "BinaryOp" and p.get(0, 0) == 0 and not p.get(1, 0)
+            and len(layer.inputs) == 2 and len(layer.outputs) == 1)
+
+
+def _single_reader(g: Graph, blob: str) -> Layer | None:
+    readers = g.consumers(blob)
+    if len(readers) == 1:
+        return readers[0][0]
+    return None
+
+
+def _params_text(layer: Layer) -> str:
+    return " ".join(layer.params.tokens())
+
+
+class _Refuse(Exception):
+    pass
+
+
+def _branch(g: Graph, blob: str, sum_layer: Layer) -> _Branch:
+    """Walk up from a summed blob through single-reader layout layers to an Embed."""
+    chain: list[Layer] = []
+    cur = blob
+    while True:
+        p = g.producer(cur)
+        if p is None:
+            raise _Refuse(f"summed blob {cur!r} has no producer")
+        readers = g.consumer_layers(cur)
+        want = chain[-1] if chain else sum_layer
+        if readers != [want]:
+            others = ", ".join(repr(r.name) for r in readers if r is not want)
+            raise _Refuse(f"blob {cur!r} ({p.type} {p.name!r}) is also read by {others}; "
+                          f"fusing would remove it")
+        if p.type == "Embed":
+            chain.reverse()
+            return _Branch(p, chain, blob)
+        if p.type in LAYOUT_TYPES and len(p.inputs) == 1 and len(p.outputs) == 1:
+            chain.append(p)
+            cur = p.inputs[0]
+            continue
+        raise _Refuse(f"summed term {blob!r} comes from {p.type} {p.name!r}, not from an Embed "
+                      f"through layout layers ({', '.join(LAYOUT_TYPES)})")
+
+
+def _add_tree(g: Graph, root: Layer) -> tuple[list[Layer], list[str]]:
+    """The adds of the tree rooted at `root` and its leaf blobs, left to right."""
+    adds: list[Layer] = []
+    leaves: list[str] = []
+    stack: list[str | Layer] = [root]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Layer):
+            adds.append(item)
+            for b in reversed(item.inputs):
+                stack.append(b)
+            continue
+        p = g.producer(item)
+        if p is not None and _is_add(p) and g.consumer_layers(item) == [_reader_of(g, item)] \
+                and len(g.consumers(item)) == 1:
+            stack.append(p)
+        else:
+            leaves.append(item)
+    return adds, leaves
+
+
+def _reader_of(g: Graph, blob: str) -> Layer:
+    return g.consumers(blob)[0][0]
+
+
+def _ints(v: Any) -> list[int] | None:
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)):
+        return [int(x) for x in v]
+    return [int(v)]
+
+
+def _reshape_dims(layer: Layer) -> list[str] | None:
+    """A Reshape's target dims as tokens, innermost first (w, h[, d], c), or None."""
+    p = layer.params
+    expr = p.get(6)
+    if isinstance(expr, str) and expr:
+        return _split_top(expr)
+    w, h, d, c = (p.get(pid, -233) for pid in (0, 1, 11, 2))
+    if w == -233:
+        return None
+    if h == -233:
+        return [str(w)]
+    if d == -233 and c == -233:
+        return [str(w), str(h)]
+    if d == -233:
+        return [str(w), str(h), str(c)]
+    return [str(w), str(h), str(d), str(c)]
+
+
+def _split_top(expr: str) -> list[str]:
+    """Split a shape expression at its top-level commas."""
+    out, depth, cur = [], 0, ""
+    for ch in expr:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur.strip())
+    return out
+
+
+@register
+class FuseCodebooks(Pass):
+    name = "fuse-codebooks"
+    summary = ("N Embeds (one id input each) whose rows are summed -> one Embed over the "
+               "concatenated tables, offsets added by the caller (or split outputs)")
+    command = "paramsurgery fuse-codebooks"
+
+    def __init__(self, mode: str = "sum", embeds: Sequence[str] | str | None = None,
+                 input_name: str | None = None, name: str | None = None) -> None:
+        if mode not in ("sum", "split"):
+            raise PassRefused(f"unknown mode {mode!r} (sum or split)")
+        if isinstance(embeds, str):
+            embeds = [e.strip() for e in embeds.split(",") if e.strip()]
+        self.mode = mode
+        self.embeds = list(embeds) if embeds else None
+        self.input_name = input_name
+        self.layer_name = name
+
+    # ------------------------------------------------------------------ sum matching
+    def _match_sums(self, g: Graph, result: PassResult) -> list[_SumMatch]:
+        matches: list[_SumMatch] = []
+        taken: set[int] = set()
+        for layer in list(g):
+            if layer.id in taken:
+                continue
+            try:
+                m = self._match_root(g, layer)
+            except _Refuse as exc:
+                if self._mentions_embed(g, layer):
+                    result.skipped.append(Skip(layer.name, str(exc), layer.source_line))
+                continue
+            if m is None:
+                continue
+            if self.embeds is not None:
+                names = {b.embed.name for b in m.branches}
+                if not names & set(self.embeds):
+                    continue
+                if not names <= set(self.embeds):
+                    result.skipped.append(Skip(layer.name, f"sums Embeds "
+                                               f"{', '.join(sorted(names - set(self.embeds)))} "
+                                               f"that --embeds does not name",
+                                               layer.source_line))
+                    continue
+            try:
+                self._check_branches(g, m)
+            except _Refuse as exc:
+                result.skipped.append(Skip(layer.name, str(exc), layer.source_line))
+                continue
+            taken.update(x.id for x in m.removed)
+            matches.append(m)
+        return matches
+
+    def _mentions_embed(self, g: Graph, layer: Layer) -> bool:
+        """Whether a failed candidate is worth an --explain line (an Embed feeds it)."""
+        frontier, seen = list(layer.inputs), set()
+        for _ in range(64):
+            if not frontier:
+                return False
+            b = frontier.pop()
+            if b in seen:
+                continue
+            seen.add(b)
+            p = g.producer(b)
+            if p is None:
+                continue
+            if p.type == "Embed":
+                return True
+            if p.type in LAYOUT_TYPES + ("BinaryOp", "Concat", "Eltwise", "Split"):
+                frontier.extend(p.inputs)
+        return False
+
+    def _match_root(self, g: Graph, layer: Layer) -> _SumMatch | None:
+        """A sum whose terms are Embed rows, written by `layer`; None if `layer` is not the
+        top of a sum (or is an inner add)."""
+        if _is_add(layer):
+            out = layer.outputs[0]
+            readers = g.consumers(out)
+            if len(readers) == 1 and _is_add(readers[0][0]):
+                return None  # an inner add: its root will take it
+            adds, leaves = _add_tree(g, layer)
+            if not any(self._leads_to_embed(g, b) for b in leaves):
+                return None
+            branches = [_branch(g, b, g.consumers(b)[0][0]) for b in leaves]
+            return _SumMatch(layer, adds, branches, list(branches[0].chain))
+        if layer.type == "Eltwise" and layer.params.get(0, 1) == 1:
+            coeffs = layer.params.get(1)
+            if not any(self._leads_to_embed(g, b) for b in layer.inputs):
+                return None
+            if coeffs not in (None, []) and any(float(c) != 1.0 for c in coeffs):
+                raise _Refuse(f"Eltwise SUM with coefficients {coeffs}: not a plain sum")
+            if len(layer.inputs) < 2:
+                return None
+            branches = [_branch(g, b, layer) for b in layer.inputs]
+            return _SumMatch(layer, [layer], branches, list(branches[0].chain))
+        if layer.type == "Reduction":
+            return self._match_stack(g, layer)
+        return None
+
+    def _leads_to_embed(self, g: Graph, blob: str) -> bool:
+        cur = blob
+        for _ in range(32):
+            p = g.producer(cur)
+            if p is None:
+                return False
+            if p.type == "Embed":
+                return True
+            if p.type not in LAYOUT_TYPES or len(p.inputs) != 1:
+                return False
+            cur = p.inputs[0]
+        return False
+
+    def _match_stack(self, g: Graph, red: Layer) -> _SumMatch | None:
+        p = red.params
+        if p.get(0, 0) != 0:
+            return None
+        src = g.producer(red.inputs[0]) if red.inputs else None
+        reshape = None
+        if src is not None and src.type == "Reshape":
+            reshape, src = src, g.producer(src.inputs[0])
+        if src is None or src.type != "Concat":
+            return None
+        concat = src
+        if not any(self._leads_to_embed(g, b) for b in concat.inputs):
+            return None
+        cat_axis = concat.params.get(0, 0)
+        if cat_axis == -233:
+            raise _Refuse(f"Concat {concat.name!r} stacks along the batch axis (pnnx-bugs case "
+                          f"4: the graph is broken); run `paramsurgery fix-reduction` first")
+        if p.get(1, 1) != 0:
+            raise _Refuse(f"Reduction {red.name!r} reduces everything (1=1), not the stacked axis")
+        if float(p.get(2, 1.0)) != 1.0:
+            raise _Refuse(f"Reduction {red.name!r} scales the sum by {p.get(2)}")
+        axes = _ints(p.get(3))
+        if not axes or len(axes) != 1:
+            raise _Refuse(f"Reduction {red.name!r} has axes {axes}: want exactly the stacked "
+                          f"axis (an empty list reduces nothing, pnnx-bugs case 4)")
+        axis = axes[0]
+        keep = p.get(4, 0)
+        for b in [concat.outputs[0]] + ([reshape.outputs[0]] if reshape else []):
+            if len(g.consumers(b)) != 1:
+                raise _Refuse(f"the stacked blob {b!r} is also read elsewhere")
+        n = len(concat.inputs)
+        if reshape is None:
+            # per-branch ExpandDims(a) + Concat(a) + Reduction(a)
+            branches = [_branch(g, b, concat) for b in concat.inputs]
+            exp = [br.chain[-1] if br.chain else None for br in branches]
+            for br, e in zip(branches, exp):
+                if e is None or e.type != "ExpandDims" or _ints(e.params.get(3)) != [cat_axis]:
+                    raise _Refuse(f"Concat {concat.name!r} + Reduction {red.name!r}: branch "
+                                  f"{br.embed.name!r} does not end in ExpandDims(axis "
+                                  f"{cat_axis}), so its extent along the stacked axis is "
+                                  f"unknown")
+            if axis != cat_axis:
+                raise _Refuse(f"Reduction {red.name!r} reduces axis {axis}, Concat "
+                              f"{concat.name!r} stacks axis {cat_axis}")
+            for br in branches:
+                br.chain = br.chain[:-1]
+            m = _SumMatch(red, [concat, red] + [e for e in exp if e is not None], branches,
+                          list(branches[0].chain))
+            if keep:
+                m.post_extra.append(("ExpandDims", {3: [cat_axis]}))
+            return m
+        # pnnx stack: Concat(0) of 2-D rows [d, T] -> Reshape [d, T, N] -> Reduction axis 0
+        branches = [_branch(g, b, concat) for b in concat.inputs]
+        if any(br.chain for br in branches):
+            raise _Refuse(f"Concat {concat.name!r} + Reshape {reshape.name!r}: the stacked terms "
+                          f"must be the Embed rows themselves")
+        dims = _reshape_dims(reshape)
+        d = int(branches[0].embed.params.get(0, 0))
+        if cat_axis not in (0, -2):
+            raise _Refuse(f"Concat {concat.name!r} joins axis {cat_axis}: the Embed rows [d, T] "
+                          f"stack along axis 0 (rows)")
+        if reshape.params.get(12, 233) != 233 or reshape.params.get(13, 233) != 233:
+            raise _Refuse(f"Reshape {reshape.name!r} moves an axis into ncnn's batch axis")
+        if not dims or len(dims) != 3 or dims[2] != str(n) or dims[0] not in (str(d), "0", "0w"):
+            raise _Refuse(f"Reshape {reshape.name!r} ({dims}) does not split the stacked rows "
+                          f"into [d={d}, T, N={n}]")
+        if axis not in (0, -3) or keep:
+            raise _Refuse(f"Reduction {red.name!r} (axes {axes}, keepdims {keep}) does not sum "
+                          f"the N axis of [d, T, N] away")
+        return _SumMatch(red, [concat, reshape, red], branches, [])
+
+    def _check_branches(self, g: Graph, m: _SumMatch) -> None:
+        if len(m.branches) < 2:
+            raise _Refuse("fewer than 2 Embed terms")
+        first = m.branches[0]
+        sig = [(x.type, _params_text(x)) for x in first.chain]
+        for br in m.branches[1:]:
+            if [(x.type, _params_text(x)) for x in br.chain] != sig:
+                raise _Refuse(f"the layout layers after {br.embed.name!r} differ from those "
+                              f"after {first.embed.name!r}; the sum cannot be moved past them")
+        self._check_embeds(g, [br.embed for br in m.branches])
+
+    def _check_embeds(self, g: Graph, embeds: list[Layer]) -> None:
+        seen_inputs: dict[str, str] = {}
+        d = None
+        for e in embeds:
+            p = e.params
+            if p.get(18, 0):
+                raise _Refuse(f"Embed {e.name!r} is int8 (18={p.get(18)}): not supported")
+            num = int(p.get(0, 0))
+            size = int(p.get(3, 0))
+            if num <= 0 or size <= 0 or size % num:
+                raise _Refuse(f"Embed {e.name!r}: weight_data_size {size} is not a multiple of "
+                              f"num_output {num}")
+            if p.get(1) is not None and int(p.get(1)) * num != size:
+                raise _Refuse(f"Embed {e.name!r}: input_dim {p.get(1)} x num_output {num} != "
+                              f"weight_data_size {size}")
+            if d is None:
+                d = num
+            elif num != d:
+                raise _Refuse(f"Embeds have different num_output ({embeds[0].name!r}: {d}, "
+                              f"{e.name!r}: {num})")
+            if len(e.inputs) != 1:
+                raise _Refuse(f"Embed {e.name!r} has {len(e.inputs)} bottoms")
+            ids = e.inputs[0]
+            src = g.producer(ids)
+            if src is None or src.type != "Input":
+                raise _Refuse(f"the ids of Embed {e.name!r} ({ids!r}) are not a graph input "
+                              f"(they come from {src.type + ' ' + repr(src.name) if src else 'nowhere'}"
+                              f"); fuse-codebooks needs one id input per Embed")
+            if ids in seen_inputs:
+                raise _Refuse(f"Embeds {seen_inputs[ids]!r} and {e.name!r} read the same ids "
+                              f"{ids!r}")
+            seen_inputs[ids] = e.name
+            others = [r.name for r in g.consumer_layers(ids) if r is not e]
+            if others:
+                raise _Refuse(f"the ids {ids!r} of Embed {e.name!r} are also read by "
+                              f"{', '.join(others)}")
+            if e.weights is not None and e.weights.get("weight") is None:
+                raise _Refuse(f"Embed {e.name!r} has no weight blob loaded")
+        have = [e.weights is not None for e in embeds]
+        if any(have) and not all(have):
+            raise _Refuse("only some of the Embeds have weights loaded")
+
+    # ------------------------------------------------------------------ split matching
+    def _match_split(self, g: Graph, result: PassResult) -> list[Layer]:
+        embeds = g.by_type("Embed")
+        if self.embeds is not None:
+            missing = [n for n in self.embeds if g.find(n) is None]
+            if missing:
+                raise PassRefused(f"--embeds names no layer: {', '.join(missing)}")
+            chosen = [g.layer(n) for n in self.embeds]
+            wrong = [l.name for l in chosen if l.type != "Embed"]
+            if wrong:
+                raise PassRefused(f"--embeds names layers that are not Embeds: {', '.join(wrong)}")
+            chosen.sort(key=lambda l: g.position()[l.id])
+        else:
+            chosen = []
+            for e in embeds:
+                src = g.producer(e.inputs[0]) if e.inputs else None
+                if src is None or src.type != "Input" or g.consumer_layers(e.inputs[0]) != [e]:
+                    result.skipped.append(Skip(e.name, "its ids are not a graph input of its own",
+                                               e.source_line))
+                    continue
+                chosen.append(e)
+            dims = {int(e.params.get(0, 0)) for e in chosen}
+            if len(dims) > 1:
+                raise PassRefused(f"Embeds with their own id input have different widths "
+                                  f"({', '.join(map(str, sorted(dims)))}): name the group with "
+                                  f"--embeds")
+        if len(chosen) < 2:
+            raise PassRefused("split mode needs at least 2 Embeds with their own id inputs")
+        try:
+            self._check_embeds(g, chosen)
+        except _Refuse as exc:
+            raise PassRefused(str(exc)) from None
+        return chosen
+
+    # ------------------------------------------------------------------ run
+    def run(self, g: Graph) -> PassResult:
+        result = PassResult(g, False)
+        if not g.by_type("Embed"):
+            raise PassRefused("the graph has no Embed layer")
+        fusions: list[Fusion] = []
+        if self.mode == "sum":
+            matches = self._match_sums(g, result)
+            if not matches:
+                reasons = "; ".join(f"{s.layer}: {s.reason}" for s in result.skipped)
+                raise PassRefused("no sum of Embed lookups to fuse" +
+                                  (f" ({reasons})" if reasons else ""))
+            for i, m in enumerate(matches):
+                fusions.append(self._rewrite_sum(g, m, i, len(matches), result))
+        else:
+            chosen = self._match_split(g, result)
+            fusions.append(self._rewrite_split(g, chosen, result))
+        result.modified = True
+        result.data["fusions"] = fusions
+        result.data["manifest"] = FusedManifest(fusions)
+        return result
+
+    # ------------------------------------------------------------------ rewrites
+    def _groups(self, embeds: list[Layer]) -> list[CodebookGroup]:
+        groups, off = [], 0
+        for i, e in enumerate(embeds):
+            vocab = int(e.params.get(3)) // int(e.params.get(0))
+            groups.append(CodebookGroup(i, e.name, e.inputs[0], vocab, off,
+                                        bool(e.params.get(2, 0))))
+            off += vocab
+        return groups
+
+    def _fused_embed(self, g: Graph, embeds: list[Layer], groups: list[CodebookGroup],
+                     ids: str, out: str, name: str, before: Layer) -> tuple[Layer, str]:
+        d = int(embeds[0].params.get(0))
+        total = sum(gr.vocab for gr in groups)
+        fused = g.add_layer("Embed", name, [ids], [out],
+                            {0: d, 1: total, 2: 0, 3: total * d}, before=before)
+        dtype = "none"
+        if embeds[0].weights is not None:
+            tables = []
+            fp16 = all(e.weights["weight"].dtype == "fp16" for e in embeds) and \
+                not any(gr.bias for gr in groups)
+            for e, gr in zip(embeds, groups):
+                w = e.weights["weight"]
+                t = w.array() if fp16 else w.float32()
+                t = np.asarray(t).reshape(gr.vocab, d)
+                if gr.bias:
+                    b = e.weights["bias"].float32().reshape(1, d)
+                    t = (t.astype(np.float32) + b).astype(np.float32)
+                tables.append(t)
+            table = np.concatenate(tables, axis=0)
+            from ..weights import set_weights
+
+            set_weights(fused, weight=table)
+            dtype = "fp16" if fp16 else "fp32"
+        return fused, dtype
+
+    def _retire_inputs(self, g: Graph, groups: list[CodebookGroup], keep: str,
+                       result: PassResult) -> list[str]:
+        removed = []
+        for gr in groups:
+            if gr.input == keep:
+                continue
+            src = g.producer(gr.input)
+            if src is None or g.consumers(gr.input):
+                continue
+            if len(src.outputs) == 1:
+                g.remove_layer(src)
+            else:
+                g.set_outputs(src, [b for b in src.outputs if b != gr.input])
+            removed.append(gr.input)
+        if removed:
+            result.changes.append(Change("Input", f"removed id inputs {', '.join(removed)} "
+                                                  f"(now one group-major input {keep!r})"))
+        return removed
+
+    def _input_blob(self, g: Graph, first: str) -> str:
+        if not self.input_name or self.input_name == first:
+            return first
+        if g.has_blob(self.input_name):
+            raise PassRefused(f"--input-name {self.input_name!r}: a blob of that name exists")
+        return self.input_name
+
+    def _rewrite_sum(self, g: Graph, m: _SumMatch, index: int, count: int,
+                     result: PassResult) -> Fusion:
+        embeds = [br.embed for br in m.branches]
+        order = g.position()
+        embeds.sort(key=lambda e: order[e.id])
+        groups = self._groups(embeds)
+        n, d = len(groups), int(embeds[0].params.get(0))
+        out = m.root.outputs[0]
+        base = self.layer_name or "embed_fused"
+        if count > 1:
+            base = f"{base}_{index}"
+        name = g.unique_layer_name(base)
+        ids = groups[0].input
+        rows = g.unique_blob_name(f"{name}_rows")
+        fused, dtype = self._fused_embed(g, embeds, groups, ids, rows, name, before=m.root)
+        grouped = g.unique_blob_name(f"{name}_groups")
+        g.add_layer("Reshape", g.unique_layer_name(f"{name}_reshape"), [rows], [grouped],
+                    {0: d, 1: -1, 2: n}, before=m.root)
+        post = [(x.type, x.params.copy()) for x in m.post]
+        post += [(t, p) for t, p in m.post_extra]
+        # the old root lets go of the sum's name; the new chain writes it (readers unchanged)
+        g.set_outputs(m.root, [g.unique_blob_name(f"{out}_unfused")])
+        cur = g.unique_blob_name(f"{name}_sum") if post else out
+        prev = g.add_layer("Reduction", g.unique_layer_name(f"{name}_sum"), [grouped], [cur],
+                           {0: 0, 1: 0, 3: [0], 4: 0, 5: 1}, before=m.root)
+        for i, (typ, params) in enumerate(post):
+            nxt = out if i == len(post) - 1 else g.unique_blob_name(f"{name}_post{i}")
+            prev = g.add_layer(typ, g.unique_layer_name(f"{name}_{typ.lower()}{i}"), [cur],
+                               [nxt], params, after=prev)
+            cur = nxt
+        # remove the old sum, branches and embeds
+        for x in list(m.removed) + [x for br in m.branches for x in br.chain] + embeds:
+            g.remove_layer(x)
+        removed_inputs = self._retire_inputs(g, groups, ids, result)
+        new_ids = self._input_blob(g, ids)
+        if new_ids != ids:
+            g.rename_blob(ids, new_ids)
+        result.changes.append(Change(name, f"{n} Embeds ({', '.join(e.name for e in embeds)}) "
+                                           f"-> one Embed {sum(gr.vocab for gr in groups)}x{d}, "
+                                           f"Reshape [{d}, T, {n}], Reduction SUM axis 0"
+                                           + (f", then {' + '.join(t for t, _ in post)}"
+                                              if post else "") + f" -> {out!r}"))
+        result.changes.append(Change(m.root.name, f"sum of {n} lookups removed "
+                                                  f"({len(m.removed)} layer(s))"))
+        return Fusion(name, "sum", new_ids, d, groups, out, removed_inputs, dtype)
+
+    def _rewrite_split(self, g: Graph, embeds: list[Layer], result: PassResult) -> Fusion:
+        groups = self._groups(embeds)
+        n, d = len(groups), int(embeds[0].params.get(0))
+        name = g.unique_layer_name(self.layer_name or "embed_fused")
+        ids = groups[0].input
+        rows = g.unique_blob_name(f"{name}_rows")
+        outs = [e.outputs[0] for e in embeds]
+        for gr, o in zip(groups, outs):
+            gr.output = o
+        first = embeds[0]
+        _fused, dtype = self._fused_embed(g, embeds, groups, ids, rows, name, before=first)
+        for e in embeds:
+            g.set_outputs(e, [g.unique_blob_name(f"{e.outputs[0]}_unfused")])
+        g.add_layer("Slice", g.unique_layer_name(f"{name}_split"), [rows], outs,
+                    {0: [-233] * n, 1: 0}, before=first)
+        for e in embeds:
+            g.remove_layer(e)
+        removed_inputs = self._retire_inputs(g, groups, ids, result)
+        new_ids = self._input_blob(g, ids)
+        if new_ids != ids:
+            g.rename_blob(ids, new_ids)
+        result.changes.append(Change(name, f"{n} Embeds ({', '.join(e.name for e in embeds)}) "
+                                           f"-> one Embed {sum(gr.vocab for gr in groups)}x{d} + "
+                                           f"Slice into {n} (rows of each group, original names)"))
+        return Fusion(name, "split", new_ids, d, groups, None, removed_inputs, dtype)
+
+
+# ============================================================================ proof
+
+@dataclass
+class FusionCheck:
+    lengths: list[int]
+    blobs: dict[str, float] = field(default_factory=dict)  # "blob@T" -> max rel
+    tol: float = 1e-6
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.blobs) and all(v <= self.tol for v in self.blobs.values())
+
+    def format(self) -> str:
+        lines = [f"fused vs unfused through ncnn (random in-range codes, offset group-major ids; "
+                 f"tolerance rel {self.tol:g})"]
+        for T in self.lengths:
+            vals = {k.rsplit("@", 1)[0]: v for k, v in self.blobs.items()
+                    if k.endswith(f"@T={T}")}
+            if not vals:
+                continue
+            worst = max(vals, key=vals.__getitem__)
+            what = worst if len(vals) == 1 else f"{len(vals)} blobs (worst {worst})"
+            v = vals[worst]
+            lines.append(f"  T={T:<4} {what:<32} max rel {v:.3e}  "
+                         f"{'ok' if v <= self.tol else 'MISMATCH'}")
+        lines.append("  parity: " + ("ok" if self.ok else "FAILED"))
+        return "\n".join(lines)
+
+
+def verify_fusion(orig_param: str, orig_bin: str, fused_param: str, fused_bin: str,
+                  manifest: FusedManifest, lengths: Iterable[int] = (1, 7, 13), seed: int = 0,
+                  tol: float = 1e-6) -> FusionCheck:
+    """Run the unfused graph (one id input per group) and the fused graph (offset,
+    group-major ids from `manifest`) on the same random codes and compare the sum blob
+    (sum mode) or every group's rows (split mode). Only the id inputs are fed: the compared
+    blobs depend on nothing else. Both run in child processes."""
+    from ..runtime import Feed, run_isolated
+
+    rng = np.random.default_rng(seed)
+    check = FusionCheck(list(lengths), tol=tol)
+    for T in check.lengths:
+        for f in manifest.fusions:
+            codes = np.stack([rng.integers(0, gr.vocab, T) for gr in f.groups])
+            orig_feeds = {gr.input: Feed(codes[i].astype(np.int32)) for i, gr in
+                          enumerate(f.groups)}
+            fused_feeds = {f.input: Feed(f.pack_ids(codes))}
+            blobs = [f.output] if f.mode == "sum" else [gr.output for gr in f.groups]
+            a = run_isolated(orig_param, orig_bin, orig_feeds, blobs)
+            b = run_isolated(fused_param, fused_bin, fused_feeds, blobs)
+            if not a.ok:
+                raise PassRefused(f"the unfused graph does not run: {a.describe()}",
+                                  file=orig_param)
+            if not b.ok:
+                raise PassRefused(f"the fused graph does not run: {b.describe()}",
+                                  file=fused_param)
+            for blob in blobs:
+                x, y = a.outputs[blob], b.outputs[blob]
+                key = f"{blob}@T={T}"
+                if x.shape != y.shape:
+                    check.blobs[key] = float("inf")
+                    continue
+                scale = float(np.max(np.abs(x))) if x.size else 0.0
+                diff = float(np.max(np.abs(x.astype(np.float64) - y))) if x.size else 0.0
+                check.blobs[key] = diff / scale if scale else diff
+    return check
