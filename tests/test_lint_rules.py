@@ -58,6 +58,9 @@ def test_registry_codes_docs_and_fixes_are_data():
     assert get_rule("ps001").fix_pass == "fix-slice"
     assert get_rule("PS006").fix_pass == "fix-reduction"
     assert get_rule("PS999") is None
+    assert [c for c, r in rules.items() if not r.default] == ["PS009"]
+    assert "PS009" not in {r.code for r in select_rules()}
+    assert "PS009" in {r.code for r in select_rules("ALL")}
 
 
 def test_select_and_ignore_prefixes():
@@ -194,12 +197,24 @@ def test_ps007_float_math_on_ids():
 
 
 def test_ps008_ps009_batch_axis_reshapes():
-    fs = lint("""Input in 0 1 a
-                 Reshape into 1 1 a b 12=233 13=0 6="8,0h"
-                 Reshape stays 1 1 b c 12=0 13=0 6="0w,0n"
-                 Reshape outof 1 1 c d 12=0 13=233 6="0n" """)
-    assert [f.layer for f in only(fs, "PS008")] == ["into"]
-    info = only(fs, "PS009")
+    body = """Input in 0 1 a
+              Reshape into 1 1 a b 12=233 13=0 6="8,0h"
+              Reshape stays 1 1 b c 12=0 13=0 6="0w,0n"
+              Reshape outof 1 1 c d 12=0 13=233 6="0n" """
+    fs = lint(body)
+    assert [(f.layer, f.severity) for f in only(fs, "PS008")] == [("into", INFO)]
+    assert "batch_index=0" in only(fs, "PS008")[0].message
+    # a layer computing along an axis reads the batched data: the case-7 bug
+    mixed = lint("""Input in 0 1 ids
+                    MemoryData ones 0 1 w 0=3
+                    Embed e 1 1 ids a 0=8 1=96 3=768
+                    Reshape into 1 1 a b 12=233 13=0 6="//(*(8,0h),3),3"
+                    MatMul matmul_4 2 1 w b c
+                    Reshape r 1 1 c out0 6="8,//(0w,8)" """)
+    f = only(mixed, "PS008")[0]
+    assert f.severity == WARNING and "MatMul 'matmul_4'" in f.message
+    assert only(fs, "PS009") == []  # off by default: the targeted ncnn has PR #6784
+    info = only(lint(body, select=["PS0"]), "PS009")
     assert len(info) == 1 and info[0].severity == INFO and "3 Reshape" in info[0].message
 
 

@@ -74,7 +74,8 @@ def run_cmd(args: argparse.Namespace) -> int:
         else:
             for r in rules.values():
                 fix = f"  [{r.fix}]" if r.fix else ""
-                print(f"{r.code}  {r.severity:<7}  {r.name:<26} {r.summary}{fix}")
+                off = "  (off by default)" if not r.default else ""
+                print(f"{r.code}  {r.severity:<7}  {r.name:<26} {r.summary}{fix}{off}")
         return 0
     if not args.param:
         raise ParamSurgeryError("no input: give one or more .param files (or --explain CODE, "

@@ -66,6 +66,7 @@ class Rule:
     fix_pass: str | None = None  # the pass name, for `paramsurgery fix` ("fix-slice")
     needs: frozenset[str] = frozenset()
     doc: str = ""
+    default: bool = True  # False: runs only when selected (--select PS009, PS0, ALL)
 
     @property
     def category(self) -> str:
@@ -79,6 +80,8 @@ class Rule:
             lines.append(self.doc)
             lines.append("")
         lines.append(f"Fix: {self.fix}" if self.fix else "Fix: no automatic repair; see above.")
+        if not self.default:
+            lines.append(f"Off by default: runs only when selected (--select {self.code}).")
         if self.needs:
             lines.append("Needs: " + ", ".join(_NEEDS_TEXT[n] for n in sorted(self.needs)))
         return "\n".join(lines)
@@ -86,7 +89,8 @@ class Rule:
     def to_json(self) -> dict:
         return {"code": self.code, "name": self.name, "severity": self.severity,
                 "summary": self.summary, "fix": self.fix, "fix_pass": self.fix_pass,
-                "needs": sorted(self.needs), "category": self.category}
+                "needs": sorted(self.needs), "category": self.category,
+                "default": self.default}
 
 
 _NEEDS_TEXT = {
@@ -101,9 +105,10 @@ _CODE_RE = re.compile(r"PS[0-9]{3}$")
 
 
 def rule(code: str, name: str, severity: str, summary: str, *, fix: str | None = None,
-         fix_pass: str | None = None, needs: Sequence[str] = ()) -> Callable[[CheckFn], CheckFn]:
+         fix_pass: str | None = None, needs: Sequence[str] = (),
+         default: bool = True) -> Callable[[CheckFn], CheckFn]:
     """Register a check function as a rule. `fix_pass` without `fix` means the command
-    `paramsurgery <fix_pass>`."""
+    `paramsurgery <fix_pass>`. `default=False`: the rule runs only when selected."""
     if not _CODE_RE.match(code):
         raise ValueError(f"bad rule code {code!r}")
     if severity not in SEVERITIES:
@@ -117,7 +122,7 @@ def rule(code: str, name: str, severity: str, summary: str, *, fix: str | None =
             raise ValueError(f"two rules have the code {code}")
         RULES[code] = Rule(code, name, severity, summary, fn,
                            fix or (f"paramsurgery {fix_pass}" if fix_pass else None), fix_pass,
-                           frozenset(needs), inspect.cleandoc(fn.__doc__ or ""))
+                           frozenset(needs), inspect.cleandoc(fn.__doc__ or ""), default)
         return fn
 
     return deco
@@ -158,8 +163,9 @@ def _matches(code: str, prefixes: Sequence[str]) -> bool:
 
 def select_rules(select: Iterable[str] | str | None = None,
                  ignore: Iterable[str] | str | None = None) -> list[Rule]:
-    """Rules whose code starts with one of `select` (default: all) and none of `ignore`
-    (ruff-style prefixes: `PS0`, `PS10`, `PS106`). An unknown code raises ValueError."""
+    """Rules whose code starts with one of `select` (default: every rule that is on by
+    default) and none of `ignore` (ruff-style prefixes: `PS0`, `PS10`, `PS106`; `ALL`). An
+    unknown code raises ValueError."""
     rules = all_rules()
     sel = parse_codes(select)
     ign = parse_codes(ignore) or []
@@ -168,4 +174,4 @@ def select_rules(select: Iterable[str] | str | None = None,
             raise ValueError(f"no lint rule matches {p!r} (codes are PS001 … PS4xx; see "
                              f"paramsurgery lint --list)")
     return [r for c, r in rules.items()
-            if (sel is None or _matches(c, sel)) and not _matches(c, ign)]
+            if (r.default if sel is None else _matches(c, sel)) and not _matches(c, ign)]

@@ -276,34 +276,92 @@ def float_math_on_ids(ctx: "LintContext") -> Iterator[Hit]:
 
 # =========================================================================== batch n
 
+# layers whose torch counterpart computes along an axis (contracts, reduces, convolves,
+# attends): if that axis is the one in ncnn's batch n, ncnn computes per element instead
+_ALONG_AXIS = frozenset((
+    "MatMul", "Reduction", "Softmax", "SDPA", "MultiHeadAttention", "CumulativeSum", "ArgMax",
+    "Einsum", "LSTM", "GRU", "RNN", "MVN", "InstanceNorm", "GroupNorm", "Normalize",
+    "Convolution", "Convolution1D", "Convolution3D", "ConvolutionDepthWise",
+    "ConvolutionDepthWise1D", "ConvolutionDepthWise3D", "Deconvolution", "Deconvolution1D",
+    "Deconvolution3D", "DeconvolutionDepthWise", "DeconvolutionDepthWise1D",
+    "DeconvolutionDepthWise3D", "Pooling", "Pooling1D", "Pooling3D", "StatisticsPooling",
+    "F.scaled_dot_product_attention", "torch.matmul", "torch.sum", "torch.mean"))
+
+
+def _mixes_batch(layer: "Layer") -> bool:
+    if layer.type == "Gemm":
+        return not (_int(layer, 5, 0) or _int(layer, 4, 0))  # both operands are blobs
+    return layer.type in _ALONG_AXIS
+
+
+def _leaves_batch(layer: "Layer") -> bool:
+    return layer.type == "Reshape" and _int(layer, 13, NO_BATCH) == NO_BATCH and \
+        _int(layer, 12, NO_BATCH) != NO_BATCH
+
+
 @rule("PS008", "axis-into-batch", WARNING,
       "Reshape moving a tensor axis into ncnn's batch n (12=233, 13!=233)")
 def axis_into_batch(ctx: "LintContext") -> Iterator[Hit]:
     """pnnx ≥ 2026-07 (Tencent/ncnn PR #6784) can move a real axis into the ncnn Mat's
     batch `n` with `Reshape 12=233 13=k` (input has no batch axis, output axis k is the
-    batch). Every later layer then runs once per batch element: right for per-row work
-    (Embed + InnerProduct on ids, where the rows come back in `n`), wrong when a later layer
-    mixes rows (the 15 codec levels put into `n` and summed by a MatMul run once per level;
-    pnnx-bugs.md case 7, qwen3-tts.md §10). Also: the caller must read such an output with
+    batch). Every later layer then runs once per batch element. That is right for per-row
+    work (Embed, InnerProduct, norms, elementwise ops: info) but wrong when a later layer
+    was meant to compute across that axis — the 15 codec levels put into `n` and summed by
+    a MatMul run once per level (pnnx-bugs.md case 7, qwen3-tts.md §10): a warning when a
+    layer that computes along an axis (MatMul, two-input Gemm, Reduction, Softmax,
+    SDPA/attention, convolution, pooling, …) reads the batched data before a `Reshape 13=233`
+    takes the axis out of `n` again. Either way the caller reads such an output with
     `mat.numpy(batch_index=k)`.
 
-    A warning: check with a run against torch at a length no trace used (PS403 with a
-    reference). Torch-side fix: a layout where the grouped axis is not inferred as batch
-    (time-major ids, one Embed per codebook)."""
+    Check with a run against torch at a length no trace used (PS403 with a reference).
+    Torch-side fix: a layout where the grouped axis is not inferred as batch (time-major
+    ids, one Embed per codebook)."""
+    moves = []
     for layer in ctx.graph.by_type("Reshape"):
         v12, v13 = _int(layer, 12, NO_BATCH), _int(layer, 13, NO_BATCH)
         if v12 == NO_BATCH and v13 != NO_BATCH:
-            yield Hit(layer, f"Reshape {layer.name!r} moves output axis {v13} into ncnn's batch "
-                             f"n (12=233 13={v13}): later layers run once per batch element "
-                             f"and the output carries that axis in n")
+            moves.append((layer, v13))
+    if not moves:
+        return
+    # the first layer computing along an axis that each blob reaches while the data stays in
+    # n: one backward pass (layers are in topological order)
+    g = ctx.graph
+    mixer: dict[str, "Layer | None"] = {}
+    for layer in reversed(ctx.layers):
+        for b in layer.outputs:
+            found = None
+            for c in g.consumer_layers(b):
+                if _leaves_batch(c):
+                    continue
+                if _mixes_batch(c):
+                    found = c
+                else:
+                    found = next((mixer.get(o) for o in c.outputs if mixer.get(o)), None)
+                if found is not None:
+                    break
+            mixer[b] = found
+    for layer, v13 in moves:
+        m = next((mixer.get(b) for b in layer.outputs if mixer.get(b)), None)
+        base = (f"Reshape {layer.name!r} moves output axis {v13} into ncnn's batch n "
+                f"(12=233 13={v13}): later layers run once per batch element")
+        if m is not None:
+            yield Hit(layer, f"{base}, and {m.type} {m.name!r} reads that data: if the torch op "
+                             f"worked across this axis (a matmul/sum over it), ncnn computes it "
+                             f"per element instead")
+        else:
+            yield Hit(layer, f"{base}; only per-row layers follow (harmless), but the output "
+                             f"carries that axis in n: read it with batch_index={v13}",
+                      severity=INFO)
 
 
 @rule("PS009", "batch-reshape-runtime", INFO,
-      "Reshape 12/13 (batch axis) needs an ncnn with PR #6784 (2026-07)")
+      "Reshape 12/13 (batch axis) needs an ncnn with PR #6784 (2026-07)", default=False)
 def batch_reshape_runtime(ctx: "LintContext") -> Iterator[Hit]:
     """`Reshape 12=`/`13=` (input/output batch axis) exist only in ncnn builds with
     Tencent/ncnn PR #6784 (merged 2026-07-01); older runtimes (e.g. 244f30c8 of 2026-06-25,
-    pinned by the Qwen3-TTS reference port) reject the params. Reported once per graph."""
+    pinned by the Qwen3-TTS reference port) reject the params. Reported once per graph.
+    Off by default (the ncnn this project targets, 1.0.20261020, has the PR): select it
+    when deploying to an older runtime."""
     n = 0
     first = None
     for layer in ctx.graph.by_type("Reshape"):
