@@ -400,3 +400,15 @@ def test_fixable_groups_findings_by_pass():
     groups = fixable(fs)
     assert {k: [f.code for f in v] for k, v in groups.items()} == \
         {"fix-slice": ["PS001"], "fix-reduction": ["PS006"]}
+
+
+def test_ps014_separate_codebook_embeds():
+    body = ["Input in0 0 1 i0", "Input in1 0 1 i1", "Input in2 0 1 i2"]
+    body += [f"Embed e{k} 1 1 i{k} x{k} 0=8 1=32 3=256" for k in range(3)]
+    body += ["BinaryOp add_0 2 1 x0 x1 s0 0=0", "BinaryOp add_1 2 1 s0 x2 out0 0=0"]
+    fs = lint("\n".join(body))
+    assert [(f.code, f.layer, f.severity, f.fix) for f in fs] == \
+        [("PS014", "add_1", INFO, "paramsurgery fuse-codebooks")]
+    assert "3 Embed tables" in fs[0].message
+    # one Embed, or Embeds over computed ids, are not codebooks to fuse
+    assert lint("\n".join(body[:4] + ["BinaryOp add_0 2 1 x0 x0 out0 0=0"]), select="PS014") == []

@@ -557,3 +557,60 @@ def unread_param(ctx: "LintContext") -> Iterator[Hit]:
         if unread:
             yield Hit(layer, f"{t} {layer.name!r} has param(s) {', '.join(map(str, unread))}, "
                              f"which {t} does not read (ncnn ignores them)")
+
+
+# =========================================================================== codebooks
+
+def _is_sum(layer: "Layer") -> bool:
+    if layer.type == "BinaryOp":
+        return _int(layer, 0, 0) == 0 and not _int(layer, 1, 0) and len(layer.inputs) == 2
+    return layer.type == "Eltwise" and _int(layer, 0, 1) == 1 and not layer.params.get(1)
+
+
+_PASS_THROUGH = ("Reshape", "Split")
+
+
+@rule("PS014", "separate-codebook-embeds", INFO,
+      "several Embed tables, one id input each, summed (one fused Embed is cheaper)",
+      fix_pass="fuse-codebooks")
+def separate_codebook_embeds(ctx: "LintContext") -> Iterator[Hit]:
+    """An RVQ-style sum of K embeddings, each `Embed` reading its own graph input and the
+    results added with a chain of `BinaryOp` adds (or an Eltwise sum): K tables, K inputs to
+    feed and K-1 adds per step. `paramsurgery fuse-codebooks` concatenates the tables into
+    one Embed over ids pre-offset by `level × vocab` on the host (the Qwen3-TTS port's form).
+    Not a bug: an optimisation, reported as info."""
+    g = ctx.graph
+
+    def back(b: str) -> "Layer | None":
+        p = g.producer(b)
+        while p is not None and p.type in _PASS_THROUGH and p.inputs:
+            p = g.producer(p.inputs[0])
+        return p
+
+    sums = [lay for t in ("BinaryOp", "Eltwise") for lay in g.by_type(t) if _is_sum(lay)]
+    sum_ids = {lay.id for lay in sums}
+    for root in sums:
+        if any(c.id in sum_ids for b in root.outputs for c in ctx.through_splits(b)):
+            continue  # not the last add of its chain
+        embeds: dict[int, "Layer"] = {}
+        work = [root]
+        seen = {root.id}
+        while work:
+            cur = work.pop()
+            for b in cur.inputs:
+                p = back(b)
+                if p is None or p.id in seen:
+                    continue
+                seen.add(p.id)
+                if p.id in sum_ids:
+                    work.append(p)
+                elif p.type == "Embed" and p.inputs:
+                    src = back(p.inputs[0])
+                    if src is not None and src.type == "Input":
+                        embeds[p.id] = p
+        dims = {_int(e, 0, 0) for e in embeds.values()}
+        if len(embeds) >= 2 and len(dims) == 1:
+            first = min(embeds.values(), key=lambda e: ctx.index[e.id])
+            yield Hit(root, f"{len(embeds)} Embed tables (first {first.name!r}), one id "
+                            f"input each, are summed up to {root.type} {root.name!r}: one Embed "
+                            f"over pre-offset ids does the same with one table and one input")
