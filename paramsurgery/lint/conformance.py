@@ -439,7 +439,6 @@ class Conformance:
     def __init__(self, ctx: "LintContext") -> None:
         self.ctx = ctx
         self.skipped: str | None = None
-        self.notes: list[str] = []
         self.runs: list[Run] = []
         self._done = False
 
