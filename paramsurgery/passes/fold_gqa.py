@@ -1,0 +1,554 @@
+"""Fold grouped-query K/V expansion into SDPA (`paramsurgery fold-gqa`).
+
+Decoders with grouped-query attention (G kv heads, H = G*rep query heads) are often
+exported with K and V repeated from G to H heads before attention, although ncnn's SDPA
+does GQA natively (`H % G == 0`; query head j reads kv head j // (H/G), src/layer/sdpa.cpp).
+The pass removes the expansion and feeds SDPA the kv-head K/V:
+
+    k [D, T, G] -> ExpandDims(1) -> Tile [1,rep,1,1] -> Reshape [D, T, H] -> SDPA k
+    ==>
+    k [D, T, G] -> SDPA k                                   (same for v)
+
+Expansion forms recognised (ncnn axes outermost-first, K/V as `[w=D, h=T, c=G]`):
+
+- `ExpandDims -23303=1,1` + `Tile -23302=4,1,rep,1,1` (or `0=1 1=rep`) + `Reshape` to
+  `[D, T, H]`: ncnn's benchmark LLM params, and pnnx's conversion of
+  `k[:, :, None].expand(-1, -1, rep, -1, -1).reshape(...)` / `unsqueeze(2).repeat(...)`;
+- `ExpandDims` + `Tensor.expand` (sizes from a `pnnx.Expression`) + `Reshape`: the unloadable
+  leftovers of HF's `repeat_kv` under a dynamic export (pnnx-bugs case 1);
+- `Concat 0=1` of rep copies + `Reshape [D, T, rep, G]` + `Reshape [D, T, H]`: pnnx's
+  conversion of `torch.stack([k] * rep, 2).reshape(...)`.
+
+Each is the repeat_interleave order (head j = kv head j // rep), which is what SDPA's GQA
+computes; the pass proves it from the graph: the new axis sits right after the head axis,
+only it is repeated, and the final Reshape keeps `w = D` and `h = T` (so it merges exactly
+(G, rep) into H). D and G are read from the head-splitting `Reshape` above K/V (through
+`Split`, `RotaryEmbed`, `RMSNorm`/`LayerNorm`, `Permute 0=2`). Repeat orders that would
+pair query head j with kv head j mod G (`cat([k]*rep, dim=1)`) are refused.
+
+Other readers of an expanded K/V must only need its width/length: a two-input `Crop`
+whose expressions reference the reference blob's `w`/`h` (HF's mask slice
+`mask[..., :k_len]`) is rewired to the kv-head K; anything else makes the pass leave that
+SDPA alone, with the reason. Works before and after `add-kvcache` (K/V are SDPA bottoms 1
+and 2 either way); after it the cache holds G heads instead of H (G/H of the bytes).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..errors import PassRefused
+from ..graph import Graph
+from ..layer import Layer
+from .base import Change, Pass, PassResult, Skip, register
+
+PASS_THROUGH_LAYOUT = ("Split", "RotaryEmbed", "RMSNorm", "LayerNorm")
+
+
+@dataclass
+class KVExpansion:
+    """One matched expansion on SDPA bottom `slot` (1 = k, 2 = v)."""
+
+    sdpa: Layer
+    slot: int
+    form: str  # "tile" | "expand" | "stack"
+    root: str  # the kv-head blob (above any Split)
+    expanded: str  # the blob holding H heads
+    layers: list[Layer] = field(default_factory=list)  # the expansion, to delete
+    readers: list[tuple[Layer, int]] = field(default_factory=list)  # readers of `expanded`
+    head_dim: int = 0
+    kv_heads: int = 0
+    heads: int = 0  # H = kv_heads * rep
+
+
+class _NoMatch(Exception):
+    pass
+
+
+def _ints(v) -> list[int] | None:  # noqa: ANN001
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)):
+        return [int(x) for x in v]
+    return [int(v)]
+
+
+def reshape_dims(layer: Layer) -> list[str] | None:
+    """A Reshape's target as tokens, innermost first (w, h[, d], c); None if unknown."""
+    p = layer.params
+    expr = p.get(6)
+    if isinstance(expr, str) and expr:
+        out, depth, cur = [], 0, ""
+        for ch in expr:
+            depth += ch == "("
+            depth -= ch == ")"
+            if ch == "," and depth == 0:
+                out.append(cur.strip())
+                cur = ""
+            else:
+                cur += ch
+        out.append(cur.strip())
+        return out
+    w, h, d, c = (p.get(pid, -233) for pid in (0, 1, 11, 2))
+    if w == -233:
+        return None
+    if h == -233:
+        return [str(w)]
+    if d == -233 and c == -233:
+        return [str(w), str(h)]
+    if d == -233:
+        return [str(w), str(h), str(c)]
+    return [str(w), str(h), str(d), str(c)]
+
+
+def _int(tok: str) -> int | None:
+    try:
+        return int(tok)
+    except (TypeError, ValueError):
+        return None
+
+
+def kv_layout(g: Graph, blob: str) -> tuple[int, int]:
+    """(head_dim, kv_heads) of a K/V blob `[w=D, h=T, c=G]`, read from the Reshape that split
+    the heads, walking up through Split / RotaryEmbed (data input) / RMSNorm / LayerNorm /
+    Permute 0=2. Raises _NoMatch with the reason."""
+    cur, swapped, passed = blob, False, []
+    for _ in range(64):
+        p = g.producer(cur)
+        if p is None:
+            raise _NoMatch(f"cannot find how {blob!r} was split into heads (no producer of "
+                           f"{cur!r})")
+        if p.type in PASS_THROUGH_LAYOUT and p.inputs:
+            passed.append(p.type)
+            cur = p.inputs[0]
+            continue
+        if p.type == "Permute":
+            order = p.params.get(0, 0)
+            if order == 0:
+                cur = p.inputs[0]
+                continue
+            if order == 2:  # 3-D (c,h,w) -> (h,c,w): w kept, h and c swapped
+                swapped = not swapped
+                cur = p.inputs[0]
+                continue
+            raise _NoMatch(f"Permute {p.name!r} (0={order}) above {blob!r} moves the head_dim "
+                           f"axis")
+        if p.type == "Reshape":
+            dims = reshape_dims(p)
+            if not dims or len(dims) != 3:
+                raise _NoMatch(f"Reshape {p.name!r} above {blob!r} is not a 3-D head split "
+                               f"({dims})")
+            w, h, c = dims
+            d = _int(w)
+            heads = _int(h) if swapped else _int(c)
+            if d is None or heads is None or d <= 0 or heads <= 0:
+                raise _NoMatch(f"Reshape {p.name!r} above {blob!r} ({','.join(dims)}) does not "
+                               f"give head_dim and head count as numbers")
+            return d, heads
+        raise _NoMatch(f"cannot find how {blob!r} was split into heads: {p.type} {p.name!r} "
+                       f"is in the way")
+    raise _NoMatch(f"cannot find how {blob!r} was split into heads (path too long)")
+
+
+_BLOB_REF = re.compile(r"(?<![\w.])(\d+)([whdcn])")
+
+
+@register
+class FoldGQA(Pass):
+    name = "fold-gqa"
+    summary = ("remove the K/V head expansion (ExpandDims+Tile+Reshape, repeat_kv leftovers, "
+               "stack) before SDPA: SDPA does grouped-query attention natively")
+    command = "paramsurgery fold-gqa"
+
+    def __init__(self, only: list[str] | None = None, skip: list[str] | None = None) -> None:
+        self.only = set(only or ())
+        self.skip = set(skip or ())
+
+    # ------------------------------------------------------------------ matching
+    def _above_splits(self, g: Graph, blob: str) -> tuple[str, list[Layer]]:
+        splits = []
+        p = g.producer(blob)
+        while p is not None and p.type == "Split" and len(p.inputs) == 1:
+            splits.append(p)
+            blob = p.inputs[0]
+            p = g.producer(blob)
+        return blob, splits
+
+    def _readers(self, g: Graph, blob: str) -> tuple[list[tuple[Layer, int]], list[Layer]]:
+        """Non-Split readers of `blob` through Split trees, and the Splits passed."""
+        out: list[tuple[Layer, int]] = []
+        splits: list[Layer] = []
+        stack = [blob]
+        while stack:
+            b = stack.pop()
+            for layer, slot in g.consumers(b):
+                if layer.type == "Split":
+                    splits.append(layer)
+                    stack.extend(layer.outputs)
+                else:
+                    out.append((layer, slot))
+        return out, splits
+
+    def match(self, g: Graph, sdpa: Layer, slot: int) -> KVExpansion:
+        side = "k" if slot == 1 else "v"
+        blob = sdpa.inputs[slot]
+        expanded, _ = self._above_splits(g, blob)
+        r2 = g.producer(expanded)
+        if r2 is None or r2.type != "Reshape":
+            raise _NoMatch(f"{side} ({blob!r}) is not expanded: it does not come from a Reshape "
+                           f"of repeated heads")
+        src = g.producer(r2.inputs[0])
+        layers: list[Layer] = [r2]
+        rep: int | None
+        if src is not None and src.type == "Tile":
+            tile = src
+            reps = _ints(tile.params.get(2))
+            if reps is not None:
+                if len(reps) != 4 or reps[0] != 1 or reps[2] != 1 or reps[3] != 1 or reps[1] < 1:
+                    raise _NoMatch(f"Tile {tile.name!r} repeats {reps}: want [1, rep, 1, 1] "
+                                   f"(only the new axis after the heads)")
+                rep = reps[1]
+            else:
+                if tile.params.get(0, 0) != 1:
+                    raise _NoMatch(f"Tile {tile.name!r} tiles axis {tile.params.get(0, 0)}, "
+                                   f"not the new axis 1")
+                rep = int(tile.params.get(1, 1))
+            exp = g.producer(tile.inputs[0])
+            form = "tile"
+            layers.append(tile)
+        elif src is not None and src.type == "Tensor.expand" and len(src.inputs) == 2:
+            exp = g.producer(src.inputs[0])
+            sizes = g.producer(src.inputs[1])
+            layers.append(src)
+            if sizes is not None and sizes.type == "pnnx.Expression" and \
+                    g.consumer_layers(src.inputs[1]) == [src]:
+                layers.append(sizes)
+            rep = None
+            form = "expand"
+        elif src is not None and src.type == "Reshape":
+            return self._match_stack(g, sdpa, slot, blob, expanded, r2, src)
+        else:
+            what = f"{src.type} {src.name!r}" if src is not None else "nothing"
+            raise _NoMatch(f"{side}: Reshape {r2.name!r} reshapes {what}, not a Tile / "
+                           f"Tensor.expand / stack of repeated heads")
+        if exp is None or exp.type != "ExpandDims" or _ints(exp.params.get(3)) != [1]:
+            what = f"{exp.type} {exp.name!r}" if exp is not None else "nothing"
+            raise _NoMatch(f"{side}: the repeated tensor comes from {what}, not from ExpandDims "
+                           f"adding axis 1 right after the heads (-23303=1,1)")
+        layers.append(exp)
+        root, splits = self._above_splits(g, exp.inputs[0])
+        d, groups = kv_layout(g, root)
+        heads = self._check_merge(r2, d, groups, rep, side)
+        return self._finish(g, sdpa, slot, form, root, expanded, layers, d, groups, heads)
+
+    def _match_stack(self, g: Graph, sdpa: Layer, slot: int, blob: str, expanded: str,
+                     r2: Layer, r1: Layer) -> KVExpansion:
+        side = "k" if slot == 1 else "v"
+        cat = g.producer(r1.inputs[0])
+        if cat is None or cat.type != "Concat":
+            raise _NoMatch(f"{side}: Reshape {r2.name!r} reshapes Reshape {r1.name!r}, which "
+                           f"does not reshape a Concat of copies")
+        sources = {self._above_splits(g, b)[0] for b in cat.inputs}
+        if len(sources) != 1:
+            raise _NoMatch(f"{side}: Concat {cat.name!r} joins different tensors, not copies")
+        axis = cat.params.get(0, 0)
+        if axis not in (1, -2):
+            raise _NoMatch(f"{side}: Concat {cat.name!r} repeats along axis {axis}: query head j "
+                           f"would read kv head j mod G (repeat order), not j // rep as SDPA's "
+                           f"GQA does")
+        rep = len(cat.inputs)
+        root = sources.pop()
+        d, groups = kv_layout(g, root)
+        dims = reshape_dims(r1)
+        if not dims or len(dims) != 4 or dims[0] not in (str(d), "0w") or \
+                _int(dims[2]) != rep or _int(dims[3]) != groups:
+            raise _NoMatch(f"{side}: Reshape {r1.name!r} ({dims}) does not split the copies into "
+                           f"[D={d}, T, rep={rep}, G={groups}]")
+        heads = self._check_merge(r2, d, groups, rep, side)
+        return self._finish(g, sdpa, slot, "stack", root, expanded, [r2, r1, cat], d, groups,
+                            heads)
+
+    def _check_merge(self, r2: Layer, d: int, groups: int, rep: int | None, side: str) -> int:
+        """The final Reshape must map [D, T, rep, G] to [D, T, G*rep]; returns H."""
+        dims = reshape_dims(r2)
+        if not dims or len(dims) != 3:
+            raise _NoMatch(f"{side}: Reshape {r2.name!r} ({dims}) is not 3-D [D, T, H]")
+        w, h, c = dims
+        if w not in (str(d), "0", "0w"):
+            raise _NoMatch(f"{side}: Reshape {r2.name!r} gives width {w}, not head_dim {d}")
+        keeps_t = h in ("0", "0h")
+        cn = _int(c)
+        if rep is not None:
+            heads = groups * rep
+            ok = (cn == heads and (keeps_t or h == "-1" or _int(h) is not None)) or \
+                 (c == "-1" and keeps_t)
+        else:  # rep unknown (Tensor.expand): h must keep T, then c = G*rep by conservation
+            ok = keeps_t and cn is not None and cn % groups == 0
+            heads = cn if ok else 0
+        if not ok:
+            raise _NoMatch(f"{side}: Reshape {r2.name!r} ({','.join(dims)}) is not provably "
+                           f"[D={d}, T, H=G*rep] (G={groups}" +
+                           (f", rep={rep})" if rep is not None else ", rep unknown)"))
+        return heads
+
+    def _finish(self, g: Graph, sdpa: Layer, slot: int, form: str, root: str, expanded: str,
+                layers: list[Layer], d: int, groups: int, heads: int) -> KVExpansion:
+        side = "k" if slot == 1 else "v"
+        readers, splits = self._readers(g, expanded)
+        for layer, s in readers:
+            if layer.type == "SDPA" and s in (1, 2):
+                continue
+            if layer.type == "Crop" and s == 1 and len(layer.inputs) == 2:
+                exprs = [str(layer.params.get(i, "")) for i in (19, 20, 21)]
+                refs = {(m.group(1), m.group(2)) for e in exprs for m in _BLOB_REF.finditer(e)}
+                if exprs[0] and exprs[1] and all(dim in "wh" for blob_i, dim in refs
+                                                 if blob_i == "1"):
+                    continue
+                raise _NoMatch(f"{side}: the expanded blob is the reference of Crop "
+                               f"{layer.name!r}, which uses more than its width/length")
+            raise _NoMatch(f"{side}: the expanded blob {expanded!r} is also read by {layer.type} "
+                           f"{layer.name!r}, which would see {groups} heads instead of {heads}")
+        return KVExpansion(sdpa, slot, form, root, expanded, layers + splits, readers, d,
+                           groups, heads)
+
+    # ------------------------------------------------------------------ run
+    def run(self, g: Graph) -> PassResult:
+        sdpas = g.by_type("SDPA")
+        if not sdpas:
+            raise PassRefused("the graph has no SDPA layer")
+        unknown = (self.only | self.skip) - {s.name for s in sdpas}
+        if unknown:
+            raise PassRefused(f"--only/--skip name(s) that are not SDPA layers: "
+                              f"{', '.join(sorted(unknown))}")
+        result = PassResult(g, False)
+        todo: list[tuple[Layer, KVExpansion, KVExpansion]] = []
+        already = 0
+        for sdpa in sdpas:
+            if self.only and sdpa.name not in self.only:
+                result.skipped.append(Skip(sdpa.name, "not selected by --only", sdpa.source_line))
+                continue
+            if sdpa.name in self.skip:
+                result.skipped.append(Skip(sdpa.name, "excluded by --skip", sdpa.source_line))
+                continue
+            if len(sdpa.inputs) < 3:
+                result.skipped.append(Skip(sdpa.name, f"has {len(sdpa.inputs)} bottoms (q k v "
+                                                      f"needed)", sdpa.source_line))
+                continue
+            try:
+                k = self.match(g, sdpa, 1)
+                v = self.match(g, sdpa, 2)
+            except _NoMatch as exc:
+                reason = str(exc)
+                if "is not expanded" in reason and self._both_plain(g, sdpa):
+                    already += 1
+                    reason = "k and v are not expanded (SDPA already reads kv heads)"
+                result.skipped.append(Skip(sdpa.name, reason, sdpa.source_line))
+                continue
+            if (k.kv_heads, k.heads) != (v.kv_heads, v.heads):
+                result.skipped.append(Skip(sdpa.name, f"k is {k.kv_heads}->{k.heads} heads but v "
+                                                      f"{v.kv_heads}->{v.heads}",
+                                           sdpa.source_line))
+                continue
+            todo.append((sdpa, k, v))
+        if not todo:
+            if already and already == len(sdpas) - sum(
+                    1 for s in result.skipped if s.reason.startswith(("not selected", "excluded"))):
+                result.notes.append("every SDPA already reads kv heads")
+            self._report_unloadable(g, result)
+            return result
+        for sdpa, k, v in todo:
+            self._fold(g, k)
+            self._fold(g, v)
+            cache = " (its kv cache now holds kv heads)" if sdpa.params.get(7, 0) == 1 else ""
+            result.changes.append(Change(
+                sdpa.name, f"k/v {k.form} expansion removed: {k.heads} -> {k.kv_heads} kv heads "
+                           f"(head_dim {k.head_dim}, rep {k.heads // max(k.kv_heads, 1)})"
+                           f"{cache}", None, None, sdpa.source_line))
+        result.modified = True
+        result.data["folded"] = [{"sdpa": s.name, "heads": k.heads, "kv_heads": k.kv_heads,
+                                  "head_dim": k.head_dim, "form": k.form, "k": k.root,
+                                  "v": v.root, "kv_cache": s.params.get(7, 0) == 1}
+                                 for s, k, v in todo]
+        self._report_unloadable(g, result)
+        return result
+
+    def _both_plain(self, g: Graph, sdpa: Layer) -> bool:
+        for slot in (1, 2):
+            blob, _ = self._above_splits(g, sdpa.inputs[slot])
+            p = g.producer(blob)
+            if p is not None and p.type == "Reshape":
+                src = g.producer(p.inputs[0])
+                if src is not None and src.type in ("Tile", "Tensor.expand", "Reshape"):
+                    return False
+        return True
+
+    def _report_unloadable(self, g: Graph, result: PassResult) -> None:
+        from ..layer_types import is_ncnn_layer
+
+        left: dict[str, int] = {}
+        for layer in g:
+            if not is_ncnn_layer(layer.type):
+                left[layer.type] = left.get(layer.type, 0) + 1
+        if left:
+            what = ", ".join(f"{t} x{n}" for t, n in sorted(left.items()))
+            result.notes.append(f"the graph still has layers ncnn cannot load: {what} "
+                                f"(not GQA constructs; fold-gqa leaves them)")
+        result.data["unloadable"] = left
+
+    def _fold(self, g: Graph, e: KVExpansion) -> None:
+        for layer, slot in e.readers:
+            g.set_input(layer, slot, e.root)
+        g.remove_dead([x for x in e.layers if x.graph is g])
+        _resplit(g, e.root)
+
+
+def expand_gqa(g: Graph, form: str = "tile") -> list[str]:
+    """The inverse of fold-gqa, in place: before every GQA SDPA (kv heads G < query heads
+    H), expand K and V to H heads the way ncnn's benchmark LLM params do
+    (`ExpandDims -23303=1,1` + `Tile -23302=4,1,rep,1,1` + `Reshape 0=D 1=-1 2=H`). Used to
+    build the unfolded twin of a graph (benchmarks, tests). Returns the SDPA names."""
+    if form != "tile":
+        raise ValueError("only the tile form is built")
+    done = []
+    for sdpa in g.by_type("SDPA"):
+        if len(sdpa.inputs) < 3:
+            continue
+        try:
+            d, heads = kv_layout(g, sdpa.inputs[0])
+            dk, groups = kv_layout(g, sdpa.inputs[1])
+            dv, groups_v = kv_layout(g, sdpa.inputs[2])
+        except _NoMatch:
+            continue
+        if groups != groups_v or heads == groups or heads % groups:
+            continue
+        rep = heads // groups
+        for slot, side, dim in ((1, "k", dk), (2, "v", dv)):
+            base = f"{sdpa.name}_{side}"
+            for typ, suffix, params in (("ExpandDims", "unsqueeze", {3: [1]}),
+                                        ("Tile", "expand", {2: [1, rep, 1, 1]}),
+                                        ("Reshape", "reshape", {0: dim, 1: -1, 2: heads})):
+                g.insert_before(sdpa, typ, g.unique_layer_name(f"{base}_{suffix}"), params,
+                                slot=slot, new_blob=g.unique_blob_name(f"{base}_{suffix}"))
+        done.append(sdpa.name)
+    return done
+
+
+def _resplit(g: Graph, blob: str) -> None:
+    """Give `blob` exactly one Split when several layers read it (extend a Split already
+    reading it, else add one right after its producer)."""
+    readers = g.consumers(blob)
+    layers = []
+    for layer, _ in readers:
+        if layer not in layers:
+            layers.append(layer)
+    if len(layers) <= 1:
+        return
+    split = next((l for l in layers if l.type == "Split"), None)
+    others = [(l, s) for l, s in readers if l is not split]
+    if split is not None:
+        tops = list(split.outputs)
+        for layer, slot in others:
+            new = g.unique_blob_name(f"{blob}_splitncnn_{len(tops)}")
+            tops.append(new)
+            g.set_outputs(split, tops)
+            g.set_input(layer, slot, new)
+        return
+    prod = g.producer(blob)
+    names = []
+    for i in range(len(others)):
+        names.append(g.unique_blob_name(f"{blob}_splitncnn_{i}"))
+    split = g.add_layer("Split", g.unique_layer_name(f"splitncnn_{blob}"), [blob], names,
+                        after=prod)
+    for (layer, slot), new in zip(others, names):
+        g.set_input(layer, slot, new)
+
+
+# ============================================================================ proof
+
+@dataclass
+class FoldCheck:
+    """The folded decoder against a reference graph (the unfolded one when ncnn can load it,
+    else a twin), through ncnn, at several lengths."""
+
+    reference: str
+    lengths: list[int]
+    rel: dict[int, float] = field(default_factory=dict)
+    tol: float = 1e-5
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.rel) and all(v <= self.tol
+                                                             for v in self.rel.values())
+
+    def format(self) -> str:
+        lines = [f"fold-gqa check: folded vs {self.reference} through ncnn (random embeds, "
+                 f"causal mask, RoPE tables; tolerance rel {self.tol:g})"]
+        if self.error:
+            lines.append(f"  FAILED: {self.error}")
+            return "\n".join(lines)
+        for t, v in self.rel.items():
+            lines.append(f"  T={t:<5} max rel {v:.3e}  {'ok' if v <= self.tol else 'MISMATCH'}")
+        lines.append("  parity: " + ("ok" if self.ok else "FAILED"))
+        return "\n".join(lines)
+
+
+def decoder_feeds(g: Graph, io, length: int, seed: int) -> dict:  # noqa: ANN001 - DecoderIO
+    """Random decoder inputs of `length` positions in the fixtures' convention, plus empty
+    caches for every cache input of a kv-cache graph."""
+    import numpy as np
+
+    from ..kvcache_verify import causal_mask, infer_head_dim, infer_hidden, rope_tables
+    from .kvcache import cache_slots
+
+    hidden = io.hidden or infer_hidden(g, io.embeds)
+    if not hidden:
+        raise PassRefused("cannot infer the hidden size of the decoder input; give --hidden")
+    rng = np.random.default_rng(seed + length)
+    feeds = {io.embeds: rng.standard_normal((length, hidden)).astype(np.float32),
+             io.mask: causal_mask(length, 0)}
+    if io.cos in g.inputs and io.sin in g.inputs:
+        hd = io.head_dim or infer_head_dim(g)
+        if not hd:
+            raise PassRefused("cannot infer the RoPE head_dim; give --head-dim")
+        cos, sin = rope_tables(np.arange(length), hd, io.rope_theta)
+        feeds[io.cos], feeds[io.sin] = cos, sin
+    for s in cache_slots(g):
+        feeds[s.k_in] = np.zeros((0,), np.float32)
+        feeds[s.v_in] = np.zeros((0,), np.float32)
+    return feeds
+
+
+def verify_fold(folded_param: str, bin: str, reference_param: str, *,
+                lengths=(1, 9, 17), io=None, tol: float = 1e-5, seed: int = 0,  # noqa: ANN001
+                reference_bin: str | None = None) -> FoldCheck:
+    """Run the folded decoder and a reference (the unfolded graph, or a twin such as the
+    ported export) on the same random decoder inputs at each length and compare the
+    output. Both run in child processes (an unloadable reference is reported)."""
+    from ..io import load
+    from ..kvcache_verify import DecoderIO
+    from ..runtime import run_isolated
+
+    io = io or DecoderIO()
+    check = FoldCheck(str(reference_param), list(lengths), tol=tol)
+    gf, gr = load(folded_param), load(reference_param)
+    for t in check.lengths:
+        a = run_isolated(folded_param, bin, decoder_feeds(gf, io, t, seed), [io.output])
+        b = run_isolated(reference_param, reference_bin or bin, decoder_feeds(gr, io, t, seed),
+                         [io.output])
+        if not a.ok:
+            check.error = f"the folded graph does not run: {a.describe()}"
+            return check
+        if not b.ok:
+            check.error = f"the reference does not run: {b.describe()}"
+            return check
+        x, y = a.outputs[io.output], b.outputs[io.output]
+        if x.shape != y.shape:
+            check.error = f"T={t}: output shapes differ ({x.shape} vs {y.shape})"
+            return check
+        import numpy as np
+
+        scale = float(np.max(np.abs(y))) or 1.0
+        check.rel[t] = float(np.max(np.abs(x.astype(np.float64) - y))) / scale
+    return check
