@@ -26,7 +26,10 @@ def test_fix_repros_leaves_nothing_fixable(case, tmp_path):
     p = REPROS / case / "bug" / "model.ncnn.param"
     rep = fix_graph(paramsurgery.load(p), traced=companion_pnnx(p))
     assert rep.before and not rep.failures and rep.exit_code == 0
-    assert rep.fixable_left == [] and rep.after == []
+    assert rep.fixable_left == []
+    # nothing left above info level (an info may remain, e.g. PS008 on a Reshape that moves
+    # the unbound axis into ncnn's batch n and back, which no layer computes along)
+    assert [f for f in rep.after if f.severity != "info"] == []
     st = json.loads((REPROS / case / "bug" / "status.json").read_text())
     ref = np.load(REPROS / case / "bug" / "ref.npz")
     rep.graph.save(tmp_path / "m.param")
