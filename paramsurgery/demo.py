@@ -26,6 +26,21 @@ def _say(msg: str = "") -> None:
     print(msg, flush=True)
 
 
+def step_lint(ctx: dict) -> None:
+    from .lint import lint_file
+
+    findings = lint_file(ctx["param"])
+    for f in findings:
+        _say("  " + f.format())
+    errors = [f for f in findings if f.severity == "error"]
+    if errors:
+        raise DemoFailed(f"lint found {len(errors)} error(s)")
+    skipped = [f for f in findings if f.code == "PS400"]
+    how = "static rules only" if skipped else \
+        "static rules + a run through ncnn at the traced shapes and the reference next to it"
+    _say(f"lint: {len(findings)} finding(s), none an error ({how})")
+
+
 def step_info(ctx: dict) -> None:
     g = load(ctx["param"])
     ctx["graph"] = g
@@ -96,6 +111,7 @@ def step_kv_parity(ctx: dict) -> None:
 
 
 STEPS: list[tuple[str, Callable[[dict], None]]] = [
+    ("lint", step_lint),
     ("info", step_info),
     ("validate", step_validate),
     ("round trip", step_round_trip),
