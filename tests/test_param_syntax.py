@@ -161,3 +161,16 @@ def test_converter_types_are_kept_as_written():
         ["pnnx.Expression", "Tensor.expand", "aten::triu"]
     assert all(is_converter_leftover(l.type) for l in g if l.type != "Input")
     assert g.dump_bytes() == text.encode()
+
+
+def test_overlong_names_are_rejected_at_their_column():
+    long = "n" * 256
+    text = f"7767517\n2 2\nInput in 0 1 a\nReLU {long} 1 1 a b\n"
+    assert ncnn_loads(text) != 0
+    with pytest.raises(ParamSyntaxError) as info:
+        paramsurgery.loads(text)
+    assert (info.value.line, info.value.col) == (4, 6) and "layer name" in info.value.message
+    text = f"7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a {long}\n"
+    assert ncnn_loads(text) != 0
+    with pytest.raises(ParamSyntaxError, match="blob name longer than 255"):
+        paramsurgery.loads(text)

@@ -166,7 +166,7 @@ class _Reader:
             return self.record_slow(i)
         nin, nout = int(t2), int(t3)
         need = 4 + nin + nout
-        if len(toks) < need or '"' in line or len(line) > 255 and _long_token(toks):
+        if len(toks) < need or '"' in line or len(line) > 255:  # rare: the slow path checks all
             return self.record_slow(i)
         if len(toks) > need:
             ptext = " " + " ".join(toks[need:])
@@ -208,11 +208,11 @@ class _Reader:
 
         pos_line = None
         take(4, "type, name and blob counts")
-        (typ, tl, tc, _), (name, nl, nc, _) = toks[0], toks[1]
-        for tok, what in ((typ, "layer type"), (name, "layer name")):
+        typ, name = toks[0][0], toks[1][0]
+        for (tok, li, c, _), what in zip(toks[:2], ("layer type", "layer name")):
             if len(tok.encode("utf-8", "surrogateescape")) > 255:
                 raise self.err(f"{what} longer than 255 bytes (ncnn: 'parse {what.replace(' ', '_')} "
-                               f"failed')", toks[0][1], toks[0][2] + 1)
+                               f"failed')", li, c + 1)
         counts = []
         for tok, li, c, _ in toks[2:4]:
             if not (tok.isdigit() and tok.isascii()):
@@ -293,10 +293,6 @@ def _explain_bad_token(token: str) -> str:
 
 def _is_int(s: str) -> bool:
     return re.fullmatch(r"[+-]?[0-9]+", s) is not None
-
-
-def _long_token(toks: list[str]) -> bool:
-    return any(len(t.encode("utf-8", "surrogateescape")) > 255 for t in toks[:2])
 
 
 def _c_split(line: str) -> list[str]:

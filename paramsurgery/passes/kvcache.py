@@ -17,7 +17,7 @@ cache (`7=1`) is left alone, which makes the pass idempotent.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import PassRefused
