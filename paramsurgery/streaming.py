@@ -76,7 +76,7 @@ class StreamingRunner:
     def __init__(self, param: str | os.PathLike, bin: str | os.PathLike | None,
                  manifest: str | os.PathLike | Mapping[str, Any], *,
                  start_param: str | os.PathLike | None = None, num_threads: int = 1,
-                 options: RunOptions | None = None) -> None:
+                 options: RunOptions | None = None, light_mode: bool = True) -> None:
         self.manifest = load_manifest(manifest)
         m = self.manifest
         options = options or RunOptions(num_threads=num_threads)
@@ -93,6 +93,9 @@ class StreamingRunner:
         self.states = m["states"]
         self.buffer_frames = int(m["stream_start"]["buffer_frames"])
         self.calls: list[dict] = []  # per push: frames fed, seconds spent in ncnn
+        # light mode frees every intermediate blob once read: safe here because everything
+        # fetched (outputs, conv_state_out_<i>) is a leaf of the graph
+        self.light_mode = light_mode
         self.reset()
 
     # ------------------------------------------------------------------ state
@@ -160,7 +163,7 @@ class StreamingRunner:
                 net = self.start_net
         t0 = time.perf_counter()
         fetch = [o["name"] for o in self.outputs] + [s["out"] for s in self.states]
-        res = run_net(net, {**feeds, **self._state}, fetch)
+        res = run_net(net, {**feeds, **self._state}, fetch, light_mode=self.light_mode)
         dt = time.perf_counter() - t0
         for s in self.states:
             new = res[s["out"]]
@@ -263,6 +266,7 @@ class StreamCheck:
     flush_samples: int = 0
     problems: list[str] = field(default_factory=list)
     output: str = ""
+    noise_floor: float | None = None  # offline vs itself on a causal prefix (see noise_floor)
 
     def format(self) -> str:
         lines = [f"stream-check {'OK' if self.ok else 'MISMATCH'}: {self.frames} frame(s) in "
@@ -273,6 +277,9 @@ class StreamCheck:
                                                          f" (expected {c.expected})")
                            for c in self.chunks)
         lines.append(f"  per chunk (frames->samples): {counts}; flush -> {self.flush_samples}")
+        if self.noise_floor is not None:
+            lines.append(f"  offline noise floor (offline(n)[:k] vs offline(n-1)): "
+                         f"{self.noise_floor:.3g}")
         lines.extend("  " + p for p in self.problems)
         return "\n".join(lines)
 
@@ -363,6 +370,29 @@ def stream_compare(original_param: str | os.PathLike, original_bin: str | os.Pat
     return report
 
 
+def noise_floor(param: str | os.PathLike, bin: str | os.PathLike | None,
+                manifest: Mapping[str, Any], frames: Mapping[str, np.ndarray],
+                options: RunOptions | None = None) -> float | None:
+    """How far the offline graph disagrees with itself: max|offline(n)[:k] - offline(n-1)| /
+    max|offline(n)| over the first output, where k = len(offline(n-1)). Both are the same
+    samples (the stack is causal), but ncnn picks kernels and tilings by width, so fp32
+    rounding differs; no chunked run can be held closer to offline than this. None when
+    n-1 frames give no sample."""
+    m = manifest
+    o = m["outputs"][0]
+    n = frames[m["inputs"][0]["name"]].shape[m["inputs"][0]["numpy_axis"]]
+    if n < 2 or emitted_after({**m, "stream_start": {"buffer_frames": 0}}, n - 1) == 0:
+        return None
+    net = load_net(param, bin, options)
+    full = run_net(net, frames, [o["name"]])[o["name"]]
+    short = {k: np.take(v, np.arange(n - 1), axis=_axis(m, k)) for k, v in frames.items()}
+    part = run_net(net, short, [o["name"]])[o["name"]]
+    k = part.shape[o["numpy_axis"]]
+    head = np.take(full, np.arange(k), axis=o["numpy_axis"])
+    scale = float(np.max(np.abs(full))) or 1.0
+    return float(np.max(np.abs(head - part))) / scale
+
+
 def _axis(m: Mapping[str, Any], name: str) -> int:
     for i in m["inputs"]:
         if i["name"] == name:
@@ -373,9 +403,11 @@ def _axis(m: Mapping[str, Any], name: str) -> int:
 def check_stream(param: str | os.PathLike, bin: str | os.PathLike | None,
                  chunks: Sequence[int], *, seed: int = 0, tol: float = 1e-5,
                  time_axis: Any = None, shapes: Mapping[str, Sequence[int]] | None = None,
-                 num_threads: int = 1, workdir: str | None = None) -> tuple[StreamCheck, dict]:
+                 num_threads: int = 1, workdir: str | None = None,
+                 floor: bool = False) -> tuple[StreamCheck, dict]:
     """Convert `param`/`bin` with add-conv-cache (into `workdir`, default a temporary
-    directory), stream random frames in `chunks` and compare with the original offline."""
+    directory), stream random frames in `chunks` and compare with the original offline.
+    `floor`: also measure the offline noise floor (`noise_floor`)."""
     if not chunks or any(int(c) <= 0 for c in chunks):
         raise ParamSurgeryError("--chunks must be positive frame counts")
     with tempfile.TemporaryDirectory(prefix="paramsurgery-stream-") as tmp:
@@ -385,6 +417,9 @@ def check_stream(param: str | os.PathLike, bin: str | os.PathLike | None,
         runner = StreamingRunner(conv.param, conv.bin, conv.manifest,
                                  start_param=conv.start_param, num_threads=num_threads)
         frames = random_frames(conv.manifest, sum(chunks), seed, shapes)
+        opts = RunOptions(num_threads=num_threads)
         report = stream_compare(param, bin, runner, frames, [int(c) for c in chunks], tol=tol,
-                                options=RunOptions(num_threads=num_threads))
+                                options=opts)
+        if floor:
+            report.noise_floor = noise_floor(param, bin, conv.manifest, frames, opts)
         return report, conv.manifest

@@ -192,8 +192,10 @@ def test_emitted_after_formula():
 
 def test_check_stream_api(tmp_path):
     p, b = case_files("decoder_block")
-    rep, man = check_stream(p, b, [1, 2, 1, 3], seed=3)
+    rep, man = check_stream(p, b, [1, 2, 1, 3], seed=3, floor=True)
     assert rep.ok, rep.format()
+    assert rep.noise_floor is not None and rep.noise_floor < 1e-5
+    assert "offline noise floor" in rep.format()
     assert man["samples_per_frame"] == {"out0": 4}
     with pytest.raises(ParamSurgeryError, match="positive"):
         check_stream(p, b, [0])
@@ -275,10 +277,17 @@ def test_real_size_codec_conv_stack_streams(tmp_path):
     from paramsurgery.weights import synth_weights
 
     g = synth_weights(paramsurgery.load(str(REAL) + ".param"), seed=0)
-    cut = [layer.outputs[0] for layer in g.by_type("Gemm")][-1]
+    permute = g.producer(g.by_type("Deconvolution1D")[0].inputs[0])
+    cut = permute.inputs[0]  # output_proj of the transformer, as in the tiny fixture
+    assert permute.type == "Permute" and g.producer(cut).type == "Gemm"
     sub = extract_subgraph(g, [cut], ["out0"])
     p, b = str(tmp_path / "conv.param"), str(tmp_path / "conv.bin")
     sub.save(p, bin=b)
-    rep, man = check_stream(p, b, [1, 2, 1], num_threads=2)
+    rep, man = check_stream(p, b, [1, 2, 1], num_threads=2, floor=True, tol=1e-3)
     assert rep.ok, rep.format()
+    assert [c.emitted for c in rep.chunks] == [1920, 3840, 1920]
     assert man["samples_per_frame"] == {"out0": 1920}
+    # 1536-channel fp32 convs: the offline graph disagrees with itself on a causal prefix by
+    # ~2.5e-5 (ncnn picks kernels by width); streaming is held to twice that floor
+    assert rep.noise_floor is not None
+    assert rep.rel <= max(1e-5, 2 * rep.noise_floor), rep.format()

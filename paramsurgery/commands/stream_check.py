@@ -36,6 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(T for the time axis), e.g. in0=T,512")
     p.add_argument("--threads", type=int, default=1, help="ncnn threads (default 1)")
     p.add_argument("--keep", metavar="DIR", help="write the conversion into DIR and keep it")
+    p.add_argument("--noise-floor", action="store_true",
+                   help="also report how far the offline graph disagrees with itself on a "
+                        "causal prefix (offline(n)[:k] vs offline(n-1)): the fp32 floor of any "
+                        "chunked comparison, useful to pick --tol for large models")
     add_format_arg(p)
     p.set_defaults(run=run)
 
@@ -73,13 +77,15 @@ def run(args: argparse.Namespace) -> int:
     report, manifest = check_stream(args.param, args.bin, chunks, seed=args.seed, tol=args.tol,
                                     time_axis=args.time_axis,
                                     shapes=_shapes(args.input_shape) or None,
-                                    num_threads=args.threads, workdir=args.keep)
+                                    num_threads=args.threads, workdir=args.keep,
+                                    floor=args.noise_floor)
     if args.format == "json":
         print_json({"ok": report.ok, "frames": report.frames, "samples": report.samples,
                     "offline_samples": report.offline_samples, "max_abs": report.max_abs,
                     "rel": report.rel, "tol": report.tol,
                     "chunks": [c.__dict__ for c in report.chunks],
                     "flush_samples": report.flush_samples, "problems": report.problems,
+                    "noise_floor": report.noise_floor,
                     "states": len(manifest["states"]),
                     "samples_per_frame": manifest["samples_per_frame"]})
     else:

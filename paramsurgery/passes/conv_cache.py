@@ -193,8 +193,9 @@ class AddConvCache(Pass):
             pad = st.padding
             g.remove_layer(pad)
             g.set_input(conv, 0, st.x)
-            result.changes.append(Change(pad.name, f"removed Padding (left {st.pad - conv.params.get(4, 0)}): "
-                                                   f"the state is the left context",
+            left = st.pad - conv.params.get(4, 0)
+            result.changes.append(Change(pad.name, f"removed Padding (left {left}): the state "
+                                                   f"is the left context",
                                          line=pad.source_line))
         p = conv.params
         if p.get(4, 0):
