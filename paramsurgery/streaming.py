@@ -224,9 +224,12 @@ def convert(param: str | os.PathLike, bin: str | os.PathLike | None, out: str, *
     from .passes.conv_cache import AddConvCache
     from .weights import write_weights
 
+    p_path, b_path, s_path, m_path = output_paths(out)
+    directory = os.path.dirname(os.path.abspath(p_path))
+    if not os.path.isdir(directory):
+        raise ParamSurgeryError("no such directory", file=directory)
     g = graph if graph is not None else load(param, bin=bin)
     result = AddConvCache(time_axis)(g)
-    p_path, b_path, s_path, m_path = output_paths(out)
     start = result.data["start_graph"]
     manifest = dict(result.data["manifest"])
     manifest["param"] = os.path.basename(p_path)

@@ -110,7 +110,7 @@ def main(argv=None) -> int:
         net = load_net(param, bin_, opts)
         t_off, ref = median_time(lambda: run_net(net, {cut: frames}, ["out0"])["out0"],
                                  args.repeat)
-        del net
+        net = None  # free it before the chunked runs
         row = {"threads": threads, "mode": "offline", "chunk": n, "first_sample_s": t_off,
                "total_s": t_off, "rtf": t_off / audio_s, "per_chunk_s": t_off}
         results["runs"].append(row)
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
                   f"{row['first_sample_s'] * 1e3:8.1f} ms  total {row['total_s']:7.3f} s  "
                   f"RTF {row['rtf']:.3f}  per chunk {row['per_chunk_s'] * 1e3:7.1f} ms for "
                   f"{row['chunk_audio_s'] * 1e3:.0f} ms of audio  rel.err {err:.1e}")
-        del runner
+        runner = None
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return 0

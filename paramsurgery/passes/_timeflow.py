@@ -26,7 +26,7 @@ or Gemm that reads it).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence, Union
 
 from ..graph import Graph
