@@ -49,7 +49,8 @@ def rel(a, b) -> float:
 
 # ------------------------------------------------------------------ hand-built graphs
 
-FORMS = ["add_chain", "add_tree", "eltwise", "stack_expand", "stack_concat_reshape"]
+FORMS = ["add_chain", "add_tree", "eltwise", "stack_expand", "stack_expand_keep",
+         "stack_concat_reshape"]
 
 
 def build(vocabs: list[int], d: int, form: str, bias: list[bool], chain: bool,
@@ -84,10 +85,11 @@ def build(vocabs: list[int], d: int, form: str, bias: list[bool], chain: bool,
             level = nxt_level
     elif form == "eltwise":
         lines.append(f"Eltwise sum {n} 1 {' '.join(terms)} out 0=1")
-    elif form == "stack_expand":
+    elif form in ("stack_expand", "stack_expand_keep"):
         lines += [f"ExpandDims x{i} 1 1 {t} e{i} -23303=1,0" for i, t in enumerate(terms)]
         lines.append(f"Concat cat {n} 1 {' '.join(f'e{i}' for i in range(n))} st 0=0")
-        lines.append("Reduction red 1 1 st out 0=0 1=0 -23303=1,0 4=0 5=1")
+        keep = int(form == "stack_expand_keep")
+        lines.append(f"Reduction red 1 1 st out 0=0 1=0 -23303=1,0 4={keep} 5=1")
     elif form == "stack_concat_reshape":
         lines.append(f"Concat cat {n} 1 {' '.join(terms)} st 0=0")
         lines.append(f"Reshape rs 1 1 st st3 0={d} 1=-1 2={n}")
@@ -137,7 +139,7 @@ def test_fused_equals_original_through_ncnn(tmp_path_factory, data, n, d, form, 
     want = numpy_sum(tables, biases, codes, chain)
     orig = run(tmp / "m.param", tmp / "m.bin",
                {f"in{i}": codes[i].astype(np.int32) for i in range(n)}, ["out"])["out"]
-    assert rel(orig, want) <= 1e-6  # the hand-built graph is the sum it claims to be
+    assert rel(orig.reshape(want.shape), want) <= 1e-6  # the graph is the sum it claims
 
     res = FuseCodebooks()(paramsurgery.load(tmp / "m.param", bin=tmp / "m.bin"))
     res.graph.save(tmp / "f.param", bin=tmp / "f.bin")
@@ -309,6 +311,54 @@ def test_split_mode_on_the_codec(tmp_path):
     assert check.ok, check.format()
     # without --embeds split mode takes every Embed with its own ids: all 16 here
     assert len(FuseCodebooks(mode="split")(g).data["manifest"].fusions[0].groups) == 16
+
+
+# ------------------------------------------------------------------ pnnx's sum forms
+
+FUS = FIXTURES / "fusions"
+
+
+def embeds3(form: str, ext: str = "param"):
+    return FUS / f"embeds3.{form}.ncnn.{ext}"
+
+
+@pytest.mark.parametrize("form", ["sum", "stack1", "stackm1"])
+def test_pnnx_sum_forms_fuse_and_match_torch(tmp_path, form):
+    """sum(parts), stack(parts, 1).sum(1), stack(parts, -1).sum(-1) as pnnx writes them
+    (per-term Reshape into the batch axis, Concat + Reshape + Reduction)."""
+    res = FuseCodebooks()(paramsurgery.load(embeds3(form), bin=embeds3(form, "bin")))
+    check_golden(f"fusions/embeds3.{form}.fused.param", res.graph.dumps())
+    res.graph.save(tmp_path / "f.param", bin=tmp_path / "f.bin")
+    f = res.data["manifest"].fusions[0]
+    assert f.vocab_sizes == [5, 7, 4] and f.offsets == [0, 5, 12]
+    ref = np.load(FUS / f"embeds3.{form}.ref.npz")
+    codes = np.stack([ref[f"input_ids{i}"] for i in range(3)])
+    out = run(tmp_path / "f.param", tmp_path / "f.bin", {"in0": f.pack_ids(codes)},
+              ["out0"])["out0"]
+    assert rel(out.reshape(ref["output_sum"].shape), ref["output_sum"]) <= 1e-6
+    check = verify_fusion(str(embeds3(form)), str(embeds3(form, "bin")),
+                          str(tmp_path / "f.param"), str(tmp_path / "f.bin"),
+                          res.data["manifest"], lengths=(1, 9))
+    assert check.ok, check.format()
+
+
+def test_pnnx_batch_axis_stack_refused_then_fixed(tmp_path):
+    """stack(parts, 0).sum(0) is pnnx-bugs case 4 (Concat 0=-233 + Reduction -23303=0,
+    wrong as exported): refused with the reason; after `fix-reduction` it fuses, and the
+    fused graph gives torch's values."""
+    from paramsurgery.passes.fix_reduction import FixReduction
+
+    g = paramsurgery.load(embeds3("stack0"), bin=embeds3("stack0", "bin"))
+    with pytest.raises(PassRefused, match=r"batch axis \(pnnx-bugs case 4.*fix-reduction"):
+        FuseCodebooks()(g)
+    res = FuseCodebooks()(FixReduction()(g).graph)
+    res.graph.save(tmp_path / "f.param", bin=tmp_path / "f.bin")
+    f = res.data["manifest"].fusions[0]
+    ref = np.load(FUS / "embeds3.stack0.ref.npz")
+    codes = np.stack([ref[f"input_ids{i}"] for i in range(3)])
+    out = run(tmp_path / "f.param", tmp_path / "f.bin", {"in0": f.pack_ids(codes)},
+              ["out0"])["out0"]
+    assert rel(out.reshape(ref["output_sum"].shape), ref["output_sum"]) <= 1e-6
 
 
 # ------------------------------------------------------------------ refusals

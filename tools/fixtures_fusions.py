@@ -21,6 +21,12 @@ sha256. `<module>.<form>.ref.npz` holds the reference inputs and torch outputs a
 length neither trace used); `manifest.json` records the ncnn-vs-torch status of every
 variant as exported (before any folding).
 
+It also exports `embeds3.<form>`: three Embeddings (vocabularies 5, 7, 4; width 8), one
+int32 id input each, summed in torch as `sum(parts)`, `stack(parts, 0).sum(0)`,
+`stack(parts, 1).sum(1)` and `stack(parts, -1).sum(-1)` -- the sum forms
+`paramsurgery fuse-codebooks` meets in pnnx output (`stack0` is pnnx-bugs case 4: broken
+as exported). These keep their (tiny) `.bin`.
+
 Needs the export environment (torch 2.13.0 CPU, qwen-tts 0.1.1, transformers 4.57.3, pnnx).
 """
 
@@ -127,6 +133,71 @@ def build(which: str, form: str, out: Path, scratch: Path) -> dict:
             "head_dim": cfg.head_dim, "rope_theta": float(cfg.rope_theta)}
 
 
+EMBED_FORMS = {"sum": "sum(parts)", "stack0": "torch.stack(parts, 0).sum(0)",
+               "stack1": "torch.stack(parts, 1).sum(1)",
+               "stackm1": "torch.stack(parts, -1).sum(-1)"}
+EMBED_VOCABS, EMBED_DIM = (5, 7, 4), 8
+
+
+def build_embeds(form: str, out: Path, scratch: Path) -> dict:
+    """Three Embeddings (unequal vocabularies), one int32 id input each (T,), summed in
+    torch as `form`: the sum forms fuse-codebooks meets in pnnx output."""
+    import numpy as np
+    import torch
+
+    from paramsurgery.repro.pnnx_export import export_with_pnnx
+    from qwen3tts import ncnn_check
+    from qwen3tts.npz import save_npz
+
+    class Embeds(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            gen = torch.Generator().manual_seed(20260405)
+            self.e = torch.nn.ModuleList(torch.nn.Embedding(v, EMBED_DIM) for v in EMBED_VOCABS)
+            for e in self.e:
+                e.weight.data = torch.randn(e.weight.shape, generator=gen)
+
+        def forward(self, a, b, c):  # noqa: ANN001, ANN201
+            parts = [e(x) for e, x in zip(self.e, (a, b, c))]
+            if form == "sum":
+                return sum(parts)
+            axis = {"stack0": 0, "stack1": 1, "stackm1": -1}[form]
+            return torch.stack(parts, axis).sum(axis)
+
+    gen = torch.Generator().manual_seed(7)
+
+    def ids(t: int) -> tuple:
+        return tuple(torch.randint(0, v, (t,), generator=gen, dtype=torch.int64)
+                     .to(torch.int32) for v in EMBED_VOCABS)
+
+    model = Embeds().eval()
+    stem = f"embeds3.{form}"
+    res = export_with_pnnx(model, ids(7), scratch / stem, stem, example_inputs2=ids(5))
+    if not res.ok:
+        raise SystemExit(f"{stem}: pnnx failed ({res.returncode}): {res.stderr_tail()}")
+    shutil.copy(res.ncnn_param, out / f"{stem}.ncnn.param")
+    shutil.copy(res.ncnn_bin, out / f"{stem}.ncnn.bin")
+    ref_in = ids(9)
+    with torch.no_grad():
+        ref_out = model(*ref_in)
+    arrays = {f"input_ids{i}": t.numpy() for i, t in enumerate(ref_in)}
+    arrays["output_sum"] = ref_out.numpy()
+    save_npz(out / f"{stem}.ref.npz", arrays)
+    inputs = [{"blob": f"in{i}", "key": f"input_ids{i}",
+               "batch_index": res.input_batch_index.get(f"in{i}", 233)} for i in range(3)]
+    outputs = [{"blob": "out0", "key": "output_sum",
+                "batch_index": res.output_batch_index.get("out0", 233)}]
+    status = ncnn_check.check(out / f"{stem}.ncnn.param", out / f"{stem}.ncnn.bin", inputs,
+                              outputs, arrays)
+    return {"module": "embeds3", "form": form, "torch": EMBED_FORMS[form],
+            "vocab_sizes": list(EMBED_VOCABS), "dim": EMBED_DIM,
+            "param": f"{stem}.ncnn.param", "param_sha256": sha256(out / f"{stem}.ncnn.param"),
+            "bin": f"{stem}.ncnn.bin", "bin_sha256": sha256(out / f"{stem}.ncnn.bin"),
+            "ref": f"{stem}.ref.npz", "ref_length": 9, "trace_lengths": [7, 5],
+            "warnings": res.warnings, "input_batch_index": res.input_batch_index,
+            "output_batch_index": res.output_batch_index, "status": status}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "fixtures" / "fusions")
@@ -136,6 +207,7 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="fusions-", dir=args.scratch))
     try:
         records = [build(which, form, args.out, scratch) for which, form in VARIANTS]
+        records += [build_embeds(form, args.out, scratch) for form in EMBED_FORMS]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     from qwen3tts.env import tool_versions

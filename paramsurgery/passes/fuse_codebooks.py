@@ -20,11 +20,15 @@ pnnx-bugs case 7). Ids must be in range: ncnn clamps an out-of-range id to the t
 in a fused table is another group's row (`FusedManifest.pack_ids` checks).
 
 Sum forms matched: a tree of two-input `BinaryOp` adds (`0=0`), `Eltwise` SUM (coefficients
-absent or all 1), and two stack+sum forms: per-branch `ExpandDims(a)` + `Concat(a)` +
-`Reduction` SUM over `a`, and (pnnx's stack) `Concat(0)` of the 2-D embeddings + `Reshape`
-to `[d, T, N]` + `Reduction` SUM over axis 0. Between each `Embed` and the sum there may
-be a chain of layout layers (`Reshape`, `Permute`, `ExpandDims`, `Squeeze`, `Flatten`) that
-is the same for every branch; it commutes with the sum and is applied once after it.
+absent or all 1), and the stack+sum forms: every term ends in a layer giving it extent 1 on
+the stacked axis a (`ExpandDims(a)`, or a `Reshape` with a literal 1 there; pnnx's
+`stack(parts, -1).sum(-1)`) + `Concat(a)` + `Reduction` SUM over a; or `Concat(0)` of the
+terms + a `Reshape` making N the outermost dim + `Reduction` SUM over axis 0 (pnnx's
+`stack(parts, 1).sum(1)`). Between each `Embed` and the sum there may be a chain of layout
+layers (`Reshape`, `Permute`, `ExpandDims`, `Squeeze`, `Flatten`; pnnx puts
+`Reshape 12=233 13=0` there) that is the same for every branch; it commutes with the sum and
+is applied once after it. A stack along ncnn's batch axis (`Concat 0=-233`, pnnx-bugs case
+4) is broken as exported: refused, `fix-reduction` turns it into an `Eltwise` first.
 
 Biases (`2=1`) are folded into the table rows (the same float additions the unfused graph
 makes), so the fused `Embed` has none. Tables stored fp16 stay fp16 (bytes concatenated
@@ -329,6 +333,20 @@ def _reshape_dims(layer: Layer) -> list[str] | None:
     return [str(w), str(h), str(d), str(c)]
 
 
+def _int(tok: str) -> int | None:
+    try:
+        return int(tok)
+    except (TypeError, ValueError):
+        return None
+
+
+def _dims_params(dims: list) -> dict:
+    """Reshape params for dims given innermost first (w, h[, d], c)."""
+    dims = [int(x) if _int(str(x)) is not None else x for x in dims]
+    keys = {1: (0,), 2: (0, 1), 3: (0, 1, 2), 4: (0, 1, 11, 2)}[len(dims)]
+    return dict(zip(keys, dims))
+
+
 def _split_top(expr: str) -> list[str]:
     """Split a shape expression at its top-level commas."""
     out, depth, cur = [], 0, ""
@@ -488,45 +506,86 @@ class FuseCodebooks(Pass):
             if len(g.consumers(b)) != 1:
                 raise _Refuse(f"the stacked blob {b!r} is also read elsewhere")
         n = len(concat.inputs)
-        if reshape is None:
-            # per-branch ExpandDims(a) + Concat(a) + Reduction(a)
-            branches = [_branch(g, b, concat) for b in concat.inputs]
-            exp = [br.chain[-1] if br.chain else None for br in branches]
-            for br, e in zip(branches, exp):
-                if e is None or e.type != "ExpandDims" or _ints(e.params.get(3)) != [cat_axis]:
-                    raise _Refuse(f"Concat {concat.name!r} + Reduction {red.name!r}: branch "
-                                  f"{br.embed.name!r} does not end in ExpandDims(axis "
-                                  f"{cat_axis}), so its extent along the stacked axis is "
-                                  f"unknown")
-            if axis != cat_axis:
-                raise _Refuse(f"Reduction {red.name!r} reduces axis {axis}, Concat "
-                              f"{concat.name!r} stacks axis {cat_axis}")
-            for br in branches:
-                br.chain = br.chain[:-1]
-            m = _SumMatch(red, [concat, red] + [e for e in exp if e is not None], branches,
-                          list(branches[0].chain))
-            if keep:
-                m.post_extra.append(("ExpandDims", {3: [cat_axis]}))
-            return m
-        # pnnx stack: Concat(0) of 2-D rows [d, T] -> Reshape [d, T, N] -> Reduction axis 0
         branches = [_branch(g, b, concat) for b in concat.inputs]
-        if any(br.chain for br in branches):
-            raise _Refuse(f"Concat {concat.name!r} + Reshape {reshape.name!r}: the stacked terms "
-                          f"must be the Embed rows themselves")
+        if reshape is None:
+            return self._match_unit_stack(concat, red, branches, cat_axis, axis, keep)
+        # pnnx's stack(parts, k).sum(k) with k the parts' outermost axis: Concat(0) joins
+        # the parts' memory blocks, a Reshape makes N the outermost dim, Reduction sums it
         dims = _reshape_dims(reshape)
-        d = int(branches[0].embed.params.get(0, 0))
-        if cat_axis not in (0, -2):
-            raise _Refuse(f"Concat {concat.name!r} joins axis {cat_axis}: the Embed rows [d, T] "
-                          f"stack along axis 0 (rows)")
+        if cat_axis != 0:
+            raise _Refuse(f"Concat {concat.name!r} joins axis {cat_axis}, Reshape "
+                          f"{reshape.name!r} then regroups: only a Concat along the outermost "
+                          f"axis (0) keeps each term a contiguous block")
         if reshape.params.get(12, 233) != 233 or reshape.params.get(13, 233) != 233:
             raise _Refuse(f"Reshape {reshape.name!r} moves an axis into ncnn's batch axis")
-        if not dims or len(dims) != 3 or dims[2] != str(n) or dims[0] not in (str(d), "0", "0w"):
-            raise _Refuse(f"Reshape {reshape.name!r} ({dims}) does not split the stacked rows "
-                          f"into [d={d}, T, N={n}]")
-        if axis not in (0, -3) or keep:
+        if not dims or dims[-1] != str(n):
+            raise _Refuse(f"Reshape {reshape.name!r} ({dims}) does not make the N={n} stacked "
+                          f"terms its outermost axis")
+        if axis not in (0, -len(dims)) or keep:
             raise _Refuse(f"Reduction {red.name!r} (axes {axes}, keepdims {keep}) does not sum "
-                          f"the N axis of [d, T, N] away")
-        return _SumMatch(red, [concat, reshape, red], branches, [])
+                          f"the outermost (stacked) axis away")
+        rest = dims[:-1]
+        post = list(branches[0].chain)
+        m = _SumMatch(red, [concat, reshape, red], branches, post)
+        d = int(branches[0].embed.params.get(0, 0))
+        identity = not post and len(rest) == 2 and rest[0] in (str(d), "0", "0w") and \
+            rest[1] in ("-1", "0", "0h")
+        if identity:
+            return m  # the rows [d, T] already have the per-term shape
+        if not all(_int(t) is not None for t in rest) or sum(t == "-1" for t in rest) > 1:
+            raise _Refuse(f"Reshape {reshape.name!r} ({dims}): the per-term shape "
+                          f"{rest} refers to the stacked blob's dims; it cannot be restated for "
+                          f"one term")
+        m.post_extra.append(("Reshape", _dims_params([int(t) for t in rest])))
+        return m
+
+    def _match_unit_stack(self, concat: Layer, red: Layer, branches: list[_Branch],
+                          cat_axis: int, axis: int, keep: int) -> _SumMatch:
+        """Every term ends in a layer giving it extent 1 on the Concat axis (ExpandDims of
+        that axis, or a Reshape with a literal 1 there); Reduction sums that axis."""
+        lasts = [br.chain[-1] if br.chain else None for br in branches]
+        last0 = lasts[0]
+        for br, last in zip(branches, lasts):
+            if last is None or last.type not in ("ExpandDims", "Reshape") or \
+                    (last.type, _params_text(last)) != (last0.type, _params_text(last0)):
+                raise _Refuse(f"Concat {concat.name!r} + Reduction {red.name!r}: the terms do "
+                              f"not all end in the same ExpandDims/Reshape giving them extent "
+                              f"1 on the stacked axis ({br.embed.name!r})")
+        if last0.type == "ExpandDims":
+            rank = None
+            if _ints(last0.params.get(3)) != [cat_axis]:
+                raise _Refuse(f"ExpandDims {last0.name!r} adds axis "
+                              f"{_ints(last0.params.get(3))}, Concat {concat.name!r} stacks "
+                              f"axis {cat_axis}")
+            reduced = None
+        else:
+            dims = _reshape_dims(last0)
+            if not dims or last0.params.get(12, 233) != 233 or last0.params.get(13, 233) != 233:
+                raise _Refuse(f"Reshape {last0.name!r}: shape unknown or batch axis moved")
+            rank = len(dims)
+            a = cat_axis + rank if cat_axis < 0 else cat_axis
+            idx = rank - 1 - a  # dims are innermost first, axes outermost first
+            if not 0 <= idx < rank or dims[idx] != "1":
+                raise _Refuse(f"Reshape {last0.name!r} ({dims}) does not give the terms extent "
+                              f"1 on the stacked axis {cat_axis}")
+            rest = dims[:idx] + dims[idx + 1:]
+            if not rest:
+                raise _Refuse(f"Reshape {last0.name!r} makes each term a single element")
+            reduced = ("Reshape", _dims_params(rest) if all(_int(t) is not None for t in rest)
+                       else {6: ",".join(rest)})
+        norm = lambda x, r: x + r if (x < 0 and r) else x  # noqa: E731
+        if axis != cat_axis and (rank is None or norm(axis, rank) != norm(cat_axis, rank)):
+            raise _Refuse(f"Reduction {red.name!r} reduces axis {axis}, Concat "
+                          f"{concat.name!r} stacks axis {cat_axis}")
+        removed = [concat, red] + [x for x in lasts if x is not None]
+        for br in branches:
+            br.chain = br.chain[:-1]
+        m = _SumMatch(red, removed, branches, list(branches[0].chain))
+        if keep:  # the reduced axis stays (size 1): the last layer as it was
+            m.post_extra.append((last0.type, last0.params.copy()))
+        elif reduced is not None:
+            m.post_extra.append(reduced)
+        return m
 
     def _check_branches(self, g: Graph, m: _SumMatch) -> None:
         if len(m.branches) < 2:
