@@ -352,8 +352,9 @@ class FoldGQA(Pass):
                 continue
             todo.append((sdpa, k, v))
         if not todo:
-            if already and already == len(sdpas) - sum(
-                    1 for s in result.skipped if s.reason.startswith(("not selected", "excluded"))):
+            considered = [s for s in result.skipped
+                          if not s.reason.startswith(("not selected", "excluded"))]
+            if considered and already == len(considered):
                 result.notes.append("every SDPA already reads kv heads")
             self._report_unloadable(g, result)
             return result
