@@ -1,7 +1,8 @@
 """Benchmark chunked (add-conv-cache + StreamingRunner) vs offline decoding of the Qwen3-TTS
 codec decoder's conv stack (everything after the transformer's output_proj: 2 upsamplers
 with ConvNeXt blocks, 4 decoder blocks, 1920 samples per frame at 24 kHz) with synthetic
-weights (`synth_weights`, the same values `paramsurgery synth-bin` writes).
+weights (`synth_weights(seed=0)`: the .bin is byte-identical to
+`paramsurgery synth-bin <workdir>/real_conv.param --seed 0`).
 
 Reported per thread count:
 - offline: one ncnn run over all frames (the original graph); its latency to first sample is
