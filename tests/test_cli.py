@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 from paramsurgery.cli import main
 

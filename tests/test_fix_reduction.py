@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.passes.fix_reduction import FixReduction
-from paramsurgery.passes._traced import companion_pnnx
 from paramsurgery.runtime import Feed, Fetch, run, run_isolated
 
 from conftest import FIXTURES

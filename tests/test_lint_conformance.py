@@ -14,7 +14,7 @@ from paramsurgery.lint import LintOptions, Reference, lint_file, lint_graph, par
 from paramsurgery.lint.conformance import (find_reference, map_blobs, read_pnnx_script,
                                            shape_matches, torch_parts)
 
-from test_lint_support import QWEN, REPROS, codes
+from test_lint_support import QWEN, REPROS
 
 
 def test_shape_matching_ignores_ones_and_batch_position():

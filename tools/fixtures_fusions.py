@@ -75,7 +75,6 @@ def attention(form: str):  # noqa: ANN201 - a transformers attention function
 
 
 def build(which: str, form: str, out: Path, scratch: Path) -> dict:
-    import numpy as np
     import torch
     from transformers import AttentionInterface
 
@@ -142,7 +141,6 @@ EMBED_VOCABS, EMBED_DIM = (5, 7, 4), 8
 def build_embeds(form: str, out: Path, scratch: Path) -> dict:
     """Three Embeddings (unequal vocabularies), one int32 id input each (T,), summed in
     torch as `form`: the sum forms fuse-codebooks meets in pnnx output."""
-    import numpy as np
     import torch
 
     from paramsurgery.repro.pnnx_export import export_with_pnnx

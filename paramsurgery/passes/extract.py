@@ -27,7 +27,6 @@ from typing import Iterable, Mapping, Sequence
 
 from ..errors import PassRefused
 from ..graph import Graph
-from ..layer import Layer
 from .base import Change, Pass, PassResult, register
 
 
