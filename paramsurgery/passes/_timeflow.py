@@ -31,6 +31,7 @@ from typing import Any, Sequence, Union
 
 from ..graph import Graph
 from ..layer import Layer
+from .shape_expr import split_top_level
 
 TIME = "T"
 
@@ -712,9 +713,9 @@ def crop_spans(layer: Layer, rank: int) -> dict[int, tuple[int, int]] | None:
     se, ee, ae = p.get(19), p.get(20), p.get(21)
     if se and ee and ae:
         try:
-            st_l = _split_top(str(se))
-            en_l = _split_top(str(ee))
-            ax_l = [int(v) for v in _split_top(str(ae))]
+            st_l = split_top_level(str(se))
+            en_l = split_top_level(str(ee))
+            ax_l = [int(v) for v in split_top_level(str(ae))]
         except ValueError:
             return None
         if not (len(st_l) == len(en_l) == len(ax_l)):
@@ -754,22 +755,6 @@ def time_crop(layer: Layer, rank: int, axis: int) -> tuple[int, int] | None:
     if en > 0:
         return None
     return st, -en
-
-
-def _split_top(text: str) -> list[str]:
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    parts.append(cur.strip())
-    return parts
 
 
 def _expr_start(s: str) -> int | None:

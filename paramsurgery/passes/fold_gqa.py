@@ -42,6 +42,7 @@ from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
 from .base import Change, Pass, PassResult, Skip, register
+from .shape_expr import int_or_none, reshape_dims
 
 PASS_THROUGH_LAYOUT = ("Split", "RotaryEmbed", "RMSNorm", "LayerNorm")
 
@@ -72,41 +73,6 @@ def _ints(v) -> list[int] | None:  # noqa: ANN001
     if isinstance(v, (list, tuple)):
         return [int(x) for x in v]
     return [int(v)]
-
-
-def reshape_dims(layer: Layer) -> list[str] | None:
-    """A Reshape's target as tokens, innermost first (w, h[, d], c); None if unknown."""
-    p = layer.params
-    expr = p.get(6)
-    if isinstance(expr, str) and expr:
-        out, depth, cur = [], 0, ""
-        for ch in expr:
-            depth += ch == "("
-            depth -= ch == ")"
-            if ch == "," and depth == 0:
-                out.append(cur.strip())
-                cur = ""
-            else:
-                cur += ch
-        out.append(cur.strip())
-        return out
-    w, h, d, c = (p.get(pid, -233) for pid in (0, 1, 11, 2))
-    if w == -233:
-        return None
-    if h == -233:
-        return [str(w)]
-    if d == -233 and c == -233:
-        return [str(w), str(h)]
-    if d == -233:
-        return [str(w), str(h), str(c)]
-    return [str(w), str(h), str(d), str(c)]
-
-
-def _int(tok: str) -> int | None:
-    try:
-        return int(tok)
-    except (TypeError, ValueError):
-        return None
 
 
 def kv_layout(g: Graph, blob: str) -> tuple[int, int]:
@@ -140,8 +106,8 @@ def kv_layout(g: Graph, blob: str) -> tuple[int, int]:
                 raise _NoMatch(f"Reshape {p.name!r} above {blob!r} is not a 3-D head split "
                                f"({dims})")
             w, h, c = dims
-            d = _int(w)
-            heads = _int(h) if swapped else _int(c)
+            d = int_or_none(w)
+            heads = int_or_none(h) if swapped else int_or_none(c)
             if d is None or heads is None or d <= 0 or heads <= 0:
                 raise _NoMatch(f"Reshape {p.name!r} above {blob!r} ({','.join(dims)}) does not "
                                f"give head_dim and head count as numbers")
@@ -262,7 +228,7 @@ class FoldGQA(Pass):
         d, groups = kv_layout(g, root)
         dims = reshape_dims(r1)
         if not dims or len(dims) != 4 or dims[0] not in (str(d), "0w") or \
-                _int(dims[2]) != rep or _int(dims[3]) != groups:
+                int_or_none(dims[2]) != rep or int_or_none(dims[3]) != groups:
             raise _NoMatch(f"{side}: Reshape {r1.name!r} ({dims}) does not split the copies into "
                            f"[D={d}, T, rep={rep}, G={groups}]")
         heads = self._check_merge(r2, d, groups, rep, side)
@@ -278,10 +244,10 @@ class FoldGQA(Pass):
         if w not in (str(d), "0", "0w"):
             raise _NoMatch(f"{side}: Reshape {r2.name!r} gives width {w}, not head_dim {d}")
         keeps_t = h in ("0", "0h")
-        cn = _int(c)
+        cn = int_or_none(c)
         if rep is not None:
             heads = groups * rep
-            ok = (cn == heads and (keeps_t or h == "-1" or _int(h) is not None)) or \
+            ok = (cn == heads and (keeps_t or h == "-1" or int_or_none(h) is not None)) or \
                  (c == "-1" and keeps_t)
         else:  # rep unknown (Tensor.expand): h must keep T, then c = G*rep by conservation
             ok = keeps_t and cn is not None and cn % groups == 0

@@ -52,6 +52,7 @@ from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
 from .base import Change, Pass, PassResult, Skip, register
+from .shape_expr import int_or_none, reshape_dims
 
 LAYOUT_TYPES = ("Reshape", "Permute", "ExpandDims", "Squeeze", "Flatten")
 MANIFEST_FORMAT = "paramsurgery/fused-codebooks"
@@ -315,53 +316,11 @@ def _ints(v: Any) -> list[int] | None:
     return [int(v)]
 
 
-def _reshape_dims(layer: Layer) -> list[str] | None:
-    """A Reshape's target dims as tokens, innermost first (w, h[, d], c), or None."""
-    p = layer.params
-    expr = p.get(6)
-    if isinstance(expr, str) and expr:
-        return _split_top(expr)
-    w, h, d, c = (p.get(pid, -233) for pid in (0, 1, 11, 2))
-    if w == -233:
-        return None
-    if h == -233:
-        return [str(w)]
-    if d == -233 and c == -233:
-        return [str(w), str(h)]
-    if d == -233:
-        return [str(w), str(h), str(c)]
-    return [str(w), str(h), str(d), str(c)]
-
-
-def _int(tok: str) -> int | None:
-    try:
-        return int(tok)
-    except (TypeError, ValueError):
-        return None
-
-
 def _dims_params(dims: list) -> dict:
     """Reshape params for dims given innermost first (w, h[, d], c)."""
-    dims = [int(x) if _int(str(x)) is not None else x for x in dims]
+    dims = [int(x) if int_or_none(str(x)) is not None else x for x in dims]
     keys = {1: (0,), 2: (0, 1), 3: (0, 1, 2), 4: (0, 1, 11, 2)}[len(dims)]
     return dict(zip(keys, dims))
-
-
-def _split_top(expr: str) -> list[str]:
-    """Split a shape expression at its top-level commas."""
-    out, depth, cur = [], 0, ""
-    for ch in expr:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    out.append(cur.strip())
-    return out
 
 
 @register
@@ -511,7 +470,7 @@ class FuseCodebooks(Pass):
             return self._match_unit_stack(concat, red, branches, cat_axis, axis, keep)
         # pnnx's stack(parts, k).sum(k) with k the parts' outermost axis: Concat(0) joins
         # the parts' memory blocks, a Reshape makes N the outermost dim, Reduction sums it
-        dims = _reshape_dims(reshape)
+        dims = reshape_dims(reshape)
         if cat_axis != 0:
             raise _Refuse(f"Concat {concat.name!r} joins axis {cat_axis}, Reshape "
                           f"{reshape.name!r} then regroups: only a Concat along the outermost "
@@ -532,7 +491,7 @@ class FuseCodebooks(Pass):
             rest[1] in ("-1", "0", "0h")
         if identity:
             return m  # the rows [d, T] already have the per-term shape
-        if not all(_int(t) is not None for t in rest) or sum(t == "-1" for t in rest) > 1:
+        if not all(int_or_none(t) is not None for t in rest) or sum(t == "-1" for t in rest) > 1:
             raise _Refuse(f"Reshape {reshape.name!r} ({dims}): the per-term shape "
                           f"{rest} refers to the stacked blob's dims; it cannot be restated for "
                           f"one term")
@@ -559,7 +518,7 @@ class FuseCodebooks(Pass):
                               f"axis {cat_axis}")
             reduced = None
         else:
-            dims = _reshape_dims(last0)
+            dims = reshape_dims(last0)
             if not dims or last0.params.get(12, 233) != 233 or last0.params.get(13, 233) != 233:
                 raise _Refuse(f"Reshape {last0.name!r}: shape unknown or batch axis moved")
             rank = len(dims)
@@ -571,7 +530,7 @@ class FuseCodebooks(Pass):
             rest = dims[:idx] + dims[idx + 1:]
             if not rest:
                 raise _Refuse(f"Reshape {last0.name!r} makes each term a single element")
-            reduced = ("Reshape", _dims_params(rest) if all(_int(t) is not None for t in rest)
+            reduced = ("Reshape", _dims_params(rest) if all(int_or_none(t) is not None for t in rest)
                        else {6: ",".join(rest)})
         norm = lambda x, r: x + r if (x < 0 and r) else x  # noqa: E731
         if axis != cat_axis and (rank is None or norm(axis, rank) != norm(cat_axis, rank)):
