@@ -41,12 +41,11 @@ if str(ROOT) not in sys.path:
 
 from paramsurgery.errors import MissingDependency  # noqa: E402
 from paramsurgery.repro import cases as C  # noqa: E402
-from paramsurgery.repro.check import (Reference, classify, rounded,  # noqa: E402
-                                      run_reference, signal_name)
-from paramsurgery.repro.pnnx_export import export_with_pnnx  # noqa: E402
+from paramsurgery.repro.check import rounded  # noqa: E402
+from paramsurgery.repro.observe import observe_variant  # noqa: E402
 
 DEFAULT_OUT = ROOT / "fixtures" / "repros"
-MODEL_FILES = ("model.ncnn.param", "model.ncnn.bin", "model.pnnx.param", "model_ncnn.py")
+from paramsurgery.repro.observe import MODEL_FILES  # noqa: E402
 OWNED_FILES = MODEL_FILES + ("ref.npz", "status.json")
 MAX_NCNN_PY = 8192          # keep the generated test script only when it is small
 
@@ -93,11 +92,6 @@ def versions() -> dict[str, str | None]:
             "numpy": np.__version__}
 
 
-def _tail(text: str, n: int = 12) -> list[str]:
-    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
-    return lines[-n:]
-
-
 # --------------------------------------------------------------------------- build
 
 def _rel(path: Path) -> str:
@@ -109,80 +103,33 @@ def _rel(path: Path) -> str:
 
 def build_variant(case: C.ReproCase, variant: C.Variant, vdir: Path,
                   vers: dict[str, str | None]) -> dict[str, Any]:
-    """Export, run and record one variant into `vdir`; returns the status dict written."""
+    """Export, run and record one variant into `vdir` (the observation is `repro check`'s,
+    plus the catalogue facts a fixture keeps); returns the status dict written."""
     vdir.mkdir(parents=True, exist_ok=True)
     for name in OWNED_FILES:            # a rerun must not leave files of an older outcome
         (vdir / name).unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="paramsurgery-repro-") as tmp:
+        check = observe_variant(case, variant, Path(tmp))
+        for name, path in check.files.items():
+            if name == "model_ncnn.py" and path.stat().st_size > MAX_NCNN_PY:
+                continue
+            shutil.copyfile(path, vdir / name)
 
-    traces, run_len = case.lengths(variant)
-    run_inputs = C.case_inputs(case, variant, run_len)
-    module = C.build_module(case, variant)
-    ref_outputs = C.torch_reference(case, variant, run_inputs, module)
-
-    status: dict[str, Any] = {
-        "case": case.id, "case_number": case.number, "variant": variant.name,
+    status: dict[str, Any] = dict(check.observed)
+    status.update({
         "title": case.title, "construct": case.construct, "description": variant.description,
-        "expected_status": variant.expected, "dynamic": case.is_dynamic(variant),
-        "trace_lengths": list(traces), "run_length": run_len, "seed": case.seed,
-        "input_names": list(case.input_names),
-        "input_shapes": {f"in{i}": list(a.shape) for i, a in enumerate(run_inputs)},
-        "input_dtypes": {f"in{i}": str(a.dtype) for i, a in enumerate(run_inputs)},
-        "reference_output_shapes": {f"out{i}": list(a.shape) for i, a in enumerate(ref_outputs)},
-        "why": case.why, "offending_pattern": case.offending_text,
-        "upstream": list(case.upstream), "versions": vers, "handwritten": variant.handwritten_param is not None,
+        "expected_status": variant.expected, "seed": case.seed,
+        "input_names": list(case.input_names), "why": case.why,
+        "offending_pattern": case.offending_text, "upstream": list(case.upstream),
+        "versions": vers,
         "host_preprocessing": variant.prepare.__name__.lstrip("_") if variant.prepare else None,
-    }
+    })
     if variant.name != "bug":
-        diff = C.equivalent_to_bug(case, variant, run_len)
-        status["torch_max_abs_diff_vs_bug"] = rounded(diff)
-
-    in_bidx: dict[str, int]
-    out_bidx: dict[str, int]
-    if variant.handwritten_param is not None:
-        (vdir / "model.ncnn.param").write_text(variant.handwritten_param)
-        (vdir / "model.ncnn.bin").write_bytes(b"")      # the graph has no weights
-        in_bidx = {f"in{i}": C.NO_BATCH for i in range(len(run_inputs))}
-        out_bidx = {f"out{i}": C.NO_BATCH for i in range(len(ref_outputs))}
-        status["pnnx"] = None
+        _, run_len = case.lengths(variant)
+        status["torch_max_abs_diff_vs_bug"] = rounded(C.equivalent_to_bug(case, variant, run_len))
+    if variant.handwritten_param is not None or case.notes:
         status["notes"] = case.notes
-    else:
-        with tempfile.TemporaryDirectory(prefix="paramsurgery-repro-") as tmp:
-            examples = [C.to_torch(x) for x in C.trace_inputs(case, variant)]
-            exp = export_with_pnnx(module, examples[0], Path(tmp), "model",
-                                   example_inputs2=examples[1] if len(examples) > 1 else None,
-                                   fp16=False, optlevel=2)
-            status["pnnx"] = {
-                "returncode": exp.returncode, "signal_name": signal_name(exp.signal),
-                "command": ["pnnx"] + exp.command[1:], "warnings": exp.warnings,
-                "trace_warnings": exp.trace_warnings,
-                "stderr_tail": _tail(exp.stderr) if not exp.ok else [],
-            }
-            in_bidx, out_bidx = exp.input_batch_index, exp.output_batch_index
-            if exp.ok:
-                for src, dst in ((exp.ncnn_param, "model.ncnn.param"),
-                                 (exp.ncnn_bin, "model.ncnn.bin"),
-                                 (exp.pnnx_param, "model.pnnx.param")):
-                    if src is not None:
-                        shutil.copyfile(src, vdir / dst)
-                if exp.ncnn_py is not None and exp.ncnn_py.stat().st_size <= MAX_NCNN_PY:
-                    shutil.copyfile(exp.ncnn_py, vdir / "model_ncnn.py")
-        if case.notes:
-            status["notes"] = case.notes
-
-    ref = Reference(run_inputs, ref_outputs, in_bidx, out_bidx)
-    write_npz(vdir / "ref.npz", ref.arrays())
-
-    param = vdir / "model.ncnn.param"
-    if not param.exists():
-        status.update({"status": "export_fail", "offending_lines": [], "unsupported_layers": []})
-    else:
-        text = param.read_text()
-        status["offending_lines"] = C.offending_lines(case, text)
-        status["unsupported_layers"] = C.unsupported_layers(text)
-        status["input_batch_index"] = in_bidx
-        status["output_batch_index"] = out_bidx
-        run = run_reference(param, vdir / "model.ncnn.bin", ref)
-        status.update(classify(run, ref_outputs, variant.nondeterministic))
+    write_npz(vdir / "ref.npz", check.reference.arrays())
     status["matches_catalogue"] = status["status"] == variant.expected
     write_json(vdir / "status.json", status)
     return status

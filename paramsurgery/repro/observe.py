@@ -90,6 +90,7 @@ class VariantCheck:
     observed: dict[str, Any]      # status.json-like record of this run
     seconds: float
     files: dict[str, Path] = field(default_factory=dict)
+    reference: Reference | None = None  # the inputs and torch outputs of the run
 
     @property
     def status(self) -> str:
@@ -169,12 +170,14 @@ def observe_variant(case: C.ReproCase, variant: C.Variant, workdir: Path, *,
                                fp16=False, optlevel=2, timeout=timeout)
         st["pnnx"] = {"returncode": exp.returncode, "signal_name": signal_name(exp.signal),
                       "command": ["pnnx"] + exp.command[1:], "warnings": exp.warnings,
-                      "stderr_tail": [ln for ln in exp.stderr.splitlines() if ln.strip()][-12:]
-                      if not exp.ok else []}
+                      "trace_warnings": exp.trace_warnings,
+                      "stderr_tail": [ln.rstrip() for ln in exp.stderr.splitlines()
+                                      if ln.strip()][-12:] if not exp.ok else []}
         in_bidx, out_bidx = exp.input_batch_index, exp.output_batch_index
         if not exp.ok:
             for name in MODEL_FILES:            # a failed export may leave partial files
                 (workdir / name).unlink(missing_ok=True)
+    ref = Reference(run_inputs, ref_outputs, in_bidx, out_bidx)
     if not param.exists():
         st.update({"status": "export_fail", "offending_lines": [], "unsupported_layers": []})
     else:
@@ -183,13 +186,12 @@ def observe_variant(case: C.ReproCase, variant: C.Variant, workdir: Path, *,
         st["unsupported_layers"] = C.unsupported_layers(text)
         st["input_batch_index"] = in_bidx
         st["output_batch_index"] = out_bidx
-        run = run_reference(param, binf, Reference(run_inputs, ref_outputs, in_bidx, out_bidx),
-                            timeout=timeout)
+        run = run_reference(param, binf, ref, timeout=timeout)
         st.update(classify(run, ref_outputs, variant.nondeterministic))
     rec = recorded(case.id, variant.name)
     files = {name: workdir / name for name in MODEL_FILES if (workdir / name).exists()}
     return VariantCheck(case.id, variant.name, rec["status"] if rec else None,
-                        variant.expected, st, time.monotonic() - t0, files)
+                        variant.expected, st, time.monotonic() - t0, files, ref)
 
 
 @dataclass
