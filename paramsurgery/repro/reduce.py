@@ -61,7 +61,8 @@ import numpy as np
 from paramsurgery.errors import ParamSurgeryError
 from paramsurgery.graph import Graph
 from paramsurgery.io import atomic_open, atomic_write, load
-from paramsurgery.runtime import NO_BATCH, Feed, Fetch, RunOptions, RunResult, run_isolated
+from paramsurgery.runtime import (NO_BATCH, Feed, Fetch, RunOptions, RunResult, child_env,
+                                  run_isolated)
 
 FAIL, PASS, OTHER, UNKNOWN = "fail", "pass", "other", "unknown"
 KINDS = ("crash", "load-error", "mismatch", "any")
@@ -175,7 +176,7 @@ def harvest(param: str | os.PathLike, bin: str | os.PathLike | None, feeds: Valu
         try:
             proc = subprocess.run([sys.executable, "-m", "paramsurgery.repro.reduce",
                                    "--harvest-child", str(d)], capture_output=True, text=True,
-                                  timeout=timeout, errors="replace", env=_child_env())
+                                  timeout=timeout, errors="replace", env=child_env())
             rc, err = proc.returncode, proc.stderr
             status = "ok" if rc == 0 else ("crash" if rc < 0 else "error")
         except subprocess.TimeoutExpired:
@@ -209,15 +210,6 @@ def harvest(param: str | os.PathLike, bin: str | os.PathLike | None, feeds: Valu
             message = "\n".join([ln for ln in err.splitlines() if ln.strip()][-5:])
     return Harvest(status, n, stopped, -rc if rc is not None and rc < 0 else None, message,
                    time.monotonic() - t0)
-
-
-def _child_env() -> dict[str, str]:
-    """The environment for a child `python -m paramsurgery...`: this paramsurgery first on
-    the path, so the child runs the same code even from a source checkout."""
-    root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
 
 
 def _harvest_child(d: Path) -> int:
