@@ -275,6 +275,23 @@ def test_real_size_params(module, n_sdpa):
     assert ncnn_loads(new.dumps()) == 0
 
 
+@pytest.mark.slow
+def test_real_size_parity_with_synth_weights(tmp_path):
+    """One parity run at real size: the 5-layer predictor (16 q / 8 kv heads, head_dim 128,
+    hidden 1024) with synth-bin weights (157 MB)."""
+    from paramsurgery.weights.synth import write_synth_bin
+
+    src = fixture("predictor_decoder", size=REAL)
+    g = paramsurgery.load(src)
+    with open(tmp_path / "p.bin", "wb") as fh:
+        write_synth_bin(g, fh, seed=0)
+    AddKVCache()(g).graph.save(tmp_path / "kv.param")
+    rep = verify_kvcache(tmp_path / "kv.param", tmp_path / "p.bin", n=13, m=3,
+                         io=DecoderIO(rope_theta=1e6), reference_param=src)
+    assert rep.ok, rep.format()
+    assert rep.reference_rel == 0.0
+
+
 # ------------------------------------------------------------------ CLI
 
 def run_cli(*args, cwd):

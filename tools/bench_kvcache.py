@@ -51,6 +51,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--synth-bin", action="store_true")
+    ap.add_argument("--rope-theta", type=float, default=1e6)
     args = ap.parse_args()
     import ncnn
 
@@ -61,10 +62,11 @@ def main() -> int:
         if args.bin:
             bin_path = Path(args.bin)
         elif args.synth_bin:
-            from paramsurgery.weights.synth import synth_bin  # noqa: PLC0415
+            from paramsurgery.weights.synth import write_synth_bin
 
             bin_path = Path(tmp) / "synth.bin"
-            synth_bin(g, bin_path, seed=0)
+            with open(bin_path, "wb") as fh:
+                write_synth_bin(g, fh, seed=0)
         else:
             bin_path = param.with_name(param.name.replace(".param", ".bin"))
         kv_param = Path(tmp) / "kv.param"
@@ -86,7 +88,7 @@ def main() -> int:
         for L in [int(x) for x in args.lengths.split(",")]:
             total = L + args.steps
             emb = rng.standard_normal((total, hidden)).astype(np.float32)
-            cos, sin = rope_tables(np.arange(total), head_dim, 1e6)
+            cos, sin = rope_tables(np.arange(total), head_dim, args.rope_theta)
 
             def feed(ex, a, b, past):
                 ex.input("in0", mat(emb[a:b]))
