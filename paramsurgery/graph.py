@@ -65,6 +65,8 @@ class Graph:
         self._by_name: dict[str, list[int]] = {}
         self._by_type: dict[str, dict[int, None]] = {}
         self._modified = False
+        self._ids_in_order = True  # layer ids increase along the file order (until a reorder)
+        self._blob_count: int | None = None  # cached distinct blob names; None = recount
         self.source = Source()
         self.weights = None  # a paramsurgery.weights model file when a .bin was loaded
 
@@ -77,19 +79,15 @@ class Graph:
         consumers = g._consumers
         by_name = g._by_name
         by_type = g._by_type
-        layers_d = g._layers
-        nxt, prv, key = g._next, g._prev, g._key
-        prev_id = None
+        n = len(layers)
+        # the order as a linked list and its keys, built in C (ids = positions at load)
+        g._layers = dict(zip(range(n), layers))
+        g._key = dict(zip(range(n), range(0, n * _GAP, _GAP)))
+        g._next = dict(zip(range(n), [*range(1, n), None]))
+        g._prev = dict(zip(range(n), [None, *range(n - 1)]))
         for i, layer in enumerate(layers):
             layer.id = i
             layer.graph = g
-            layers_d[i] = layer
-            nxt[i] = None
-            prv[i] = prev_id
-            if prev_id is not None:
-                nxt[prev_id] = i
-            key[i] = i * _GAP
-            prev_id = i
             lst = by_name.get(layer._name)
             if lst is None:
                 by_name[layer._name] = [i]
@@ -112,6 +110,7 @@ class Graph:
                     producers[b] = [(i, slot)]
                 else:
                     p.append((i, slot))
+        prev_id = n - 1 if n else None
         g._head = 0 if layers else None
         g._tail = prev_id
         g._next_id = len(layers)
@@ -232,7 +231,12 @@ class Graph:
         return list(seen)
 
     def blob_count(self) -> int:
-        return len(self._producers.keys() | self._consumers.keys())
+        """Distinct blob names (written or read): what ncnn allocates and the header counts."""
+        if self._blob_count is None:
+            producers = self._producers
+            self._blob_count = len(producers) + sum(1 for b in self._consumers
+                                                    if b not in producers)
+        return self._blob_count
 
     def predecessors(self, layer: LayerRef) -> list[Layer]:
         layer = self.layer(layer)
@@ -296,12 +300,14 @@ class Graph:
             self._nx.remove_edge(u, v, key=dst)
 
     def _link_input(self, lid: int, slot: int, blob: str) -> None:
+        self._blob_count = None
         self._consumers.setdefault(blob, []).append((lid, slot))
         p = self._producers.get(blob)
         if p:
             self._nx_add_edge(p[0][0], lid, blob, p[0][1], slot)
 
     def _unlink_input(self, lid: int, slot: int, blob: str) -> None:
+        self._blob_count = None
         cons = self._consumers.get(blob)
         if cons is not None:
             cons.remove((lid, slot))
@@ -312,6 +318,7 @@ class Graph:
             self._nx_remove_edge(p[0][0], lid, slot)
 
     def _link_output(self, lid: int, slot: int, blob: str) -> None:
+        self._blob_count = None
         p = self._producers.get(blob)
         if p is None:
             self._producers[blob] = [(lid, slot)]
@@ -321,6 +328,7 @@ class Graph:
             p.append((lid, slot))
 
     def _unlink_output(self, lid: int, slot: int, blob: str) -> None:
+        self._blob_count = None
         p = self._producers[blob]
         first = p[0] == (lid, slot)
         p.remove((lid, slot))
@@ -344,6 +352,8 @@ class Graph:
     # ------------------------------------------------------------------ order upkeep
     def _order_link(self, lid: int, after: int | None) -> None:
         """Put `lid` right after `after` (None = at the head)."""
+        if after != self._tail:
+            self._ids_in_order = False
         nxt = self._head if after is None else self._next[after]
         lo = self._key[after] if after is not None else None
         hi = self._key[nxt] if nxt is not None else None
@@ -371,6 +381,7 @@ class Graph:
             self._prev[nxt] = lid
 
     def _order_unlink(self, lid: int) -> None:
+        self._ids_in_order = False
         p, n = self._prev.pop(lid), self._next.pop(lid)
         del self._key[lid]
         if p is None:
@@ -722,6 +733,7 @@ class Graph:
             names = ", ".join(repr(self._layers[i].name) for i in stuck[:5])
             raise GraphError(f"the graph has a cycle through {names}")
         if order != sorted(order, key=pos.__getitem__):
+            self._ids_in_order = False
             prev = None
             self._head = self._tail = None
             for lid in order:

@@ -53,15 +53,18 @@ def validate_graph(g: "Graph") -> list[Finding]:
               f"header declares {src.declared_layers} layers but the file has only {n}: ncnn "
               f"fails with 'parse layer_type failed'", None, "paramsurgery fmt")
         if src.declared_blobs is not None:
-            loaded = layers[: src.declared_layers]
-            used: set[str] = set()
-            for layer in loaded:
-                used.update(layer._inputs)
-                used.update(layer._outputs)
-            if src.declared_blobs < len(used):
+            if src.declared_layers >= n:
+                n_used = g.blob_count()  # ncnn loads every layer: the graph's own count
+            else:  # only the declared layers are loaded: count their blobs
+                used: set[str] = set()
+                for layer in layers[: src.declared_layers]:
+                    used.update(layer._inputs)
+                    used.update(layer._outputs)
+                n_used = len(used)
+            if src.declared_blobs < n_used:
                 f(HEADER_BLOBS, ERROR,
                   f"header declares {src.declared_blobs} blobs but the layers ncnn loads use "
-                  f"{len(used)}: ncnn fails with 'too many blobs'", None, "paramsurgery fmt")
+                  f"{n_used}: ncnn fails with 'too many blobs'", None, "paramsurgery fmt")
     if src.ignored_lines:
         out.append(Finding(IGNORED_LINES, WARNING,
                            f"{src.ignored_lines} unparsable line(s) after the declared layers "
@@ -87,9 +90,11 @@ def validate_graph(g: "Graph") -> list[Finding]:
                   f"blob {b!r} is written by {first.name!r} and again by "
                   f"{layer_of[lid].name!r}: ncnn resolves the name to the first writer",
                   layer_of[lid])
+    in_order = g._ids_in_order  # then ids compare like positions: skip the lookups
     for b, cons in g._consumers.items():
         prods = producers.get(b)
-        if prods and len(prods) == 1 and len(cons) == 1 and pos[cons[0][0]] > pos[prods[0][0]]:
+        if prods is not None and len(cons) == 1 and len(prods) == 1 and \
+                (cons[0][0] > prods[0][0] if in_order else pos[cons[0][0]] > pos[prods[0][0]]):
             continue  # the common case: one writer, one reader, in order
         if not prods:
             layer = layer_of[min(cons, key=lambda c: pos[c[0]])[0]]

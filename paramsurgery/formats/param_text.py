@@ -35,9 +35,18 @@ _SVAL = rf'"[^"\r\n]*"|[A-Za-z][^\s"]*|{_INT}(?:,{_INT})*,?|{_FLT}(?:,{_NUM})*,?
 _AVAL = rf"[0-9]+(?:,{_NUM})*"
 _TOKEN = rf"(?:{_KEY_S}=(?:{_SVAL})|{_KEY_A}=(?:{_AVAL}))"
 PARAMS_RE = re.compile(rf"(?:[ \t\v\f]+{_TOKEN})*[ \t\v\f]*")
+# The common case in one match: scalars and new-style arrays whose values cannot overflow
+# (ints of at most 9 digits, floats below 1e29), no old-style arrays, no string that could
+# exceed 255 bytes. A line it accepts needs no further check; any other goes through PARAMS_RE and
+# a full parse of its values (array counts, int32/float32 range, string length).
+_SAFE_INT = r"[+-]?[0-9]{1,9}"
+_SAFE_FLT = (r"[+-]?(?:[0-9]{1,20}\.[0-9]*(?:[eE][+-]?[0-9])?|\.[0-9]+(?:[eE][+-]?[0-9])?"
+             r"|[0-9]{1,20}[eE][+-]?[0-9])")
+_SAFE_NUM = rf"(?:{_SAFE_FLT}|{_SAFE_INT})"
+_SAFE_SVAL = (rf'"[^"\r\n]{{0,60}}"|[A-Za-z][^\s"]{{0,60}}|{_SAFE_INT}(?:,{_SAFE_INT})*,?'
+              rf"|{_SAFE_FLT}(?:,{_SAFE_NUM})*,?")
+SAFE_PARAMS_RE = re.compile(rf"(?:[ \t\v\f]+{_KEY_S}=(?:{_SAFE_SVAL}))*[ \t\v\f]*")
 _TOKEN_RE = re.compile(rf"{_TOKEN}(?=[ \t\v\f]|$)")
-# values whose meaning needs more than syntax: array counts, int/float range, long strings
-_NEEDS_CHECK = re.compile(r"-0*233|[0-9]{10}|[eE][+-]?[0-9]{2}")
 
 # C isspace() in the C locale; str.split() would also split on \x1c-\x1f, \x85, \xa0, ...
 _C_WS = " \t\n\v\f\r"
@@ -142,8 +151,9 @@ class _Reader:
                 ignored = sum(1 for k in range(i, n) if split(lines[k]))
                 lead = []
                 break
-            layer._lead = "".join(lead)
-            lead = []
+            if lead:
+                layer._lead = "".join(lead)
+                lead = []
             layer.source_file = path
             layer.source_line = i + 1
             layers.append(layer)
@@ -168,16 +178,19 @@ class _Reader:
         need = 4 + nin + nout
         if len(toks) < need or '"' in line or len(line) > 255:  # rare: the slow path checks all
             return self.record_slow(i)
+        check = False
         if len(toks) > need:
             ptext = " " + " ".join(toks[need:])
-            if not PARAMS_RE.fullmatch(ptext):
-                self.bad_params(i, line, need)
+            if not SAFE_PARAMS_RE.fullmatch(ptext):
+                if not PARAMS_RE.fullmatch(ptext):
+                    self.bad_params(i, line, need)
+                check = True
         else:
             ptext = ""
         layer = Layer(toks[0], toks[1], toks[4:4 + nin], toks[4 + nin:need], Params(ptext))
         layer._body = line
         layer._eol = self.eols[i]
-        if ptext and (_NEEDS_CHECK.search(ptext) or len(ptext) > 200):
+        if check:
             layer.source_line = i + 1
             layer.source_file = self.path
             layer.params.check()
