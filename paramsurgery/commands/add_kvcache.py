@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     from ._common import output_path
 
     out = output_path(args, args.param)
-    g = load(args.param)
+    # with --bin, check the weights match the param first (a mismatch names the layer)
+    g = load(args.param, bin=args.bin) if args.bin else load(args.param)
     before = (len(g), g.blob_count())
     result = AddKVCache(naming=args.naming, split_inputs=args.split_inputs, only=args.only,
                         skip=args.skip, dynamic_gemm=args.dynamic_gemm,

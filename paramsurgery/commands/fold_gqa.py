@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output is None and not args.in_place:
         args.output = derived_output(args.param, "gqa")
     out = output_path(args, args.param)
-    g = load(args.param)
+    # with --bin, check the weights match the param first (a mismatch names the layer)
+    g = load(args.param, bin=args.bin) if args.bin else load(args.param)
     result = FoldGQA(only=args.only, skip=args.skip)(g)
     data = result.graph.dump_bytes()
     check = None
