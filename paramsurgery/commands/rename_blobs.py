@@ -1,0 +1,28 @@
+"""`paramsurgery rename-blobs`: OLD=NEW renames and kv-cache naming conventions."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._common import add_pass_args
+from .set_param import intermixed, run_located
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("rename-blobs", help="rename blobs everywhere they are written or read "
+                       "(OLD=NEW...), or every kv-cache blob to a naming convention")
+    add_pass_args(p, "renamed")
+    p.add_argument("renames", nargs="*", metavar="OLD=NEW", help="blob renames (applied at once)")
+    p.add_argument("--cache-naming", choices=("ncnn-docs", "ncnn-llm"),
+                   help="rename the cache blobs of every 7=1 attention layer: ncnn-docs "
+                        "cache_k_in_{i}/cache_k_out_{i}, ncnn-llm cache_k{i}/out_cache_k{i}; "
+                        "i = the layer's ordinal among all attention layers")
+    p.set_defaults(run=run)
+    intermixed(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..passes.io_edits import RenameBlobs
+
+    return run_located(args, lambda: RenameBlobs(args.renames, cache_naming=args.cache_naming),
+                       "renamed")

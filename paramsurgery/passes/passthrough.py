@@ -1,0 +1,254 @@
+"""Remove layers that pass their input through unchanged (`paramsurgery remove-passthrough`).
+
+What per-model patchers delete by string surgery (ncnn_llm's "remove no-op `Tensor.to`",
+`remove_ncnn_passthrough_tensor_to.py`), done on the IR: every reader of the layer's top
+reads its bottom instead (`Graph.bypass`); a top that is a graph output keeps its name (the
+bottom takes it over).
+
+A layer is removed only when it provably does not change the data ncnn holds:
+
+| type | passthrough when |
+|---|---|
+| `Tensor.to` (and `Tensor.float`, `.double`, `.long`, ...) | pnnx's traced dtypes (`X.pnnx.param`) show a cast that keeps ncnn's values: float → f32/f64 (ncnn floats are fp32), int → i32/i64 (ncnn holds ids as int32), or no dtype change |
+| `Tensor.contiguous`, `Tensor.clone`, `torch.clone`, `Tensor.detach`, `nn.Identity`, `aten::alias`, ... | always (1 → 1) |
+| `Noop` | always (bottom i → top i) |
+| `Dropout` | `0=scale` is 1 (ncnn multiplies by it) |
+| `nn.Dropout*` modules; `F.dropout*` | at inference; `F.dropout` only with `training=False` in the traced op |
+| `Split` | it has a single top |
+
+Refused, naming the layer: casts that change values (int ↔ float: ncnn has no such
+conversion and keeps the int32 bit patterns an `Embed` reads; float → f16/bf16 rounds;
+int → i8/i16 truncates; bool), a `Dropout` that scales, a `Tensor.to` whose dtypes are
+unknown (no `.pnnx.param`), and a removal that would rename a graph input or output.
+`partial` removes the provable ones and lists the rest instead of refusing.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Sequence
+
+from ..errors import PassRefused
+from ..graph import Graph
+from ..layer import Layer
+from .base import Change, Pass, PassResult, Skip, register
+
+CAST_TYPES = ("Tensor.to", "Tensor.type", "Tensor.float", "Tensor.double", "Tensor.half",
+              "Tensor.long", "Tensor.int", "Tensor.bfloat16", "aten::to")
+IDENTITY_TYPES = ("nn.Identity", "Tensor.contiguous", "Tensor.clone", "torch.clone",
+                  "Tensor.detach", "torch.detach", "aten::clone", "aten::contiguous",
+                  "aten::detach", "aten::alias")
+DROPOUT_MODULES = ("nn.Dropout", "nn.Dropout1d", "nn.Dropout2d", "nn.Dropout3d",
+                   "nn.AlphaDropout", "nn.FeatureAlphaDropout")
+DROPOUT_FUNCTIONS = ("F.dropout", "F.dropout1d", "F.dropout2d", "F.dropout3d",
+                     "F.alpha_dropout", "F.feature_alpha_dropout")
+
+FLOATS = ("f16", "bf16", "f32", "f64")
+INTS = ("i8", "u8", "i16", "i32", "i64")
+
+
+class NotPassthrough(Exception):
+    """The layer changes the data (or that cannot be ruled out): the reason."""
+
+
+def cast_verdict(din: str | None, dout: str | None) -> str:
+    """Why a cast from `din` to `dout` keeps the values ncnn holds; raises NotPassthrough."""
+    if not din or not dout:
+        raise NotPassthrough("pnnx recorded no dtype for its input or output")
+    if din == dout:
+        return f"{din} -> {dout}: no dtype change"
+    if din in FLOATS and dout in ("f32", "f64"):
+        return f"{din} -> {dout}: ncnn holds floats as fp32 either way"
+    if din in INTS and dout in ("i32", "i64"):
+        return f"{din} -> {dout}: ncnn holds ids as int32 either way"
+    if din in FLOATS and dout in ("f16", "bf16"):
+        raise NotPassthrough(f"{din} -> {dout} rounds the values to {dout} (torch does, ncnn "
+                             f"would not)")
+    if din in INTS and dout in INTS:
+        raise NotPassthrough(f"{din} -> {dout} truncates the values")
+    if din in INTS and dout in FLOATS:
+        raise NotPassthrough(f"{din} -> {dout} converts ints to floats; ncnn has no such "
+                             f"conversion (it would pass the int32 bit patterns on as floats)")
+    if din in FLOATS and dout in INTS:
+        raise NotPassthrough(f"{din} -> {dout} converts floats to ints; ncnn has no such "
+                             f"conversion (an Embed after it would read the float bits as "
+                             f"int32 ids)")
+    raise NotPassthrough(f"{din} -> {dout} changes the values")
+
+
+class _Ctx:
+    def __init__(self, traced: str | os.PathLike | None) -> None:
+        self.traced_path = os.fspath(traced) if traced is not None else None
+        self._pnnx = None
+
+    @property
+    def pnnx(self):  # noqa: ANN201 - PnnxGraph | None
+        if self._pnnx is None and self.traced_path is not None:
+            from ..formats.pnnx_param import read_pnnx_param
+
+            self._pnnx = read_pnnx_param(self.traced_path)
+        return self._pnnx
+
+    def op(self, layer: Layer, why: str):  # noqa: ANN201 - Op
+        """pnnx's op for a leftover layer (pnnx keeps leftover names in the ncnn graph)."""
+        if self.pnnx is None:
+            raise NotPassthrough(f"{why} only in pnnx's IR, which pnnx drops from the ncnn "
+                                 f"graph: give X.pnnx.param (--pnnx)")
+        for op in self.pnnx.ops:
+            if op.name == layer.name:
+                return op
+        raise NotPassthrough(f"{why} only in pnnx's IR, and {self.traced_path} has no op "
+                             f"named {layer.name!r}")
+
+
+def _cast(ctx: _Ctx, layer: Layer) -> str:
+    op = ctx.op(layer, "its dtypes are")
+    src = op.arg_names.get("input") or (op.inputs[0] if op.inputs else None)
+    din = ctx.pnnx.operand(src).dtype if src and ctx.pnnx.operand(src) else None
+    dout = ctx.pnnx.operand(op.outputs[0]).dtype if op.outputs else None
+    try:
+        return "cast " + cast_verdict(din, dout)
+    except NotPassthrough as exc:
+        readers = _readers(layer)
+        raise NotPassthrough(f"{exc}{readers}") from None
+
+
+def _readers(layer: Layer) -> str:
+    g = layer.graph
+    if g is None or not layer.outputs:
+        return ""
+    names = [f"{c.type} {c.name!r}" for c in g.consumer_layers(layer.outputs[0])]
+    return f"; read by {', '.join(names)}" if names else ""
+
+
+def _identity(ctx: _Ctx, layer: Layer) -> str:
+    return f"{layer.type} returns its input"
+
+
+def _noop(ctx: _Ctx, layer: Layer) -> str:
+    return "Noop passes bottom i to top i"
+
+
+def _dropout(ctx: _Ctx, layer: Layer) -> str:
+    scale = layer.params.get(0, 1.0)
+    if scale != 1.0:
+        raise NotPassthrough(f"ncnn's Dropout multiplies by its 0=scale ({scale})")
+    return "Dropout with scale 1"
+
+
+def _dropout_module(ctx: _Ctx, layer: Layer) -> str:
+    return f"{layer.type} at inference"
+
+
+def _dropout_function(ctx: _Ctx, layer: Layer) -> str:
+    op = ctx.op(layer, "whether it runs in training mode is")
+    if op.param("training", None) is not False:
+        raise NotPassthrough(f"traced with training={op.params.get('training', '<not recorded>')}"
+                             f" (it drops values)")
+    return f"{layer.type} with training=False"
+
+
+def _split(ctx: _Ctx, layer: Layer) -> str:
+    return "Split with one top"
+
+
+CHECKS: dict[str, Callable[[_Ctx, Layer], str]] = {
+    **{t: _cast for t in CAST_TYPES},
+    **{t: _identity for t in IDENTITY_TYPES},
+    "Noop": _noop,
+    "Dropout": _dropout,
+    **{t: _dropout_module for t in DROPOUT_MODULES},
+    **{t: _dropout_function for t in DROPOUT_FUNCTIONS},
+    "Split": _split,
+}
+
+
+@register
+class RemovePassthrough(Pass):
+    name = "remove-passthrough"
+    summary = "bypass layers that pass data through unchanged (no-op casts, clone, Identity, " \
+              "Noop, Dropout, 1-top Split)"
+    command = "paramsurgery remove-passthrough"
+
+    def __init__(self, types: Sequence[str] = (), *, traced: str | os.PathLike | None = None,
+                 partial: bool = False) -> None:
+        unknown = [t for t in types if t not in CHECKS]
+        if unknown:
+            raise PassRefused(f"not a passthrough type: {', '.join(unknown)} (known: "
+                              f"{', '.join(CHECKS)})")
+        self.types = tuple(types) or tuple(CHECKS)
+        self.traced = traced
+        self.partial = partial
+
+    def _structure(self, g: Graph, layer: Layer) -> str | None:
+        """None when the layer has a passthrough shape, else why it is not a candidate."""
+        n_in, n_out = len(layer.inputs), len(layer.outputs)
+        if layer.type == "Split":
+            return None if n_in == 1 and n_out == 1 else f"Split with {n_out} tops (a real fan-out)"
+        if layer.type == "Noop":
+            return None if n_in == n_out >= 1 else f"Noop with {n_in} bottoms and {n_out} tops"
+        if n_in != 1 or n_out != 1:
+            return f"{n_in} bottoms and {n_out} tops (a passthrough has 1 and 1)"
+        return None
+
+    def run(self, g: Graph) -> PassResult:
+        ctx = _Ctx(self.traced)
+        result = PassResult(g, False)
+        todo: list[tuple[Layer, str]] = []
+        refused: list[tuple[Layer, str]] = []
+        for layer in g.by_type(*self.types):
+            shape = self._structure(g, layer)
+            if shape is not None:
+                if layer.type == "Noop":
+                    result.skipped.append(Skip(layer.name, shape, layer.source_line))
+                elif layer.type != "Split":
+                    refused.append((layer, shape))
+                continue
+            try:
+                todo.append((layer, CHECKS[layer.type](ctx, layer)))
+            except NotPassthrough as exc:
+                refused.append((layer, str(exc)))
+        if refused and not self.partial:
+            raise PassRefused(self._refusal(refused), file=refused[0][0].source_file,
+                              line=refused[0][0].source_line)
+        for layer, why in refused:
+            result.skipped.append(Skip(layer.name, f"kept: {why}", layer.source_line))
+        for layer, why in todo:
+            self._remove(g, layer, why, result)
+        if not todo:
+            result.notes.append("no passthrough layer" if not refused else
+                                "no provable passthrough layer")
+        return result
+
+    @staticmethod
+    def _refusal(refused: list[tuple[Layer, str]]) -> str:
+        first, why = refused[0]
+        more = "".join(f"\n  {lay.where()}: {lay.type} {lay.name!r}: {w}" for lay, w in refused[1:])
+        return (f"{first.type} {first.name!r} is not a passthrough: {why}{more}\n"
+                f"(nothing written; --partial removes the provable ones and keeps these)")
+
+    def _remove(self, g: Graph, layer: Layer, why: str, result: PassResult) -> None:
+        line = layer.source_line
+        for top, bottom in zip(layer.outputs, layer.inputs):
+            if g.consumers(top):
+                continue
+            # `top` is a graph output: the bottom must be able to take its name over
+            prod = g.producer(bottom)
+            if prod is None or prod.type == "Input":
+                raise PassRefused(f"removing {layer.type} {layer.name!r} would turn graph input "
+                                  f"{bottom!r} into graph output {top!r}; keep it",
+                                  file=layer.source_file, line=line)
+            others = [c for c in g.consumer_layers(bottom) if c is not layer]
+            if others:
+                raise PassRefused(f"removing {layer.type} {layer.name!r} would rename graph "
+                                  f"output {top!r} ({bottom!r} is also read by "
+                                  f"{others[0].name!r}); keep it",
+                                  file=layer.source_file, line=line)
+        rewire = []
+        for top, bottom in zip(layer.outputs, layer.inputs):
+            rewire.append(f"readers of {top} read {bottom}" if g.consumers(top) else
+                          f"output {top} is now written by {g.producer(bottom).name!r}")
+        g.bypass(layer)
+        result.changes.append(Change(layer.name, f"{layer.type} removed ({why}); "
+                                                 f"{', '.join(rewire)}", line=line))
+        result.modified = True
