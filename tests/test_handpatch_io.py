@@ -189,3 +189,28 @@ def test_cli(tmp_path):
     assert r.stderr.startswith(f"{p}:") and not (tmp_path / "x.param").exists()
     r = cli("rename-blobs", p, "in0=in1", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith(f"{p}: cannot rename 'in0' to 'in1'")
+
+
+# ------------------------------------------------------------------ properties
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+PERM_GRAPH = paramsurgery.load(decoder())
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.randoms(use_true_random=False), st.integers(2, 12))
+def test_rename_any_permutation_round_trips(rnd, k):
+    """Renaming k blobs by a permutation of their names, then by the inverse, is the identity
+    (and the graph stays valid and loadable in between)."""
+    names = PERM_GRAPH.blob_names()
+    picked = rnd.sample(names, k)
+    shuffled = picked[:]
+    rnd.shuffle(shuffled)
+    fwd = dict(zip(picked, shuffled))
+    res = RenameBlobs(fwd)(PERM_GRAPH)
+    assert res.graph.validate() == []
+    assert ncnn_loads(res.graph.dumps()) == 0
+    back = RenameBlobs({v: k_ for k_, v in fwd.items()})(res.graph)
+    assert back.graph.dumps() == PERM_GRAPH.dumps()

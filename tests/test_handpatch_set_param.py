@@ -181,3 +181,28 @@ def test_cli(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith(f"{p}: no layer of type Nope")
     r = cli("set-param", tmp_path / "missing.param", "--type", "Nope", "0=1", cwd=tmp_path)
     assert r.returncode == 2 and "missing.param" in r.stderr and "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------------------ properties
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from paramsurgery.layer_params import LAYER_PARAMS  # noqa: E402
+
+SCALARS = [(t, pid, info.kind) for t, ps in LAYER_PARAMS.items() for pid, info in ps.items()
+           if info.kind in (Kind.INT, Kind.FLOAT)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(SCALARS), st.integers(-1000, 1000))
+def test_every_scalar_param_is_written_with_the_kind_ncnn_reads(spec, n):
+    """`ID=<int text>` on any scalar param of any type: a float param is written with a '.'
+    or an 'e' (ncnn reads it as a float), an int param stays an int."""
+    layer_type, pid, kind = spec
+    v = typed_value(layer_type, pid, str(n))
+    assert v.kind is kind and float(v.python) == n
+    from paramsurgery.values import format_value
+
+    token = format_value(pid, v).split("=", 1)[1]
+    assert (("." in token or "e" in token) if kind is Kind.FLOAT else token == str(n))

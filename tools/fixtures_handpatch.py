@@ -12,7 +12,7 @@ used), so the default tests check ncnn against torch without torch installed.
 - `leftovers`: an adaLN-style block using ops pnnx leaves unconverted (`aten::addcmul`
   with and without `value`, `aten::addcdiv`, `aten::lerp` with a scalar weight,
   `aten::frac`, `aten::clamp_min`, `F.softsign`, `F.tanhshrink`, `F.softmin`,
-  `torch.narrow`) -> `paramsurgery lower`.
+  `aten::mT`, `torch.narrow`) -> `paramsurgery lower`.
 - `declined`: leftovers with no exact ncnn equivalent (`aten::lerp` with a tensor weight,
   `aten::exp2`) next to a lowerable one -> `lower` refuses; `--partial` lowers the rest.
 - `casts`: `ids.to(torch.int64)` before an Embedding and a float64 round trip: `Tensor.to`
@@ -65,7 +65,7 @@ def _models():
             h = h * 2 + torch.frac(h * 3)                        # aten::frac
             n = h.abs().amax(-1, keepdim=True)
             h = h / torch.clamp_min(n, 1e-3)                     # aten::clamp_min
-            h = F.softsign(h * 4) + F.tanhshrink(h) + F.softmin(h, -1)
+            h = F.softsign(h * 4).mT.mT + F.tanhshrink(h) + F.softmin(h, -1)  # aten::mT
             return torch.narrow(h, -1, 3, 8)                     # torch.narrow
 
     class Declined(nn.Module):

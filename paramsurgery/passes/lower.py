@@ -216,7 +216,7 @@ _RULES: list[Rule] = []
 
 def rule(*types: str, doc: str) -> Callable[[Callable[[Site], str]], Callable[[Site], str]]:
     def deco(fn: Callable[[Site], str]) -> Callable[[Site], str]:
-        _RULES.append(Rule(fn.__name__.rstrip("_"), tuple(types), doc, fn))
+        _RULES.append(Rule(fn.__name__, tuple(types), doc, fn))
         return fn
     return deco
 
@@ -359,6 +359,15 @@ def narrow(s: Site) -> str:
     if start < 0 or length < 0:
         raise Declined(f"start={start} length={length} out of range")
     return s.emit("Crop", [s.input(0)], {9: [start], 10: [start + length], 11: [axis]}, "crop")
+
+
+# mT(x) = x.transpose(-2, -1) = Permute 0=1 (swaps w and h for 2-D, 3-D and 4-D blobs)
+@rule("aten::mT", doc="Permute 0=1 (swap the two innermost dims)")
+def mT(s: Site) -> str:  # noqa: N802 - the torch name
+    s.axis(-2)  # declines when dim -2 is dim 0 (rank 2: possibly pnnx's batch axis)
+    if len(s.shape(0)) > 5:
+        raise Declined(f"rank {len(s.shape(0))}: ncnn blobs have at most 4 dims")
+    return s.emit("Permute", [s.input(0)], {0: 1}, "permute")
 
 
 # ---------------------------------------------------------------- known, not exact
