@@ -87,6 +87,9 @@ def test_parse_target():
     (dict(layer_type="ReLU", layer_name="x", assignments=["7=1"], after=["gemm_3"]),
      "ReLU does not read param 7"),
     (dict(layer_type="ReLU", layer_name="x"), "give --before"),
+    (dict(layer_type="BinaryOp", layer_name="x", after=["gemm_3"], assignments=["0=2"]),
+     "BinaryOp reads 2 bottoms; insert puts a layer on one edge .*set 1=1"),
+    (dict(layer_type="MatMul", layer_name="x", after=["gemm_3"]), "MatMul reads 2 bottoms"),
 ])
 def test_refusals(kw, msg):
     with pytest.raises(PassRefused, match=msg):

@@ -32,6 +32,14 @@ from .base import Change, Pass, PassResult, Skip, register
 from .set_param import apply_params, check_loads
 
 
+# types whose forward reads more than one bottom (with these params): not 1 -> 1
+_MULTI_INPUT = {
+    "BinaryOp": lambda p: 0 if p.get(1, 0) else 2,  # two operands unless 1=1 (with_scalar)
+    "MatMul": lambda p: 2, "SDPA": lambda p: 3, "RotaryEmbed": lambda p: 3,
+    "GridSample": lambda p: 2, "CopyTo": lambda p: 2,
+}
+
+
 def parse_target(text: str) -> tuple[str, int]:
     """`LAYER` or `LAYER:SLOT` (layer names may contain ':'; the last one splits)."""
     name, sep, slot = text.rpartition(":")
@@ -79,6 +87,12 @@ class InsertLayer(Pass):
             reads = reads_for(self.layer_type, probe.params)
         except SchemaError as exc:
             raise PassRefused(f"{self.layer_type} with these params: {exc.message}") from None
+        need = _MULTI_INPUT.get(self.layer_type, lambda p: 0)(probe.params)
+        if need:
+            hint = " (set 1=1 and 2=<scalar> for an operation with a constant)" \
+                if self.layer_type == "BinaryOp" else ""
+            raise PassRefused(f"{self.layer_type} reads {need} bottoms; insert puts a layer on "
+                              f"one edge (1 -> 1){hint}")
         if reads:
             what = ", ".join(f"{r.role}[{r.count}]" for r in reads)
             raise PassRefused(f"{self.layer_type} with these params reads weights from the .bin "

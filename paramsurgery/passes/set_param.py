@@ -233,6 +233,26 @@ def check_loads(layer: Layer) -> None:
                           file=layer.source_file, line=layer.source_line)
 
 
+def arity_error(layer: Layer) -> str | None:
+    """Params that fix how many bottoms/tops a layer has (its load_param does not check, its
+    forward crashes): SDPA `5=` attn_mask / `7=` kv_cache, BinaryOp `1=` with_scalar."""
+    p = layer.params
+    n_in, n_out = len(layer.inputs), len(layer.outputs)
+    if layer.type == "SDPA":
+        mask, cache = p.get(5, 0), p.get(7, 0)
+        want_in = 3 + (1 if mask else 0) + (2 if cache else 0)
+        want_out = 3 if cache else 1
+        if (n_in, n_out) != (want_in, want_out):
+            hint = " (paramsurgery add-kvcache adds the cache blobs)" if cache else ""
+            return (f"SDPA with 5={mask} 7={cache} reads {want_in} bottoms and writes "
+                    f"{want_out} tops, but it has {n_in} and {n_out}{hint}")
+    if layer.type == "BinaryOp":
+        want = 1 if p.get(1, 0) else 2
+        if n_in != want:
+            return (f"BinaryOp with 1={p.get(1, 0)} reads {want} bottom(s), but it has {n_in}")
+    return None
+
+
 def _reads(layer_type: str, params) -> object:  # noqa: ANN001
     from ..weights.schema import SchemaError, reads_for
 
@@ -358,6 +378,10 @@ class SetParam(Pass):
             raise PassRefused(f"layer {layer.name!r}: the edit changes what it reads from the "
                               f".bin ({_fmt_reads(reads_before)} -> {_fmt_reads(reads_after)}); "
                               f"the .bin has no index, so every later weight would shift "
+                              f"(--force to write it anyway)", **where)
+        arity = arity_error(layer)
+        if arity is not None and not self.force:
+            raise PassRefused(f"layer {layer.name!r}: {arity}; ncnn would crash at run time "
                               f"(--force to write it anyway)", **where)
         check_loads(layer)
         for pid, old, new in changed:
