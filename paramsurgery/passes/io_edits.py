@@ -216,7 +216,9 @@ class RenameBlobs(Pass):
         order = {b: i for i, b in enumerate(g.blob_names())}
         for old, new in sorted(mapping.items(), key=lambda kv: order[temp[kv[0]]]):
             g.rename_blob(temp[old], new)
-            result.changes.append(Change(_where_blob(g, new), "blob", old, new))
+            prod = g.producer(new)
+            result.changes.append(Change(prod.name if prod is not None else new, "blob", old, new,
+                                         prod.source_line if prod is not None else None))
         if self.cache_naming is not None:
             self._rename_cache_input(g, result)
         result.modified = True
@@ -238,8 +240,3 @@ class RenameBlobs(Pass):
         old = layer.name
         layer.name = want
         result.changes.append(Change(want, "Input layer name", old, want, layer.source_line))
-
-
-def _where_blob(g: Graph, blob: str) -> str:
-    prod = g.producer(blob)
-    return prod.name if prod is not None else blob
