@@ -20,12 +20,10 @@ default (torch-free) tests can check ncnn numerically.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import shutil
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +31,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from paramsurgery.npz import write_npz  # noqa: E402
 
 OUT = ROOT / "fixtures" / "repairs"
 REF_LEN = 13
@@ -158,17 +158,6 @@ def reference(model: str, length: int, seed: int = 0) -> tuple[list[np.ndarray],
         y = m(*[torch.from_numpy(x) for x in xs])
     ys = [y] if not isinstance(y, (tuple, list)) else list(y)
     return xs, [t.numpy() for t in ys]
-
-
-def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
-        for k in sorted(arrays):
-            b = io.BytesIO()
-            np.lib.format.write_array(b, np.ascontiguousarray(arrays[k]), allow_pickle=False)
-            info = zipfile.ZipInfo(k + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
-            zf.writestr(info, b.getvalue())
-    path.write_bytes(buf.getvalue())
 
 
 def export(model: str, variant: str, lengths: tuple[int, ...]) -> dict:

@@ -22,14 +22,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.metadata
-import io
 import json
 import platform
 import random
 import shutil
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +39,7 @@ if str(ROOT) not in sys.path:
 
 from paramsurgery.errors import MissingDependency  # noqa: E402
 from paramsurgery.repro import cases as C  # noqa: E402
+from paramsurgery.npz import write_npz  # noqa: E402
 from paramsurgery.repro.check import rounded  # noqa: E402
 from paramsurgery.repro.observe import observe_variant  # noqa: E402
 
@@ -51,22 +50,6 @@ MAX_NCNN_PY = 8192          # keep the generated test script only when it is sma
 
 
 # --------------------------------------------------------------------------- io helpers
-
-def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """An .npz np.load reads, with fixed zip timestamps and key order so a rerun writes
-    the same bytes (np.savez stamps the current time into every member)."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
-        for key in sorted(arrays):
-            member = io.BytesIO()
-            # np.asarray(order="C"), not ascontiguousarray, which turns 0-d into 1-d
-            np.lib.format.write_array(member, np.asarray(arrays[key], order="C"),
-                                      allow_pickle=False)
-            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, member.getvalue())
-    path.write_bytes(buf.getvalue())
-
 
 def write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")

@@ -254,7 +254,9 @@ def export(name: str, make, channels: int, what: str, tmp: Path) -> dict:
         x = torch.tensor([[[1.0, 10.0, 100.0, 3.0, -2.0, 0.5, 7.0]]])
     with torch.no_grad():
         y = module(x)
-    np.savez(OUT / f"{name}.ref.npz", input=x[0].numpy(), output=y[0].numpy())
+    from paramsurgery.npz import write_npz
+
+    write_npz(OUT / f"{name}.ref.npz", {"input": x[0].numpy(), "output": y[0].numpy()})
     types = []
     for line in (OUT / f"{name}.ncnn.param").read_text().splitlines()[2:]:
         t = line.split()[0]
