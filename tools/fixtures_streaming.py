@@ -20,7 +20,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
