@@ -33,7 +33,3 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
-
-
-def has_errors(findings: list[Finding]) -> bool:
-    return any(f.severity == ERROR for f in findings)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Iterator
 
-from .values import (ARRAY_KEY_BASE, Kind, PyValue, Value, ValueError_, format_value, infer,
+from .values import (Kind, PyValue, Value, ValueError_, format_value, infer,
                      parse_value, pnnx_order_key)
 
 if TYPE_CHECKING:
@@ -211,10 +211,6 @@ class Params:
 
     def __repr__(self) -> str:
         return "Params(" + " ".join(self.tokens()) + ")"
-
-
-def array_key(pid: int) -> int:
-    return ARRAY_KEY_BASE - pid
 
 
 def _located(params: Params, token: str, offset: int, message: str):  # noqa: ANN202

@@ -340,8 +340,3 @@ def write_param(g: Graph) -> bytes:
         parts.append(eol)
     parts.append(trailer)
     return "".join(parts).encode("utf-8", "surrogateescape")
-
-
-def format_layer_line(layer: Layer) -> str:
-    """A layer line in pnnx's layout, whatever its original text."""
-    return layer.render()

@@ -15,7 +15,6 @@ from typing import Any, ClassVar, Iterable
 from ..errors import PassRefused
 from ..findings import ERROR, Finding
 from ..graph import Graph
-from ..layer import Layer
 
 PASSES: dict[str, type["Pass"]] = {}
 
@@ -163,10 +162,6 @@ class PassManager:
             results.append(res)
             current = res.graph
         return current, results, failures
-
-
-def where(layer: Layer) -> int | None:
-    return layer.source_line
 
 
 def _short(v: Any) -> str:

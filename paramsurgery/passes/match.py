@@ -52,17 +52,3 @@ class InputAncestry:
 
     def __call__(self, blob: str) -> frozenset[str]:
         return self._of.get(blob, frozenset())
-
-
-def producer_chain(g: Graph, blob: str, through: tuple[str, ...], limit: int = 64) -> list[Layer]:
-    """Follow single-input producers of `blob` while their type is in `through`
-    (e.g. Split, Reshape, Permute); return the layers passed, nearest first."""
-    out: list[Layer] = []
-    cur = blob
-    while len(out) < limit:
-        p = g.producer(cur)
-        if p is None or p.type not in through or not p.inputs:
-            break
-        out.append(p)
-        cur = p.inputs[0]
-    return out
