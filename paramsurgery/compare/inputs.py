@@ -1,0 +1,110 @@
+"""The inputs of a comparison: one array per graph input, as fed to ncnn, with pnnx's batch
+axis (`Feed`).
+
+Sources, in order: `--inputs inputs.npz` (keys = input blob names, or the fixtures'
+`input_<name>` keys paired through pnnx's traced shapes; `batch_index_<blob>` scalars
+optional), then arrays generated at the traced shapes: pnnx's `X_ncnn.py` next to the
+file (its first `inputshape` and batch axes), or a static export's input operands in
+`X.pnnx.param`. A batch axis nobody recorded is guessed like pnnx chooses it (axis 0 of a
+rank >= 2 input whose leading size is 1). Graph inputs the source does not cover are fed
+empty (a kv-cache input at the prefill).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from ..errors import ParamSurgeryError
+from ..runtime import NO_BATCH, Feed
+
+if TYPE_CHECKING:
+    from ..formats.pnnx_param import PnnxGraph
+    from ..graph import Graph
+    from ..lint.conformance import InputSpec
+
+
+def input_order(graph: "Graph") -> list[str]:
+    """Graph inputs as pnnx numbers them (`in0`, `in1`, …), others after in graph order."""
+    from ..lint.conformance import _in_key
+
+    return sorted(graph.inputs, key=_in_key)
+
+
+def traced_input_specs(graph: "Graph", param_path: str | None, pnnx: "PnnxGraph | None",
+                       given: "Sequence[InputSpec] | None" = None) -> tuple[list["InputSpec"] | None, str]:
+    """The input shapes a run uses when no data is given: `given` specs, pnnx's `X_ncnn.py`
+    next to the file, or a static export's traced input shapes. (specs, where from)."""
+    from ..lint.conformance import InputSpec, find_pnnx_script, read_pnnx_script
+
+    ins = input_order(graph)
+    if given:
+        return [replace(s, blob=ins[i]) if i < len(ins) and s.blob not in ins else s
+                for i, s in enumerate(given)], "given"
+    script = find_pnnx_script(param_path) if param_path else None
+    if script:
+        try:
+            specs, _ = read_pnnx_script(script)
+        except (OSError, ValueError):
+            specs = []
+        if specs and [s.blob for s in specs] == ins:
+            return specs, "traced"
+    if pnnx is not None and not pnnx.is_dynamic:
+        p_ins = pnnx.inputs
+        if len(p_ins) == len(ins) and all(o.shape is not None for o in p_ins):
+            return [InputSpec(b, tuple(o.shape), "i32" if o.is_int else "f32", None)
+                    for b, o in zip(ins, p_ins)], "traced"
+    return None, ""
+
+
+def script_batch_axes(param_path: str | None) -> dict[str, int]:
+    """The batch axis pnnx's `X_ncnn.py` feeds each input with (empty when absent)."""
+    from ..lint.conformance import find_pnnx_script, read_pnnx_script
+
+    script = find_pnnx_script(param_path) if param_path else None
+    if not script:
+        return {}
+    try:
+        specs, _ = read_pnnx_script(script)
+    except (OSError, ValueError):
+        return {}
+    return {s.blob: s.batch_index for s in specs if s.batch_index is not None}
+
+
+def make_feeds(graph: "Graph", param_path: str | None, pnnx: "PnnxGraph | None",
+               npz: str | None = None, given: "Sequence[InputSpec] | None" = None,
+               seed: int = 0) -> tuple[dict[str, Feed], str]:
+    """Feeds for every input of `graph` and a phrase saying where they came from.
+    Raises ParamSurgeryError when there is nothing to make them from."""
+    from ..lint.conformance import Reference
+
+    if npz is not None:
+        try:
+            specs = Reference.load(npz, graph, pnnx).inputs
+        except (OSError, ValueError, KeyError) as exc:
+            raise ParamSurgeryError(f"cannot read the inputs: {exc}", file=npz) from None
+        if not specs:
+            raise ParamSurgeryError(f"no array is named after an input blob of the graph "
+                                    f"({', '.join(input_order(graph))})", file=npz)
+        source = os.path.basename(npz)
+    else:
+        specs, _ = traced_input_specs(graph, param_path, pnnx, given)
+        if specs is None:
+            raise ParamSurgeryError("no inputs: give --inputs inputs.npz (keys = input blob "
+                                    "names), or keep pnnx's X_ncnn.py / X.pnnx.param next to "
+                                    "the file", file=param_path)
+        source = "given shapes" if given else "traced shapes"
+    axes = script_batch_axes(param_path)
+    feeds: dict[str, Feed] = {}
+    for i, s in enumerate(specs):
+        b = s.batch_index if s.batch_index is not None else axes.get(s.blob)
+        if b is None:
+            b = s.effective_batch_index()
+        feeds[s.blob] = Feed(np.ascontiguousarray(s.make_array(seed + i)), b)
+    for blob in input_order(graph):
+        if blob not in feeds:
+            feeds[blob] = Feed(np.zeros((0,), np.float32), NO_BATCH)
+    return feeds, source
