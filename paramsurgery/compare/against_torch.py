@@ -18,9 +18,10 @@ from typing import Mapping
 
 import numpy as np
 
-from ..formats.pnnx_param import read_pnnx_param
+from ..formats.pnnx_param import Op, read_pnnx_param
 from ..io import load
 from ..runtime import NO_BATCH, Feed
+from .expression import subterm_values
 from .frames import FrameFile
 from .inputs import input_order
 from .layout import Error, measure
@@ -66,7 +67,27 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
             report.notes.append(f"pnnx's torch export did not run: {status}: {message}")
         outcome = Outcome()
         with FrameFile(scratch) as torch_values:
-            aligner = Aligner(graph, pn, ok)
+            virtual: dict[str, np.ndarray] = {}
+            expanded: dict[int, list[str]] = {}
+
+            def value_of(operand: str) -> np.ndarray | None:
+                if "#" in operand:
+                    return virtual.get(operand)
+                return torch_values.get(python_name(operand))
+
+            def terms(op: Op) -> list[str]:
+                """Inner terms of an expression, evaluated once from the torch values."""
+                if id(op) not in expanded:
+                    names = []
+                    for text, value in subterm_values(op.params.get("expr", ""),
+                                                      [value_of(i) for i in op.inputs]):
+                        name = f"{op.name}#{text}"
+                        virtual[name] = value
+                        names.append(name)
+                    expanded[id(op)] = names
+                return expanded[id(op)]
+
+            aligner = Aligner(graph, pn, ok, terms)
             for ev in stream_blobs(target, feeds, extractable_blobs(graph), outcome, timeout):
                 row = rows.get(ev.name)
                 if row is None or ev.name not in producer:
@@ -80,7 +101,7 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
                 n = int(ev.header.get("n", 1))
 
                 def judge(operand: str, flat: bool) -> Error | None:
-                    value = torch_values.get(python_name(operand))
+                    value = value_of(operand)
                     if value is None:
                         return None
                     return measure(arr, value, batch_n=n, flat=flat, batch_fed=fed)

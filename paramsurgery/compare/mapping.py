@@ -233,7 +233,13 @@ class Aligner:
     """Pairs each ncnn top with a pnnx operand as its value arrives (see the module doc).
     `place(layer, slot, judge)` must be called in graph order."""
 
-    def __init__(self, graph: "Graph", pnnx: "PnnxGraph", ok: Callable[["Error"], bool]) -> None:
+    def __init__(self, graph: "Graph", pnnx: "PnnxGraph", ok: Callable[["Error"], bool],
+                 terms: "Callable[[Op], list[str]] | None" = None) -> None:
+        """`terms(op)`: names of the inner terms of a `pnnx.Expression` whose values the
+        judge knows (`expression.subterm_values`); they pair with the blobs between the
+        layers an expression expands into."""
+        self.terms = terms
+        self.term_owner: dict[str, "Op"] = {}
         self.graph = graph
         self.pnnx = pnnx
         self.ok = ok
@@ -264,33 +270,41 @@ class Aligner:
         if layer.type == "MemoryData" and layer.name in self.attributes:
             o = self.attributes[layer.name]
             return self._record(blob, Placement(o, "attribute", judge(o, False)))
-        structural: list[tuple[str, str]] = []
+        structural: list[tuple[str, str, bool]] = []
         anchor = self.anchors.get(blob)
         if anchor is not None:
-            structural.append((anchor, "anchor"))
+            structural.append((anchor, "anchor", _reshaped(layer)))
         images = [self.image.get(b) for b in layer.inputs]
         known = [o for o in images if o is not None]
-        one_to_one_ops = self._one_to_one_ops(layer, known)
-        for op in one_to_one_ops:
+        for op in self._one_to_one_ops(layer, known):
             if slot < len(op.outputs):
-                structural.append((op.outputs[slot], "op"))
+                # torch.stack becomes Concat (+ a Reshape): the same values, axes merged
+                structural.append((op.outputs[slot], "op",
+                                   _reshaped(layer) or op.type == "torch.stack"))
         tried: set[str] = set()
-        for o, how in structural:
+        for o, how, flat in structural:
             if o in tried:
                 continue
             tried.add(o)
-            err = judge(o, _reshaped(layer))
+            err = judge(o, flat)
             if err is not None and self.ok(err):
                 self._take(o)
                 return self._record(blob, Placement(o, how, err))
-        for o in self._downstream(known, tried):
+        if layer.type in _LAYOUT_ONLY:
+            # a Reshape pnnx added (around a stack, for ncnn's rank limits) holds its bottom's
+            # operand in flat order
+            for o in known:
+                err = judge(o, True)
+                if err is not None and self.ok(err):
+                    return self._record(blob, Placement(o, "layout", err))
+        for o in self._expression_terms(known, tried) + self._downstream(known, tried):
             err = judge(o, False)
             if err is not None and self.ok(err):
                 return self._record(blob, Placement(o, "boundary", err))
         if structural:
-            o, how = structural[0]
+            o, how, flat = structural[0]
             self._take(o)
-            return self._record(blob, Placement(o, how, judge(o, _reshaped(layer))))
+            return self._record(blob, Placement(o, how, judge(o, flat)))
         return Placement(None, "unmatched")
 
     def _take(self, operand: str) -> None:
@@ -313,11 +327,35 @@ class Aligner:
         ops.sort(key=lambda op: (id(op) in self.used_ops, self._op_index[id(op)]))
         return ops
 
+    def _expression_terms(self, known: list[str], tried: set[str]) -> list[str]:
+        """Inner terms of the expressions reading `known` (or owning a known term)."""
+        if self.terms is None:
+            return []
+        ops: dict[int, "Op"] = {}
+        for o in known:
+            owner = self.term_owner.get(o)
+            if owner is not None:
+                ops[id(owner)] = owner
+                continue
+            od = self.pnnx.operands.get(o)
+            for op in od.consumers if od is not None else ():
+                if op.type == "pnnx.Expression":
+                    ops[id(op)] = op
+        out = []
+        for op in ops.values():
+            out.extend(o for o in op.outputs if o not in tried)  # the whole expression
+            for name in self.terms(op):
+                self.term_owner[name] = op
+                if name not in tried:
+                    out.append(name)
+        return out
+
     def _downstream(self, known: list[str], tried: set[str]) -> list[str]:
         """Operands computed from `known` within a few ops, nearest first."""
         out: list[str] = []
         seen = set(known) | tried
-        queue: deque[tuple[str, int]] = deque((o, 0) for o in known)
+        starts = [self.term_owner[o].outputs[0] if o in self.term_owner else o for o in known]
+        queue: deque[tuple[str, int]] = deque((o, 0) for o in starts)
         while queue and len(out) < BOUNDARY_CANDIDATES:
             o, depth = queue.popleft()
             od = self.pnnx.operands.get(o)
@@ -332,6 +370,9 @@ class Aligner:
                         out.append(nxt)
                         queue.append((nxt, depth + 1))
         return out
+
+
+_LAYOUT_ONLY = ("Reshape", "Flatten", "ExpandDims", "Squeeze")
 
 
 def _reshaped(layer: "Layer") -> bool:
