@@ -42,6 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "allowed; batch_index_<blob> scalars optional); reference outputs "
                         "out0…/output_* in it are checked too (--pnnx). Default: random "
                         "arrays at pnnx's traced shapes (X_ncnn.py / X.pnnx.param)")
+    p.add_argument("--reference-inputs", metavar="NPZ",
+                   help="inputs of --reference when a pass changed them (fuse-codebooks "
+                        "packs ids): then inputs that differ pair with nothing (default: the "
+                        "same inputs as A, paired by name)")
     p.add_argument("--options", metavar="OPTS",
                    help="ncnn options for A: fp16, bf16, threads=N, packing=0, or any "
                         "ncnn.Option attribute=0/1 (default: fp32 parity)")
@@ -89,8 +93,16 @@ def run(args: argparse.Namespace) -> int:
         ref_bin = _existing(args.reference_bin, "--reference-bin") or \
             _weights_next_to(args.reference) or binp
         reference = NcnnSide(args.reference, ref_bin, parse_options(args.reference_options))
-        report = compare_ncnn(target, reference, feeds, atol=args.atol, rtol=args.rtol,
-                              timeout=args.timeout)
+        ref_feeds = None
+        if args.reference_inputs:
+            _existing(args.reference_inputs, "--reference-inputs")
+            rg = load(args.reference)
+            rp = find_pnnx_param(args.reference)
+            ref_feeds, _ = make_feeds(rg, args.reference,
+                                      read_pnnx_param(rp) if rp else None,
+                                      npz=args.reference_inputs)
+        report = compare_ncnn(target, reference, feeds, reference_feeds=ref_feeds,
+                              atol=args.atol, rtol=args.rtol, timeout=args.timeout)
     else:
         outputs = _reference_outputs(args.inputs, graph, pnnx)
         report = compare_torch(target, args.pnnx, feeds, reference_outputs=outputs,

@@ -17,8 +17,12 @@ from __future__ import annotations
 from ..graph import Graph
 
 
-def match_graphs(target: Graph, reference: Graph) -> dict[str, tuple[str, str]]:
-    """target blob → (reference blob, how), for every target blob with a counterpart."""
+def match_graphs(target: Graph, reference: Graph,
+                 different: frozenset[str] = frozenset()) -> dict[str, tuple[str, str]]:
+    """target blob → (reference blob, how), for every target blob with a counterpart.
+    `different`: target blobs known to hold other values than the reference's blob of the
+    same name (inputs a pass repacked): never paired, so nothing downstream pairs through
+    them either."""
     ref_produced = {b for layer in reference for b in layer.outputs}
     taken: set[str] = set()
     out: dict[str, tuple[str, str]] = {}
@@ -29,13 +33,13 @@ def match_graphs(target: Graph, reference: Graph) -> dict[str, tuple[str, str]]:
 
     for layer in target:
         for b in layer.outputs:
-            if b in ref_produced:
+            if b in ref_produced and b not in different:
                 pair(b, b, "name")
     by_flow: dict[tuple[str, tuple[str, ...]], list] = {}
     for layer in reference:
         by_flow.setdefault((layer.type, layer.inputs), []).append(layer)
     for layer in target:
-        todo = [i for i, b in enumerate(layer.outputs) if b not in out]
+        todo = [i for i, b in enumerate(layer.outputs) if b not in out and b not in different]
         if not todo:
             continue
         twin = reference.find(layer.name)

@@ -21,7 +21,7 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from ..graph import Graph
-from ..runtime import Feed, child_env
+from ..runtime import Feed, FeedLike, _as_feed, child_env
 from .frames import read_frames
 
 # layers whose extra tops are opaque runtime state (kv caches): never extracted
@@ -73,8 +73,9 @@ def cache_tops(graph: Graph) -> set[str]:
     return out
 
 
-def _prepare(tmp: Path, side: NcnnSide, feeds: Mapping[str, Feed], blobs: list[tuple[str, int]],
-             out: str | None) -> list[str]:
+def _prepare(tmp: Path, side: NcnnSide, feeds: Mapping[str, FeedLike],
+             blobs: list[tuple[str, int]], out: str | None) -> list[str]:
+    feeds = {name: _as_feed(f) for name, f in feeds.items()}
     np.savez(tmp / "inputs.npz", **{f"i{i}": f.array for i, f in enumerate(feeds.values())})
     spec = {"param": os.path.abspath(side.param),
             "bin": None if side.bin is None else os.path.abspath(side.bin),
@@ -107,7 +108,7 @@ def _ended(proc: subprocess.Popen, outcome: Outcome, timed_out: bool, stderr_pat
         outcome.message = " / ".join(tail) or f"child exited with {rc}"
 
 
-def stream_blobs(side: NcnnSide, feeds: Mapping[str, Feed], blobs: list[tuple[str, int]],
+def stream_blobs(side: NcnnSide, feeds: Mapping[str, FeedLike], blobs: list[tuple[str, int]],
                  outcome: Outcome, timeout: float = 600.0) -> Iterator[BlobEvent]:
     """Run `side` in a child and yield each blob as ncnn produces it; `outcome` is filled
     in when the stream ends (check it after the loop)."""
@@ -149,7 +150,7 @@ def stream_blobs(side: NcnnSide, feeds: Mapping[str, Feed], blobs: list[tuple[st
             _ended(proc, outcome, killed.is_set(), stderr_path, saw_end)
 
 
-def run_to_file(side: NcnnSide, feeds: Mapping[str, Feed], blobs: list[tuple[str, int]],
+def run_to_file(side: NcnnSide, feeds: Mapping[str, FeedLike], blobs: list[tuple[str, int]],
                 path: str, timeout: float = 600.0) -> Outcome:
     """Run `side` in a child that writes every blob's frame to `path` (a scratch file)."""
     outcome = Outcome()
