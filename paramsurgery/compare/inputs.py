@@ -85,7 +85,9 @@ def make_feeds(graph: "Graph", param_path: str | None, pnnx: "PnnxGraph | None",
         try:
             specs = Reference.load(npz, graph, pnnx).inputs
         except (OSError, ValueError, KeyError) as exc:
-            raise ParamSurgeryError(f"cannot read the inputs: {exc}", file=npz) from None
+            why = str(exc)
+            why = why[len(npz) + 2:] if why.startswith(f"{npz}: ") else why
+            raise ParamSurgeryError(f"cannot read the inputs: {why}", file=npz) from None
         if not specs:
             raise ParamSurgeryError(f"no array is named after an input blob of the graph "
                                     f"({', '.join(input_order(graph))})", file=npz)
