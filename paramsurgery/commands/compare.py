@@ -83,13 +83,17 @@ def run(args: argparse.Namespace) -> int:
     _existing(args.param, "the graph")
     binp = _existing(args.bin, "weights") or _weights_next_to(args.param)
     _existing(args.inputs, "--inputs")
+    _existing(args.reference, "--reference")
+    if args.pnnx:
+        from ..compare.torch_run import export_files
+
+        export_files(args.pnnx)
     graph = load(args.param)
     pnnx_path = args.pnnx or find_pnnx_param(args.param)
     pnnx = read_pnnx_param(pnnx_path) if pnnx_path and os.path.isfile(pnnx_path) else None
     feeds, _ = make_feeds(graph, args.param, pnnx, npz=args.inputs)
     target = NcnnSide(args.param, binp, parse_options(args.options))
     if args.reference:
-        _existing(args.reference, "--reference")
         ref_bin = _existing(args.reference_bin, "--reference-bin") or \
             _weights_next_to(args.reference) or binp
         reference = NcnnSide(args.reference, ref_bin, parse_options(args.reference_options))
