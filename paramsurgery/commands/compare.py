@@ -88,15 +88,17 @@ def run(args: argparse.Namespace) -> int:
         from ..compare.torch_run import export_files
 
         export_files(args.pnnx)
+    settings = parse_options(args.options)
+    ref_settings = parse_options(args.reference_options)
     graph = load(args.param)
     pnnx_path = args.pnnx or find_pnnx_param(args.param)
     pnnx = read_pnnx_param(pnnx_path) if pnnx_path and os.path.isfile(pnnx_path) else None
     feeds, _ = make_feeds(graph, args.param, pnnx, npz=args.inputs)
-    target = NcnnSide(args.param, binp, parse_options(args.options))
+    target = NcnnSide(args.param, binp, settings)
     if args.reference:
         ref_bin = _existing(args.reference_bin, "--reference-bin") or \
             _weights_next_to(args.reference) or binp
-        reference = NcnnSide(args.reference, ref_bin, parse_options(args.reference_options))
+        reference = NcnnSide(args.reference, ref_bin, ref_settings)
         ref_feeds = None
         if args.reference_inputs:
             _existing(args.reference_inputs, "--reference-inputs")
