@@ -19,6 +19,7 @@ from ..io import load
 from ..runtime import Feed, FeedLike, _as_feed
 from .frames import FrameFile
 from .graph_match import match_graphs
+from .inputs import largest_batch
 from .layout import measure
 from .ncnn_run import NcnnSide, Outcome, extractable_blobs, run_to_file, stream_blobs
 from .options import describe
@@ -43,6 +44,7 @@ def compare_ncnn(target: NcnnSide, reference: NcnnSide, feeds: Mapping[str, Feed
     if os.path.abspath(reference.param) == os.path.abspath(target.param):
         ref_label = f"{reference.param} [{describe(reference.settings)}]"
     report, rows = blank_report(tg, target.param, ref_label, "ncnn", atol, rtol)
+    report.batch_fed = largest_batch(feeds)
     if describe(target.settings) != describe(reference.settings):
         report.notes.append(f"options: target {describe(target.settings)}, reference "
                             f"{describe(reference.settings)}")
@@ -75,6 +77,7 @@ def compare_ncnn(target: NcnnSide, reference: NcnnSide, feeds: Mapping[str, Feed
                     continue
                 assert ev.array is not None
                 row.shape = tuple(ev.array.shape)
+                row.batch_n = int(ev.header.get("n", 1))
                 if hit is None:
                     continue
                 expected = ref.get(hit[0])

@@ -20,26 +20,16 @@ import numpy as np
 
 from ..formats.pnnx_param import Op, read_pnnx_param
 from ..io import load
-from ..runtime import NO_BATCH, Feed
+from ..runtime import Feed
 from .expression import subterm_values
 from .frames import FrameFile
-from .inputs import input_order
+from .inputs import input_order, largest_batch
 from .layout import Error, measure
 from .mapping import Aligner
 from .ncnn_run import NcnnSide, Outcome, extractable_blobs, stream_blobs
 from .report import DIFFERS, FAILED, OK, Report
 from .rows import blank_report
 from .torch_run import export_files, python_name, run_torch
-
-
-def largest_batch(feeds: Mapping[str, Feed]) -> int:
-    """The biggest ncnn batch `n` any input carries (1 when none has a batch axis)."""
-    best = 1
-    for f in feeds.values():
-        b = f.batch_index
-        if b != NO_BATCH and 0 <= b < f.array.ndim:
-            best = max(best, int(f.array.shape[b]))
-    return best
 
 
 def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], *,
@@ -53,6 +43,7 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
     ins = input_order(graph)[: len(p_ins)]
     dtypes = [o.dtype for o in p_ins]
     fed = largest_batch(feeds)
+    report.batch_fed = fed
     producer = {b: (layer, i) for layer in graph for i, b in enumerate(layer.outputs)}
     outputs = set(graph.outputs)
 
@@ -99,12 +90,13 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
                 assert arr is not None
                 row.shape = tuple(arr.shape)
                 n = int(ev.header.get("n", 1))
+                row.batch_n = n
 
                 def judge(operand: str, flat: bool) -> Error | None:
                     value = value_of(operand)
                     if value is None:
                         return None
-                    return measure(arr, value, batch_n=n, flat=flat, batch_fed=fed)
+                    return measure(arr, value, batch_n=n, flat=flat)
 
                 layer, slot = producer[ev.name]
                 placed = aligner.place(layer, slot, judge)
@@ -114,7 +106,7 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
                 row.status = OK if ok(placed.error) else DIFFERS
                 if reference_outputs is not None and ev.name in outputs and \
                         ev.name in reference_outputs:
-                    _against_model(row, arr, n, fed, reference_outputs[ev.name], ok)
+                    _against_model(row, arr, n, reference_outputs[ev.name], ok)
     report.status, report.message = outcome.status, outcome.message
     if outcome.status != "ok" and outcome.computing and outcome.computing in rows:
         row = rows[outcome.computing]
@@ -122,10 +114,10 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
     return report
 
 
-def _against_model(row, arr: np.ndarray, n: int, fed: int, model_out: np.ndarray,
+def _against_model(row, arr: np.ndarray, n: int, model_out: np.ndarray,
                    ok) -> None:  # noqa: ANN001 - BlobRow, predicate
     """Hold a graph output against the original model's output too."""
-    err = measure(arr, model_out, batch_n=n, batch_fed=fed)
+    err = measure(arr, model_out, batch_n=n)
     if ok(err):
         return
     pnnx_agrees = row.status == OK

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import ParamSurgeryError
-from ..runtime import NO_BATCH, Feed
+from ..runtime import NO_BATCH, Feed, FeedLike, _as_feed
 
 if TYPE_CHECKING:
     from ..formats.pnnx_param import PnnxGraph
@@ -110,3 +110,13 @@ def make_feeds(graph: "Graph", param_path: str | None, pnnx: "PnnxGraph | None",
         if blob not in feeds:
             feeds[blob] = Feed(np.zeros((0,), np.float32), NO_BATCH)
     return feeds, source
+
+
+def largest_batch(feeds: "Mapping[str, FeedLike]") -> int:
+    """The biggest ncnn batch `n` any input carries (1 when none has a batch axis)."""
+    best = 1
+    for f in map(_as_feed, feeds.values()):
+        b = f.batch_index
+        if b != NO_BATCH and 0 <= b < f.array.ndim:
+            best = max(best, int(f.array.shape[b]))
+    return best

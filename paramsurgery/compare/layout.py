@@ -68,29 +68,20 @@ def candidate_views(actual: np.ndarray, batch_n: int) -> list[np.ndarray]:
 
 
 def measure(actual: np.ndarray, expected: np.ndarray, *, batch_n: int = 1,
-            flat: bool = False, batch_fed: int | None = None) -> Error:
+            flat: bool = False) -> Error:
     """The error of `actual` (an ncnn blob) against `expected` (a torch operand or the
     other graph's blob). `batch_n` = the blob's ncnn batch size; `flat` allows comparing in
-    flat order when the element counts agree but the shapes do not. `batch_fed` = the
-    largest batch the inputs carried: a blob with a bigger `n` holds a torch axis in ncnn's
-    batch axis, where every later layer runs once per item - a divergence of layout even
-    when the values are right (pnnx's `Reshape ... 12=233 13=k`)."""
+    flat order when the element counts agree but the shapes do not."""
     as_int = expected.dtype.kind in "iub" or (expected.dtype == np.float32
                                              and looks_like_int_bits(expected))
     if as_int and expected.dtype.kind == "b":
         expected = expected.astype(np.int32)
     e = _as_numbers(expected, as_int and expected.dtype == np.float32)
     want = _squeezed(e.shape)
-    for i, view in enumerate(candidate_views(actual, batch_n)):
+    for view in candidate_views(actual, batch_n):
         if _squeezed(view.shape) == want:
             a = _as_numbers(view, as_int)
-            err = _error(a.reshape(want), e.reshape(want))
-            if batch_fed is not None and batch_n > max(batch_fed, 1):
-                return Error(err.max_abs, err.max_ref,
-                             shape=f"torch axis {max(i - 1, 0) if i else 0} of "
-                                   f"{_fmt(expected.shape)} is ncnn's batch axis (n={batch_n}); "
-                                   f"layers after it run once per item")
-            return err
+            return _error(a.reshape(want), e.reshape(want))
     if flat and actual.size == expected.size:
         return _error(_as_numbers(actual, as_int).ravel(), e.ravel())
     return Error(float("inf"), float(np.max(np.abs(e))) if e.size else 0.0,

@@ -34,6 +34,7 @@ class BlobRow:
     error: Error | None = None
     shape: tuple[int, ...] | None = None
     note: str | None = None
+    batch_n: int = 1             # ncnn's batch size of the blob
 
     def to_json(self) -> dict[str, Any]:
         e = self.error
@@ -63,12 +64,55 @@ class Report:
     reference_status: str = "ok"
     notes: list[str] = field(default_factory=list)
     layer_inputs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # layer -> bottoms
+    batch_fed: int = 1            # the largest ncnn batch the inputs carried
 
     @property
     def compared(self) -> list[BlobRow]:
         return [r for r in self.rows if r.status in (OK, DIFFERS)]
 
     def first_divergence(self) -> BlobRow | None:
+        """The earliest layer whose outputs differ while all its inputs agree - or, when
+        such a layer reads a blob that carries a torch axis in ncnn's batch axis (more
+        items than any input fed), the layer that moved it there: the values were right
+        until a layer computed across the items (pnnx's `Reshape ... 12=233 13=k`)."""
+        found = self._first_differing()
+        if found is None:
+            return None
+        mover = self._batch_mover(found)
+        return found if mover is None else mover
+
+    def _batch_mover(self, found: BlobRow) -> BlobRow | None:
+        rows = {r.blob: r for r in self.rows}
+        limit = max(self.batch_fed, 1)
+        start = [b for b in self.layer_inputs.get(found.layer, ())
+                 if b in rows and rows[b].batch_n > limit]
+        mover: BlobRow | None = None
+        seen: set[str] = set()
+        while start:
+            b = start.pop()
+            if b in seen:
+                continue
+            seen.add(b)
+            row = rows[b]
+            ups = [u for u in self.layer_inputs.get(row.layer, ())
+                   if u in rows and rows[u].batch_n > limit]
+            if ups:
+                start.extend(ups)
+            elif mover is None or (row.line or 0) < (mover.line or 0):
+                mover = row
+        if mover is None:
+            return None
+        e = found.error
+        shown = (f"shape {e.shape}" if e is not None and e.shape else
+                 f"max_abs {e.max_abs:.3g}" if e is not None else found.status)
+        return BlobRow(mover.blob, mover.layer, mover.type, mover.line, DIFFERS, mover.against,
+                       mover.how, found.error, mover.shape,
+                       f"moves a torch axis into ncnn's batch axis (n={mover.batch_n}, the "
+                       f"inputs fed {limit}); the values are right here, but {found.layer} "
+                       f"({found.type}, line {found.line}) then runs once per item: {shown}",
+                       mover.batch_n)
+
+    def _first_differing(self) -> BlobRow | None:
         clean: dict[str, bool] = {}
         by_layer: dict[str, list[BlobRow]] = {}
         for r in self.rows:
@@ -114,7 +158,7 @@ class Report:
                 err = f"max_abs {r.error.max_abs:.3g}  rel {r.error.rel:.3g}"
             else:
                 err = r.note or ""
-            mark = "  <- first divergence" if r is fd else ""
+            mark = "  <- first divergence" if fd is not None and r.blob == fd.blob else ""
             against = f" ~ {r.against}" if r.against and r.against != r.blob else ""
             lines.append(f"{where}: {r.layer} ({r.type}) {r.blob}{against}  {r.status}  "
                          f"{err}{mark}".rstrip())
@@ -126,6 +170,8 @@ class Report:
         cov = f"{len(self.compared)}/{len(self.rows)} blobs compared"
         pct = 100.0 * len(self.compared) / len(self.rows) if self.rows else 0.0
         n_diff = sum(r.status == DIFFERS for r in self.rows)
+        if fd is not None and fd.note:
+            lines.append(f"note: {fd.layer}: {fd.note}")
         if fd is None:
             verdict = "no divergence" if self.status == "ok" else "no divergence before the failure"
         else:
