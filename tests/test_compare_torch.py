@@ -111,7 +111,7 @@ NAMED = {"uneven-chunk": "Slice", "axis-into-batch": "Reshape",
 def test_repro_case_against_torch(tmp_path, case_id, variant):
     from paramsurgery.repro import cases as C
 
-    torch, _ = _export_tools()
+    _export_tools()
     case = C.get_case(case_id)
     v = case.variant(variant)
     _, run_len = case.lengths(v)

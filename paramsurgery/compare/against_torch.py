@@ -92,7 +92,8 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
                 n = int(ev.header.get("n", 1))
                 row.batch_n = n
 
-                def judge(operand: str, flat: bool) -> Error | None:
+                def judge(operand: str, flat: bool, arr: np.ndarray = arr,
+                          n: int = n) -> Error | None:
                     value = value_of(operand)
                     if value is None:
                         return None

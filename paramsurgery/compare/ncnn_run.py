@@ -21,7 +21,7 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from ..graph import Graph
-from ..runtime import Feed, FeedLike, _as_feed, child_env
+from ..runtime import FeedLike, _as_feed, child_env
 from .frames import read_frames
 
 # layers whose extra tops are opaque runtime state (kv caches): never extracted

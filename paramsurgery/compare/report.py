@@ -108,7 +108,7 @@ class Report:
         return BlobRow(mover.blob, mover.layer, mover.type, mover.line, DIFFERS, mover.against,
                        mover.how, found.error, mover.shape,
                        f"moves a torch axis into ncnn's batch axis (n={mover.batch_n}, the "
-                       f"inputs fed {limit}); the values are right here, but {found.layer} "
+                       f"inputs fed {limit}): its values are right, but {found.layer} "
                        f"({found.type}, line {found.line}) then runs once per item: {shown}",
                        mover.batch_n)
 
@@ -158,9 +158,14 @@ class Report:
                 err = f"max_abs {r.error.max_abs:.3g}  rel {r.error.rel:.3g}"
             else:
                 err = r.note or ""
-            mark = "  <- first divergence" if fd is not None and r.blob == fd.blob else ""
-            against = f" ~ {r.against}" if r.against and r.against != r.blob else ""
-            lines.append(f"{where}: {r.layer} ({r.type}) {r.blob}{against}  {r.status}  "
+            status = r.status
+            mark = ""
+            if fd is not None and r.blob == fd.blob:
+                mark = "  <- first divergence"
+                if fd is not r:  # the layer that moved an axis into ncnn's batch
+                    status, err = "batch", f"n={r.batch_n}, values right"
+            against = f" ~ {r.against}" if r.against and r.how != "name" else ""
+            lines.append(f"{where}: {r.layer} ({r.type}) {r.blob}{against}  {status}  "
                          f"{err}{mark}".rstrip())
         for n in self.notes:
             lines.append(f"note: {n}")
@@ -170,13 +175,12 @@ class Report:
         cov = f"{len(self.compared)}/{len(self.rows)} blobs compared"
         pct = 100.0 * len(self.compared) / len(self.rows) if self.rows else 0.0
         n_diff = sum(r.status == DIFFERS for r in self.rows)
-        if fd is not None and fd.note:
-            lines.append(f"note: {fd.layer}: {fd.note}")
         if fd is None:
             verdict = "no divergence" if self.status == "ok" else "no divergence before the failure"
         else:
             e = fd.error
-            how = (f"shape {e.shape}" if e and e.shape else
+            how = (fd.note if fd.note and fd.status == DIFFERS and fd.batch_n > 1 else
+                   f"shape {e.shape}" if e and e.shape else
                    f"max_abs {e.max_abs:.3g}, rel {e.rel:.3g}" if e else fd.note or fd.status)
             verdict = (f"first divergence: {fd.layer} ({fd.type}) at line {fd.line}, "
                        f"blob {fd.blob}: {how}")
