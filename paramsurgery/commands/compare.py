@@ -91,7 +91,10 @@ def run(args: argparse.Namespace) -> int:
     settings = parse_options(args.options)
     ref_settings = parse_options(args.reference_options)
     graph = load(args.param)
-    pnnx_path = args.pnnx or find_pnnx_param(args.param)
+    # pnnx's IR pairs input_<name> arrays with in0, in1, ...; an edited copy has none next
+    # to it, its reference usually does
+    pnnx_path = args.pnnx or find_pnnx_param(args.param) or \
+        (find_pnnx_param(args.reference) if args.reference else None)
     pnnx = read_pnnx_param(pnnx_path) if pnnx_path and os.path.isfile(pnnx_path) else None
     feeds, _ = make_feeds(graph, args.param, pnnx, npz=args.inputs)
     target = NcnnSide(args.param, binp, settings)
