@@ -21,7 +21,7 @@ import numpy as np
 from ..formats.pnnx_param import Op, read_pnnx_param
 from ..io import load
 from ..runtime import Feed
-from .expression import subterm_values
+from .expression import conv_padding_terms, subterm_values
 from .frames import FrameFile
 from .inputs import input_order, largest_batch
 from .layout import Error, measure
@@ -67,11 +67,17 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
                 return torch_values.get(python_name(operand))
 
             def terms(op: Op) -> list[str]:
-                """Inner terms of an expression, evaluated once from the torch values."""
+                """Values inside one pnnx op that ncnn computes as a layer of their own,
+                evaluated once from the torch values: an expression's inner terms, a
+                conv's non-zero padding."""
                 if id(op) not in expanded:
                     names = []
-                    for text, value in subterm_values(op.params.get("expr", ""),
-                                                      [value_of(i) for i in op.inputs]):
+                    inputs = [value_of(i) for i in op.inputs]
+                    if op.type == "pnnx.Expression":
+                        found = subterm_values(op.params.get("expr", ""), inputs)
+                    else:
+                        found = conv_padding_terms(op, inputs)
+                    for text, value in found:
                         name = f"{op.name}#{text}"
                         virtual[name] = value
                         names.append(name)

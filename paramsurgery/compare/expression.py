@@ -1,8 +1,11 @@
-"""pnnx's `pnnx.Expression` ops, term by term: ncnn expands an expression like
-`add(mul(@0,@1),@2)` into one BinaryOp/UnaryOp per operator, and the blobs between them
-hold the values of the inner terms, which no pnnx operand holds. `subterm_values`
-evaluates every inner term from the captured operand values (numpy, torch's type
-promotion for the common cases) so those blobs can be compared too.
+"""Values inside one pnnx op that ncnn computes as layers of their own, so the blobs between
+them can be compared too although no pnnx operand holds them:
+
+- `pnnx.Expression`: ncnn expands `add(mul(@0,@1),@2)` into one BinaryOp/UnaryOp per
+  operator; `subterm_values` evaluates every inner term from the captured operands (numpy,
+  torch's type promotion for the common cases);
+- a conv with `padding_mode` reflect / replicate / circular: ncnn pads in a `Padding` layer
+  first; `conv_padding_terms` is that padded input.
 """
 
 from __future__ import annotations
@@ -124,3 +127,20 @@ def subterm_values(expr: str, inputs: list[np.ndarray | None]) -> list[tuple[str
         if nd is not tree:
             out.append((nd.text, v))
     return out
+
+
+_PAD_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def conv_padding_terms(op, inputs: list[np.ndarray | None]) -> list[tuple[str, np.ndarray]]:  # noqa: ANN001 - formats.pnnx_param.Op
+    """("pad", padded input) of a Conv1d/2d/3d whose padding mode is not zeros (pnnx writes
+    the Padding layer even for padding 0: then it is a copy)."""
+    mode = _PAD_MODES.get(str(op.params.get("padding_mode", "zeros")))
+    pad = op.param("padding")
+    if mode is None or not inputs or inputs[0] is None or not isinstance(pad, tuple):
+        return []
+    x = inputs[0]
+    if not op.type.startswith("nn.Conv") or x.ndim < len(pad):
+        return []
+    widths = [(0, 0)] * (x.ndim - len(pad)) + [(int(p), int(p)) for p in pad]
+    return [("pad", np.pad(x, widths, mode=mode))]

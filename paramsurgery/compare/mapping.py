@@ -245,6 +245,9 @@ class Aligner:
         self.ok = ok
         self.anchors = {b: o.name for b, o in map_blobs(graph, pnnx).items()}
         self.image: dict[str, str] = {}
+        # an unpaired blob (a layer pnnx added: reflect padding, an expansion step) stands
+        # for the operands its producer read, so the search past it starts from them
+        self.frontier: dict[str, list[str]] = {}
         self.attributes = {op.name: op.outputs[0] for op in pnnx.ops
                            if op.type == "pnnx.Attribute" and op.outputs}
         self.used_ops: set[int] = set()
@@ -274,8 +277,12 @@ class Aligner:
         anchor = self.anchors.get(blob)
         if anchor is not None:
             structural.append((anchor, "anchor", _reshaped(layer)))
-        images = [self.image.get(b) for b in layer.inputs]
-        known = [o for o in images if o is not None]
+        known: list[str] = []
+        for b in layer.inputs:
+            o = self.image.get(b)
+            for k in ([o] if o is not None else self.frontier.get(b, [])):
+                if k not in known:
+                    known.append(k)
         for op in self._one_to_one_ops(layer, known):
             if slot < len(op.outputs):
                 # torch.stack becomes Concat (+ a Reshape): the same values, axes merged
@@ -301,10 +308,11 @@ class Aligner:
             err = judge(o, False)
             if err is not None and self.ok(err):
                 return self._record(blob, Placement(o, "boundary", err))
-        if structural:
+        if structural and not _fused_activation(layer):
             o, how, flat = structural[0]
             self._take(o)
             return self._record(blob, Placement(o, how, judge(o, flat)))
+        self.frontier[blob] = known
         return Placement(None, "unmatched")
 
     def _take(self, operand: str) -> None:
@@ -328,22 +336,24 @@ class Aligner:
         return ops
 
     def _expression_terms(self, known: list[str], tried: set[str]) -> list[str]:
-        """Inner terms of the expressions reading `known` (or owning a known term)."""
+        """Values inside the ops reading `known` (`terms`), and the whole output of an
+        expression, or of the op owning a known inner value (the conv after its padding)."""
         if self.terms is None:
             return []
-        ops: dict[int, "Op"] = {}
+        ops: dict[int, tuple["Op", bool]] = {}
         for o in known:
             owner = self.term_owner.get(o)
             if owner is not None:
-                ops[id(owner)] = owner
+                ops[id(owner)] = (owner, True)
                 continue
             od = self.pnnx.operands.get(o)
             for op in od.consumers if od is not None else ():
-                if op.type == "pnnx.Expression":
-                    ops[id(op)] = op
+                if id(op) not in ops:
+                    ops[id(op)] = (op, op.type == "pnnx.Expression")
         out = []
-        for op in ops.values():
-            out.extend(o for o in op.outputs if o not in tried)  # the whole expression
+        for op, whole in ops.values():
+            if whole:
+                out.extend(o for o in op.outputs if o not in tried)
             for name in self.terms(op):
                 self.term_owner[name] = op
                 if name not in tried:
@@ -373,6 +383,18 @@ class Aligner:
 
 
 _LAYOUT_ONLY = ("Reshape", "Flatten", "ExpandDims", "Squeeze")
+
+# layers that may carry a fused activation in param 9 (pnnx fuses the next ReLU/Sigmoid/...)
+_ACTIVATION_PARAM = {"Convolution", "Convolution1D", "Convolution3D", "ConvolutionDepthWise",
+                     "ConvolutionDepthWise1D", "ConvolutionDepthWise3D", "Deconvolution",
+                     "Deconvolution1D", "Deconvolution3D", "DeconvolutionDepthWise",
+                     "DeconvolutionDepthWise1D", "InnerProduct"}
+
+
+def _fused_activation(layer: "Layer") -> bool:
+    """A conv / InnerProduct with an activation fused in: its top is the activation's
+    operand, found at the boundary, not the conv's own."""
+    return layer.type in _ACTIVATION_PARAM and bool(layer.params.get(9))
 
 
 def _reshaped(layer: "Layer") -> bool:
