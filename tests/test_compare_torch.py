@@ -156,7 +156,8 @@ def _qwen_modules():
 @pytest.mark.parametrize("module", _qwen_modules())
 def test_qwen3_tts_tiny_exports_against_torch(tmp_path, module):
     """Every tiny export, rebuilt from tools/qwen3tts (byte-identical .ncnn.param to the
-    fixture): no divergence, coverage >= 95% where ncnn loads the graph."""
+    fixture; needs qwen-tts): no divergence and coverage >= 95% where ncnn loads the graph,
+    the recorded-wrong level sum named at its batch-moving Reshape."""
     torch, _ = _export_tools()
     sys.path.insert(0, str(REPO / "tools"))
     try:
@@ -183,7 +184,15 @@ def test_qwen3_tts_tiny_exports_against_torch(tmp_path, module):
         if report.status == "load_param_failed":
             assert spec.variant == "raw"
             continue
-        assert report.first_divergence() is None, (name, report.format_text())
+        fd = report.first_divergence()
+        if name.endswith("port_matmul"):
+            # recorded wrong: pnnx moves the 15 levels into ncnn's batch axis
+            # (Reshape 12=233 13=0) and the MatMul then runs once per level
+            assert fd is not None and fd.type == "Reshape", report.format_text()
+            line = exp.ncnn_param.read_text().splitlines()[fd.line - 1]
+            assert re.search(r"\b12=233\b.*\b13=0\b", line), line
+            continue
+        assert fd is None, (name, report.format_text())
         assert coverage(report) >= 0.95, (name, report.format_text(show_all=True))
 
 

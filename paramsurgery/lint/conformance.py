@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Iterable, Sequence
 
@@ -360,28 +360,10 @@ class Conformance:
 
     # ------------------------------------------------------------------ planning
     def _traced_specs(self) -> tuple[list[InputSpec] | None, str]:
+        from ..compare.inputs import traced_input_specs
+
         ctx = self.ctx
-        g = ctx.graph
-        ins = sorted(g.inputs, key=_in_key)
-        if ctx.input_shapes:
-            specs = [replace(s, blob=ins[i]) if i < len(ins) and s.blob not in ins else s
-                     for i, s in enumerate(ctx.input_shapes)]
-            return specs, "given"
-        script = find_pnnx_script(ctx.path) if ctx.path else None
-        if script:
-            try:
-                specs, _ = read_pnnx_script(script)
-            except (OSError, ValueError):
-                specs = []
-            if specs and [s.blob for s in specs] == ins:
-                return specs, "traced"
-        pn = ctx.pnnx
-        if pn is not None and not pn.is_dynamic:
-            p_ins = pn.inputs
-            if len(p_ins) == len(ins) and all(o.shape is not None for o in p_ins):
-                return [InputSpec(b, tuple(o.shape), "i32" if o.is_int else "f32", None)
-                        for b, o in zip(ins, p_ins)], "traced"
-        return None, ""
+        return traced_input_specs(ctx.graph, ctx.path, ctx.pnnx, ctx.input_shapes)
 
     def _weights(self, tmp: str) -> tuple[str | None, str | None]:
         """(bin path or None, reason to skip)."""
