@@ -57,6 +57,7 @@ class Step:
     params: dict[int, object]
     hint: str
     out: str
+    weights: dict | None = None  # role -> values, for a new MemoryData
 
 
 @dataclass
@@ -160,10 +161,10 @@ class Site:
 
     # ------------------------------------------------------------------ emitting
     def emit(self, type: str, inputs: Sequence[str], params: dict | None = None,
-             hint: str | None = None) -> str:
+             hint: str | None = None, weights: dict | None = None) -> str:
         out = f"%{len(self.steps)}"
         self.steps.append(Step(type, list(inputs), dict(params or {}),
-                               hint or type.lower(), out))
+                               hint or type.lower(), out, weights))
         return out
 
     def binary(self, op: int, a: str, b: str | None = None, scalar: float | None = None,
@@ -214,9 +215,12 @@ class Rules(tuple):
 _RULES: list[Rule] = []
 
 
-def rule(*types: str, doc: str) -> Callable[[Callable[[Site], str]], Callable[[Site], str]]:
+def rule(*types: str, doc: str, into: list[Rule] | None = None
+         ) -> Callable[[Callable[[Site], str]], Callable[[Site], str]]:
+    """Register `fn` as the rule for `types` (in this module's set, or in `into`: the list
+    a rule module composes into its own `Rules`)."""
     def deco(fn: Callable[[Site], str]) -> Callable[[Site], str]:
-        _RULES.append(Rule(fn.__name__, tuple(types), doc, fn))
+        (_RULES if into is None else into).append(Rule(fn.__name__, tuple(types), doc, fn))
         return fn
     return deco
 
@@ -398,6 +402,12 @@ for _name, _types, _why in _NOT_EXACT:
 
 RULES = Rules(_RULES)
 
+# rule modules composed into the default set (imported here: they build on Site/rule above)
+from .lower_layout import LAYOUT_RULES  # noqa: E402
+from .lower_values import VALUE_RULES  # noqa: E402
+
+RULES = RULES + LAYOUT_RULES + VALUE_RULES
+
 
 # ============================================================================ the pass
 
@@ -437,12 +447,16 @@ class Lower(Pass):
                 if len(layer.outputs) != 1:
                     raise Declined(f"has {len(layer.outputs)} tops")
                 out = r.fn(site)
-                if not site.steps or out != site.steps[-1].out:
+                bypass = not site.steps and out in layer.inputs
+                if not bypass and (not site.steps or out != site.steps[-1].out):
                     raise Declined("the rule produced no layer")
             except Declined as exc:
                 declined.append((layer, r, str(exc)))
                 continue
-            self._apply(g, site, r, result)
+            if bypass:
+                self._bypass(g, site, r, out, result)
+            else:
+                self._apply(g, site, r, result)
             lowered += 1
         if declined and not self.partial:
             first, r, why = declined[0]
@@ -460,6 +474,29 @@ class Lower(Pass):
         if not lowered and not declined:
             result.notes.insert(0, "no leftover a rule lowers")
         return result
+
+    def _bypass(self, g: Graph, site: Site, r: Rule, keep: str, result: PassResult) -> None:
+        """The rule proved the layer returns bottom `keep` unchanged: its readers read that."""
+        layer = site.layer
+        line = layer.source_line
+        before = f"{layer.type}({', '.join(layer.inputs)})"
+        old_inputs = list(layer.inputs)
+        top = layer.outputs[0]
+        if not g.consumers(top):
+            raise PassRefused(f"{layer.type} {layer.name!r} passes {keep!r} through, but its top "
+                              f"{top!r} is a graph output; keep it", file=layer.source_file,
+                              line=line)
+        g.replace_uses(top, keep)
+        g.remove_layer(layer)
+        removed = []
+        for b in old_inputs:
+            removed.extend(_prune(g, b))
+        result.changes.append(Change(layer.name, f"{r.name} [{r.doc}]", before,
+                                     f"readers read {keep}", line))
+        if removed:
+            result.changes.append(Change(layer.name, f"removed unread {', '.join(removed)}",
+                                         line=line))
+        result.modified = True
 
     def _apply(self, g: Graph, site: Site, r: Rule, result: PassResult) -> None:
         layer = site.layer
@@ -502,6 +539,10 @@ class Lower(Pass):
                 out = g.unique_blob_name(f"{layer.name}_{st.hint}")
                 new = g.add_layer(st.type, g.unique_layer_name(f"{layer.name}_{st.hint}"), ins,
                                   [out], st.params, before=layer)
+                if st.weights is not None and g.weights is not None:
+                    from ..weights import set_weights
+
+                    set_weights(new, st.weights)
                 names[st.out] = out
                 fan_out(st.out, out)
             added.append(f"{new.type} {new.name}")
@@ -545,4 +586,13 @@ def _prune(g: Graph, blob: str) -> list[str]:
                 not any(g.consumers(t) for t in prod.outputs):
             g.remove_layer(prod)
             removed.append(prod.name)
+        elif prod.type in _PRUNABLE and not any(g.consumers(t) for t in prod.outputs):
+            # what only computed a lowered op's operands: shape arithmetic, casts, constants
+            work.extend(prod.inputs)
+            g.remove_layer(prod)
+            removed.append(prod.name)
     return removed
+
+
+_PRUNABLE = ("pnnx.Expression", "Tensor.to", "MemoryData", "torch.arange", "Tensor.size",
+             "aten::size")
