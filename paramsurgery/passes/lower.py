@@ -400,13 +400,26 @@ _NOT_EXACT = [
 for _name, _types, _why in _NOT_EXACT:
     _RULES.append(Rule(_name, _types, f"declined: {_why}", _declines(_why)))
 
-RULES = Rules(_RULES)
+_BASE_RULES = Rules(_RULES)
+_DEFAULT: list[Rules] = []
 
-# rule modules composed into the default set (imported here: they build on Site/rule above)
-from .lower_layout import LAYOUT_RULES  # noqa: E402
-from .lower_values import VALUE_RULES  # noqa: E402
 
-RULES = RULES + LAYOUT_RULES + VALUE_RULES
+def default_rules() -> Rules:
+    """This module's rules + the rule modules built on it (`lower_layout`: slices, slice
+    assignment, padding; `lower_values`: arange, casts). Composed on first use, so a rule
+    module can import this one first."""
+    if not _DEFAULT:
+        from .lower_layout import LAYOUT_RULES
+        from .lower_values import VALUE_RULES
+
+        _DEFAULT.append(_BASE_RULES + LAYOUT_RULES + VALUE_RULES)
+    return _DEFAULT[0]
+
+
+def __getattr__(name: str) -> Rules:  # `from paramsurgery.passes.lower import RULES`
+    if name == "RULES":
+        return default_rules()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ============================================================================ the pass
@@ -420,7 +433,7 @@ class Lower(Pass):
 
     def __init__(self, rules: Iterable[Rule] | None = None, *,
                  traced: str | os.PathLike | None = None, partial: bool = False) -> None:
-        self.rules = Rules(rules) if rules is not None else RULES
+        self.rules = Rules(rules) if rules is not None else default_rules()
         self.traced = os.fspath(traced) if traced is not None else None
         self.partial = partial
 
@@ -458,6 +471,9 @@ class Lower(Pass):
             else:
                 self._apply(g, site, r, result)
             lowered += 1
+        # a leftover declined on its own may have been removed with a later rewrite's
+        # operands (a cast inside a computed pad): only what is still there counts
+        declined = [(lay, rr, w) for lay, rr, w in declined if lay.graph is g]
         if declined and not self.partial:
             first, r, why = declined[0]
             more = "".join(f"\n  {lay.where()}: {lay.type} {lay.name!r} ({rr.name}): {w}"
