@@ -78,7 +78,8 @@ class FixBatchReshape(Pass):
             r1, r2, target = m.layer, m["r2"], m["target"]
             line = r1.source_line
             before = f"{r1.name} ({r1.params}) + {r2.name} ({r2.params})"
-            params = {k: v for k, v in zip(_DIM_PARAMS, target)}
+            ids = (0, 1, 2) if len(target) == 3 else _DIM_PARAMS  # w,h,c | w,h,d,c
+            params = {k: v for k, v in zip(ids, target)}
             src, out, name = r1.inputs[0], r2.outputs[0], r2.name
             g.remove_layer(r2)
             g.replace_layer(r1, "Reshape", name, inputs=[src], outputs=[out], params=params)
