@@ -50,6 +50,7 @@ def arange(s: Site) -> str:
         if not isinstance(end, int) or end < start:
             raise Declined(f"end={end!r} is not a static int")
         n = end - start
+        _needs_weights(s)
         return s.emit("MemoryData", [], {0: n}, "table",
                       {"data": np.arange(start, end, dtype=np.float32)})
     if len(s.layer.inputs) != 1:
@@ -70,10 +71,17 @@ def arange(s: Site) -> str:
         raise Declined(f"the extent of dim {dim} of {shape}: ncnn axis {axis} is c or d "
                        f"depending on the blob's rank, which the traced shape does not fix")
     ref = arith.reader[sym]
+    _needs_weights(s)
     table = s.emit("MemoryData", [], {0: ARANGE_TABLE}, "table",
                    {"data": np.arange(start, start + ARANGE_TABLE, dtype=np.float32)})
     limit = f"1{_LETTER[axis]}" if start == 0 else f"-(1{_LETTER[axis]},{start})"
     return s.emit("Crop", [table, ref], {19: "0", 20: limit, 21: "0"}, "arange")
+
+
+def _needs_weights(s: Site) -> None:
+    if s.g.weights is None:
+        raise Declined("it adds a MemoryData table to the .bin: load the weights (--bin; "
+                       "for a param without weights, synth-bin's)")
 
 
 # a cast of a value computed in the graph: ncnn already holds it as float32 (identity)
