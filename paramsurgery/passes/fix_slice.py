@@ -89,6 +89,29 @@ class FixSlice(Pass):
                 for l, op in zip(layers, ops):
                     if len(op.outputs) == len(l.outputs):
                         out[l.id] = op
+            elif layers:
+                out.update(self._aligned_on_inputs(g, layers, ops))
+        return out
+
+    def _aligned_on_inputs(self, g: Graph, layers: list[Layer],
+                           ops: list[_traced.PnnxOp]) -> dict[int, _traced.PnnxOp]:
+        """When the counts differ (pnnx fused some of its ops into other layers, e.g. RoPE's
+        tensor_split into RotaryEmbed), pair a layer that reads graph input k with the one
+        op of its kind that reads pnnx's input k (same output count)."""
+        inputs = [lay.outputs[0] for lay in g.by_type("Input") if lay.outputs]
+        pnnx_inputs = [op.outputs[0] for op in self.traced
+                       if op.type == "pnnx.Input" and op.outputs]
+        out: dict[int, _traced.PnnxOp] = {}
+        for lay in layers:
+            if not lay.inputs or lay.inputs[0] not in inputs:
+                continue
+            k = inputs.index(lay.inputs[0])
+            if k >= len(pnnx_inputs):
+                continue
+            cands = [op for op in ops if op.inputs and op.inputs[0] == pnnx_inputs[k]
+                     and len(op.outputs) == len(lay.outputs)]
+            if len(cands) == 1:
+                out[lay.id] = cands[0]
         return out
 
     # ------------------------------------------------------------------ run
