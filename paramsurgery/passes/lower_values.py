@@ -110,6 +110,28 @@ def int_cast(s: Site) -> str:
     return s.input(0)
 
 
+# comparisons: refused, naming a constant pnnx folded at the first trace when there is one
+@rule("torch.lt", "torch.gt", "torch.le", "torch.ge", "torch.eq", "torch.ne",
+      doc="declined: ncnn has no comparison layer; names a trace-folded constant operand",
+      into=_VALUES)
+def compare(s: Site) -> str:
+    why = ("a boolean mask built in the graph: ncnn has no comparison or select layer; "
+           "pass the mask (additive 0/-inf) as an input")
+    for b in s.layer.inputs:
+        prod = s.g.producer(b)
+        while prod is not None and prod.type == "Split":
+            prod = s.g.producer(prod.inputs[0])
+        if prod is not None and prod.type == "MemoryData" and prod.name.startswith("pnnx_fold"):
+            value = ""
+            if prod.weights is not None and len(prod.weights) and prod.weights[0].count == 1:
+                value = f" = {float(prod.weights[0].array().reshape(-1)[0]):g}"
+            frozen = (f"; it compares with {prod.name!r}{value}, a constant pnnx folded from "
+                      f"the first trace (e.g. `lengths * x.shape[-1]`): in a dynamic export the "
+                      f"mask is frozen at the traced length")
+            raise Declined(why + frozen)
+    raise Declined(why)
+
+
 def _graph_input_source(g: Graph, blob: str) -> str | None:
     """The graph input `blob` is a layout-only view of, if any (worklist over producers)."""
     work, seen = [blob], set()
