@@ -145,15 +145,7 @@ class Site:
 
     def axis(self, dim: object, slot: int = 0) -> int:
         """torch dim of bottom `slot` → a negative ncnn axis."""
-        shape = self.shape(slot)
-        if not isinstance(dim, int) or isinstance(dim, bool):
-            raise Declined(f"dim {dim!r} is not an int")
-        if shape is None:
-            raise Declined("pnnx recorded no shape for the input (its rank is needed)")
-        rank = len(shape)
-        if not -rank <= dim < rank:
-            raise Declined(f"dim {dim} out of range for rank {rank}")
-        d = dim % rank
+        d, rank = checked_dim(dim, self.shape(slot))
         if d == 0:
             raise Declined("works along dim 0, which may be pnnx's batch axis (ncnn's n): "
                            "ncnn layers cannot address it")
@@ -174,6 +166,18 @@ class Site:
             return self.emit("BinaryOp", [a], {0: op, 1: 1, 2: float(np.float32(scalar))},
                              hint or names[op])
         return self.emit("BinaryOp", [a, b], {0: op}, hint or names[op])
+
+
+def checked_dim(dim: object, shape: tuple | None) -> tuple[int, int]:
+    """(dim in 0..rank-1, rank) of a torch dim of an operand with traced `shape`."""
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise Declined(f"dim {dim!r} is not an int")
+    if shape is None:
+        raise Declined("pnnx recorded no shape for the operand (its rank is needed)")
+    rank = len(shape)
+    if not -rank <= dim < rank:
+        raise Declined(f"dim {dim} out of range for rank {rank}")
+    return dim % rank, rank
 
 
 @dataclass(frozen=True)

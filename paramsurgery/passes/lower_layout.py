@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from ..graph import Graph
 from .int_affine import Affine, NotAffine, ShapeArith
-from .lower import Declined, Rule, Rules, Site, rule
+from .lower import Declined, Rule, Rules, Site, checked_dim, rule
 
 _LAYOUT: list[Rule] = []
 INT_MAX = 2**31 - 1  # pnnx's "no select" / "to the end"
@@ -48,14 +48,7 @@ def _has_batch_reshape(g: Graph) -> bool:
 
 def ncnn_axis(s: Site, dim: object, shape: tuple | None) -> int:
     """torch dim `dim` of a blob with traced `shape` → an ncnn axis (see the module doc)."""
-    if not isinstance(dim, int) or isinstance(dim, bool):
-        raise Declined(f"dim {dim!r} is not an int")
-    if shape is None:
-        raise Declined("pnnx recorded no shape for the operand (its rank is needed)")
-    rank = len(shape)
-    if not -rank <= dim < rank:
-        raise Declined(f"dim {dim} out of range for rank {rank}")
-    d = dim % rank
+    d, rank = checked_dim(dim, shape)
     ones = [i for i, n in enumerate(shape) if n == 1]
     if d in ones:
         raise Declined(f"dim {d} has traced size 1 and may be pnnx's batch axis (ncnn's n), "
