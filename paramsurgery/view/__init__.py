@@ -1,0 +1,1 @@
+"""Pictures of graphs: `paramsurgery view`, `diff --html`, `--report` and `compare --html`."""
