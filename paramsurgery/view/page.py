@@ -7,8 +7,8 @@ opens offline and from an email attachment.
 `#status` and in `data-hits` / `data-first` of `<body>`, which is how the browser test reads
 it.
 
-Builders: `graph_page` (view), `values_page` (a value per layer along the graph: compare's
-error per layer), and `render_page` for any set of panes (diff, --report).
+Builders: `graph_page` (view), `diff_page` (diff --html, --report), `values_page` (a value
+per layer along the graph: compare's error per layer), and `render_page` for any panes.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from .labels import blob_shapes
 from .scene import Scene, build_scene
 from .svg import render_svg
 
 if TYPE_CHECKING:
     from ..graph import Graph
+    from .diff import GraphDiff
 
 LEGEND = {
     "io": "Input / output",
@@ -189,3 +191,30 @@ def values_page(graph: "Graph", values: Mapping[str, float], *, label: str = "er
             box.lines.append(f"{label} {box.value:.3g}")
     name = title or f"{graph.source.path or 'graph'}: {label} per layer"
     return render_page(name, [Pane(name, scene)], summary=summary)
+
+
+def diff_page(a: "Graph", b: "Graph", diff: "GraphDiff", *, title: str | None = None,
+              a_caption: str | None = None, b_caption: str | None = None) -> str:
+    """Both graphs side by side: removed / changed / renamed layers marked in A, added /
+    changed / renamed in B; the text diff as the summary."""
+    a_scene = build_scene(a, shapes=blob_shapes(a))
+    b_scene = build_scene(b, shapes=blob_shapes(b))
+    b_to_a = {v: k for k, v in diff.pairs.items()}
+    changed_b = {c.layer for c in diff.changed}
+    renamed_b = {n for _, n in diff.renamed}
+    b_marks = {lay.id: "added" for lay in diff.added}
+    a_marks = {lay.id: "removed" for lay in diff.removed}
+    for lay in b:
+        mark = ("changed" if lay.name in changed_b else
+                "renamed" if lay.name in renamed_b else "")
+        if mark and lay.id in b_to_a:
+            b_marks[lay.id] = mark
+            a_marks[b_to_a[lay.id]] = mark
+    for scene, marks in ((a_scene, a_marks), (b_scene, b_marks)):
+        for box in scene.boxes:
+            if box.layer_id is not None:
+                box.mark = marks.get(box.layer_id, "")
+    return render_page(title or f"{diff.a_path} -> {diff.b_path}",
+                       [Pane(a_caption or f"before: {diff.a_path}", a_scene),
+                        Pane(b_caption or f"after: {diff.b_path}", b_scene)],
+                       summary=diff.format())
