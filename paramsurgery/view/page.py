@@ -197,10 +197,11 @@ def diff_page(a: "Graph", b: "Graph", diff: "GraphDiff", *, title: str | None = 
               a_caption: str | None = None, b_caption: str | None = None) -> str:
     """Both graphs side by side: removed / changed / renamed layers marked in A, added /
     changed / renamed in B; the text diff as the summary."""
-    a_scene = build_scene(a, shapes=blob_shapes(a))
-    b_scene = build_scene(b, shapes=blob_shapes(b))
+    a_shapes = blob_shapes(a)
     b_to_a = {v: k for k, v in diff.pairs.items()}
     changed_b = {c.layer for c in diff.changed}
+    a_scene = build_scene(a, shapes=a_shapes)
+    b_scene = build_scene(b, shapes=_carried_shapes(a, b, a_shapes, b_to_a, changed_b))
     renamed_b = {n for _, n in diff.renamed}
     b_marks = {lay.id: "added" for lay in diff.added}
     a_marks = {lay.id: "removed" for lay in diff.removed}
@@ -218,3 +219,17 @@ def diff_page(a: "Graph", b: "Graph", diff: "GraphDiff", *, title: str | None = 
                        [Pane(a_caption or f"before: {diff.a_path}", a_scene),
                         Pane(b_caption or f"after: {diff.b_path}", b_scene)],
                        summary=diff.format())
+
+
+def _carried_shapes(a: "Graph", b: "Graph", a_shapes: dict[str, str], b_to_a: dict[int, int],
+                    changed_b: set[str]) -> dict[str, str]:
+    """B's known shapes, plus A's shape of each blob B's unchanged layers still write under
+    the same name (a pass output has no traced shapes of its own)."""
+    shapes = blob_shapes(b)
+    for lay in b:
+        if lay.id not in b_to_a or lay.name in changed_b:
+            continue
+        for blob in lay.outputs:
+            if blob in a_shapes and blob not in shapes:
+                shapes[blob] = a_shapes[blob]
+    return shapes
