@@ -54,8 +54,11 @@ class LayerChange:
         if self.type_change:
             lines.append(f"    type: {self.type_change[0]} -> {self.type_change[1]}")
         if self.params:
+            from ..layer_params import param_name
+
             lines.append("    params: " + ", ".join(
-                f"{k}={_show(b)} -> {_show(a)}" for k, (b, a) in self.params.items()))
+                f"{param_name(self.type, k)}: {_show(b)} -> {_show(a)}"
+                for k, (b, a) in self.params.items()))
         if self.inputs:
             lines.append(f"    inputs: {' '.join(self.inputs[0]) or '-'} -> "
                          f"{' '.join(self.inputs[1]) or '-'}")
