@@ -50,7 +50,11 @@ def run(args: argparse.Namespace) -> int:
     g = load(args.param, bin=args.bin)
     layers = None
     if args.around is not None:
-        layers = neighbourhood(g, args.around, args.depth)
+        try:
+            layers = neighbourhood(g, args.around, args.depth)
+        except ParamSurgeryError as exc:
+            exc.file = args.param
+            raise
     elif args.depth != 8:
         raise ParamSurgeryError("--depth needs --around LAYER", file=args.param)
     n = len(g) if layers is None else len(layers)

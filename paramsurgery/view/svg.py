@@ -29,7 +29,7 @@ def render_svg(scene: Scene, *, svg_id: str = "g0", caption: str = "") -> str:
     out: list[str] = []
     w, h = placed.width, placed.height + (24 if caption else 0)
     top = 24.0 if caption else 0.0
-    out.append(f'<svg id="{svg_id}" class="graph" viewBox="0 {-top:.0f} {w:.0f} {h:.0f}" '
+    out.append(f'<svg id="{svg_id}" class="graph" viewBox="0 {-int(top)} {w:.0f} {h:.0f}" '
                f'width="{w:.0f}" height="{h:.0f}" data-boxes="{len(boxes)}" '
                f'data-wires="{len(scene.wires)}">')
     out.append('<g class="viewport">')
