@@ -90,7 +90,7 @@ def test_screenshot_is_not_blank(tmp_path):
     assert colours.get(bytes.fromhex("bbf7d0"), 0) > 200
 
 
-@pytest.mark.parametrize("query", ["sdpa_564", "gemm_300"])
+@pytest.mark.parametrize("query", ["sdpa_564", "rmsn_336"])
 def test_search_in_the_url_finds_the_layer(tmp_path, query):
     page = tmp_path / "real.html"
     assert main(["view", str(REAL_TALKER), "-o", str(page)]) == 0
