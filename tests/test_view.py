@@ -50,7 +50,8 @@ def test_small_svg_golden():
     assert 'class="box missing missing" data-name="ghost"' in svg
     assert 'class="box output io" data-name="out0"' in svg
     assert ">c1 (4,8,8)</text>" in svg  # the -23330 hint as a shape label
-    assert ">num_output=4 kernel_w=3 pad_left=1 bias…</text>" in svg  # defaults left out
+    assert ">num_output=4 kernel_w=3 pad_left=1</text>" in svg  # defaults left out
+    assert ">bias_term=1 weight_data_size=108</text>" in svg
     assert "\n-23330=4,3,8,8,4 0=4 1=3 4=1 5=1 6=108\n" in svg  # all of it in the tooltip
 
 

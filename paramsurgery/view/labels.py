@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 SHAPE_HINTS = 30  # the generic `-23330=` param: top shape hints (net.cpp)
 MAX_LINE = 40  # characters of a box line; the full text is in the tooltip
+PARAM_LINES = 2  # box lines for the params
 
 
 def layer_kind(layer_type: str) -> str:
@@ -32,9 +33,10 @@ def layer_kind(layer_type: str) -> str:
 
 
 def key_params(layer: "Layer") -> str:
-    """`name=value` for every param that is not ncnn's default (shape hints left out)."""
+    """`name=value` for every param that is not ncnn's default (shape hints left out), in
+    id order."""
     out = []
-    for pid, value in layer.params.items():
+    for pid, value in sorted(layer.params.items()):
         if pid == SHAPE_HINTS:
             continue
         info = param_info(layer.type, pid)
@@ -53,15 +55,15 @@ def weight_text(layer: "Layer") -> str:
     return f"{'/'.join(dtypes)} {human_bytes(lw.nbytes)}"
 
 
-def layer_lines(layer: "Layer") -> tuple[list[str], str]:
-    """The box lines and the tooltip of a layer."""
-    params = key_params(layer)
-    lines = [layer.type, layer.name]
-    if params:
-        lines.append(clip(params))
+def layer_lines(layer: "Layer") -> tuple[list[str], list[str], str]:
+    """The box lines, their css classes (type, name, params, weights) and the tooltip."""
+    params = wrap(key_params(layer), PARAM_LINES)
+    lines = [layer.type, layer.name, *params]
+    classes = ["type", "name"] + ["params"] * len(params)
     wt = weight_text(layer)
     if wt:
         lines.append(wt)
+        classes.append("weights")
     title = f"{layer.type} {layer.name}\n{' '.join(layer.inputs)} -> {' '.join(layer.outputs)}"
     toks = " ".join(layer.params.tokens())
     if toks:
@@ -71,7 +73,7 @@ def layer_lines(layer: "Layer") -> tuple[list[str], str]:
                                            for w in layer.weights)
     if layer.source_line is not None:
         title += f"\nline {layer.source_line}"
-    return lines, title
+    return lines, classes, title
 
 
 def blob_shapes(graph: "Graph", pnnx_param: str | None = None) -> dict[str, str]:
@@ -129,6 +131,21 @@ def human_bytes(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} B"
+
+
+def wrap(text: str, lines: int, n: int = MAX_LINE) -> list[str]:
+    """Words of `text` in at most `lines` lines of `n` characters, the last clipped."""
+    out: list[str] = []
+    cur = ""
+    for word in text.split():
+        if cur and len(cur) + 1 + len(word) > n and len(out) < lines - 1:
+            out.append(cur)
+            cur = word
+        else:
+            cur = f"{cur} {word}" if cur else word
+    if cur:
+        out.append(clip(cur, n))
+    return out
 
 
 def clip(text: str, n: int = MAX_LINE) -> str:

@@ -53,9 +53,10 @@ main{flex:1;display:flex;min-height:0}
 .canvas svg{width:100%;height:100%;display:block;user-select:none}
 svg text{font:11px ui-monospace,Menlo,Consolas,monospace}
 .box rect{fill:#fff;stroke:#666;stroke-width:1}
-.box .l0{font-weight:bold}
-.box .l2{fill:#555}
-.box .l3{fill:#0a6}
+.box .type{font-weight:bold}
+.box .params{fill:#555}
+.box .weights{fill:#0a6}
+.box .value{font-weight:bold;fill:#000}
 .box.io rect,.legend .io{fill:#dbeafe;background:#dbeafe;stroke:#1d4ed8}
 .box.leftover rect,.legend .leftover{fill:#fecaca;background:#fecaca;stroke:#b91c1c;stroke-width:2}
 .box.unknown rect,.legend .unknown{fill:#ffedd5;background:#ffedd5;stroke:#c2410c;stroke-dasharray:4 2}
@@ -189,6 +190,7 @@ def values_page(graph: "Graph", values: Mapping[str, float], *, label: str = "er
         if box.layer_id is not None and box.name in values:
             box.value = float(values[box.name])
             box.lines.append(f"{label} {box.value:.3g}")
+            box.line_classes.append("value")
     name = title or f"{graph.source.path or 'graph'}: {label} per layer"
     return render_page(name, [Pane(name, scene)], summary=summary)
 

@@ -36,6 +36,7 @@ class Box:
     layer_id: int | None = None
     mark: str = ""  # a diff mark (added, removed, changed, renamed) or '' for none
     value: float | None = None  # a per-layer value drawn as the fill (compare --html)
+    line_classes: list[str] = field(default_factory=list)  # css class per line
 
     @property
     def width(self) -> float:
@@ -111,11 +112,11 @@ def build_scene(graph: "Graph", *, layers: Iterable[int] | None = None,
                 boxes.append(Box(kind, blob, [clip(_with_shape(text, blob, shapes))], title,
                                  kind))
             ins.append((pill_in[blob], 0, 1, blob))
-        lines, title = layer_lines(layer)
+        lines, classes, title = layer_lines(layer)
         me = len(boxes)
         box_of[layer.id] = me
         boxes.append(Box(LAYER, layer.name, lines, title, layer_kind(layer.type),
-                         layer_id=layer.id))
+                         layer_id=layer.id, line_classes=classes))
         for dst_slot, (src, src_slot, src_slots, blob) in enumerate(ins):
             wires.append(Wire(src, me, blob, src_slot, src_slots, dst_slot, n_in))
         for slot, blob in enumerate(layer.outputs):

@@ -49,7 +49,8 @@ def render_svg(scene: Scene, *, svg_id: str = "g0", caption: str = "") -> str:
         label = scene.blob_labels.get(wire.blob, wire.blob)
         if not route:  # a jump: a stub under the producer, one over the consumer
             jumps.append(_jump(svg_id, wire.src, wire.dst, sx, sy, dx, dy, blob, label,
-                               src.name, dst.name, 10.0 * (wire.src_slot % 3)))
+                               src.name, dst.name, 10.0 * (wire.src_slot % 3),
+                               10.0 * (wire.dst_slot % 3)))
             continue
         pts = [(sx, sy), *route[1:-1], (dx, dy)]
         back = dy <= sy
@@ -85,7 +86,8 @@ def render_svg(scene: Scene, *, svg_id: str = "g0", caption: str = "") -> str:
                    f'<rect width="{bw:.1f}" height="{bh:.1f}" rx="{4 if box.kind == "layer" else 9}"'
                    f'{fill}/>')
         for j, line in enumerate(box.lines):
-            out.append(f'<text class="l{min(j, 3)}" x="{PAD:.0f}" '
+            cls = box.line_classes[j] if j < len(box.line_classes) else "type"
+            out.append(f'<text class="{cls}" x="{PAD:.0f}" '
                        f'y="{PAD / 2 + LINE_H * (j + 1) - 3:.0f}">{escape(line)}</text>')
         out.append("</g>")
     out.append("</g></g></svg>")
@@ -93,7 +95,8 @@ def render_svg(scene: Scene, *, svg_id: str = "g0", caption: str = "") -> str:
 
 
 def _jump(svg_id: str, src: int, dst: int, sx: float, sy: float, dx: float, dy: float,
-          blob: str, label: str, src_name: str, dst_name: str, stagger: float) -> str:
+          blob: str, label: str, src_name: str, dst_name: str, stagger: float,
+          stagger_in: float) -> str:
     """A long edge as two stubs; clicking one end shows the other (data-to). Labels of
     neighbouring tops are staggered so they do not overprint."""
     return (f'<g class="jump" data-blob="{blob}">'
@@ -103,8 +106,9 @@ def _jump(svg_id: str, src: int, dst: int, sx: float, sy: float, dx: float, dy: 
             f'<text class="jump" x="{sx + 3:.1f}" y="{sy + 24 + stagger:.1f}">→ {escape(dst_name)}</text>'
             f'</g><g class="jump-in" data-to="{svg_id}-n{src}"><title>{escape(label)} from '
             f'{escape(src_name)} (click to go there)</title>'
-            f'<path class="wire jump" d="M{dx:.1f},{dy - 18:.1f}v18"/>'
-            f'<text class="jump" x="{dx + 3:.1f}" y="{dy - 20:.1f}">{escape(label)} ← '
+            f'<path class="wire jump" d="M{dx:.1f},{dy - 18 - stagger_in:.1f}'
+            f'v{18 + stagger_in:.0f}"/>'
+            f'<text class="jump" x="{dx + 3:.1f}" y="{dy - 20 - stagger_in:.1f}">{escape(label)} ← '
             f'{escape(src_name)}</text></g></g>')
 
 
