@@ -20,6 +20,8 @@ CHAR_W = 6.6  # width of one character of the 11px monospace box font
 LINE_H = 14.0
 PAD = 7.0
 MIN_W = 64.0
+LABEL_CHAR_W = 6.2  # width of one character of the 9px blob labels, plus spacing
+MAX_PORT_W = 600.0
 
 LAYER, OUTPUT, MISSING, CUT = "layer", "output", "missing", "cut"
 
@@ -38,9 +40,11 @@ class Box:
     value: float | None = None  # a per-layer value drawn as the fill (compare --html)
     line_classes: list[str] = field(default_factory=list)  # css class per line
 
+    port_width: float = 0.0  # room the blob labels under the box need
+
     @property
     def width(self) -> float:
-        return max(MIN_W, max(len(t) for t in self.lines) * CHAR_W + 2 * PAD)
+        return max(MIN_W, self.port_width, max(len(t) for t in self.lines) * CHAR_W + 2 * PAD)
 
     @property
     def height(self) -> float:
@@ -122,6 +126,10 @@ def build_scene(graph: "Graph", *, layers: Iterable[int] | None = None,
         for slot, blob in enumerate(layer.outputs):
             if blob not in scene.blob_labels:
                 scene.blob_labels[blob] = _with_shape(blob, blob, shapes)
+        if len(layer.outputs) > 1:  # one label per top side by side: make room
+            boxes[me].port_width = min(MAX_PORT_W, (len(layer.outputs) + 1) * max(
+                len(scene.blob_labels[b]) for b in layer.outputs) * LABEL_CHAR_W)
+        for slot, blob in enumerate(layer.outputs):
             readers = graph.consumer_layers(blob)
             if readers and (keep is None or any(r.id in keep for r in readers)):
                 continue
