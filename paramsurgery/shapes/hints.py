@@ -1,0 +1,88 @@
+"""ncnnoptimize's `-23330` shape hints: param 30, an int array of `dims, w, h, c` per top
+(`-23330=4,3,56,56,64`; two tops: `-23330=8,...`), written right after the blob names.
+ncnn reads them into `Layer::top_shapes`; a 4-D blob's `d` is not in the hint."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..layer import Layer
+from .shapemap import Shape
+
+HINT_PID = 30
+
+
+def read_hints(layer: Layer) -> list[Shape | None] | None:
+    """Per top: the hinted shape in numpy order (`d` of a 4-D blob is None), None for a top
+    whose hint says dims 0; None when the layer has no (well-formed) hint."""
+    p = layer.params
+    if p._entries is None and "-23330=" not in p._text:
+        return None  # cheap test on the raw text: no parse for unhinted layers
+    v = p.get(HINT_PID)
+    if not isinstance(v, list) or len(v) % 4 or not v:
+        return None
+    out: list[Shape | None] = []
+    for i in range(0, len(v), 4):
+        dims, w, h, c = v[i:i + 4]
+        if dims == 1:
+            out.append((w,))
+        elif dims == 2:
+            out.append((h, w))
+        elif dims == 3:
+            out.append((c, h, w))
+        elif dims == 4:
+            out.append((c, None, h, w))
+        else:
+            out.append(None)
+    return out
+
+
+def hint_values(shapes: Sequence[Shape]) -> list[int] | None:
+    """The `-23330` array for these top shapes (every dim an int), None if one is not."""
+    vals: list[int] = []
+    for s in shapes:
+        if s is None or not 1 <= len(s) <= 4 or \
+                any(not isinstance(d, int) for i, d in enumerate(s) if not (len(s) == 4 and i == 1)):
+            return None
+        if len(s) == 1:
+            vals += [1, s[0], 1, 1]
+        elif len(s) == 2:
+            vals += [2, s[1], s[0], 1]
+        elif len(s) == 3:
+            vals += [3, s[2], s[1], s[0]]
+        else:
+            vals += [4, s[3], s[2], s[0]]
+    return vals
+
+
+def set_hint(layer: Layer, shapes: Sequence[Shape]) -> bool:
+    """Write (or refresh) the layer's hint, placed first as ncnnoptimize writes it; removes
+    the hint when a shape is not fully known. Returns whether the layer changed."""
+    vals = hint_values(shapes)
+    before = layer.params.get(HINT_PID)
+    if vals is None:
+        if before is None:
+            return False
+        layer.unset(HINT_PID)
+        return True
+    if before == vals:
+        return False
+    layer.set(HINT_PID, vals)
+    layer.params.move_first(HINT_PID)
+    return True
+
+
+def strip_hints(layer: Layer) -> bool:
+    if layer.params.get(HINT_PID) is None:
+        return False
+    layer.unset(HINT_PID)
+    return True
+
+
+def has_hints(g) -> bool:  # noqa: ANN001 - Graph
+    for layer in g:
+        p = layer.params
+        if (p._entries is None and "-23330=" in p._text) or \
+                (p._entries is not None and HINT_PID in p._entries):
+            return True
+    return False
