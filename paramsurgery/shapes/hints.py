@@ -86,3 +86,18 @@ def has_hints(g) -> bool:  # noqa: ANN001 - Graph
                 (p._entries is not None and HINT_PID in p._entries):
             return True
     return False
+
+
+def write_hints(g, shapes) -> int:  # noqa: ANN001 - Graph, ShapeMap
+    """Set every layer's `-23330` hint from `shapes` (a layer whose tops are not all known
+    gets none, as ncnnoptimize does). Returns how many layers changed."""
+    changed = 0
+    for layer in g:
+        tops = [shapes.known(b) for b in layer.outputs]
+        if not layer.outputs:
+            continue
+        if all(t is not None for t in tops):
+            changed += set_hint(layer, tops)
+        else:
+            changed += strip_hints(layer)
+    return changed
