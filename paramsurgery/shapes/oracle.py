@@ -49,7 +49,9 @@ def oracle_shapes(g: Graph, inputshape: InputShapes, *, static: ShapeMap | None 
                   bin: str | os.PathLike | None = None,
                   values: Mapping[str, list[int]] | None = None,
                   timeout: float = 600.0, seed: int = 0,
-                  npz: str | os.PathLike | None = None) -> ShapeMap:
+                  npz: str | os.PathLike | None = None, isolated: bool = True) -> ShapeMap:
+    """ncnn's shapes of every blob, fitted as affine forms in the symbols of `inputshape`.
+    `isolated=False` runs ncnn in this process (only for graphs known to be safe)."""
     from .feeds import make_feeds
     from .static import propagate
 
@@ -78,7 +80,11 @@ def oracle_shapes(g: Graph, inputshape: InputShapes, *, static: ShapeMap | None 
                                     f"values for the symbols")
         feeds_per_run.append(make_feeds(g, concrete, seed=seed, npz=npz))
     blobs = g.blob_names()
-    runs = run_all_blobs(g, bin, feeds_per_run, blobs, timeout=timeout)
+    if isolated:
+        runs = run_all_blobs(g, bin, feeds_per_run, blobs, timeout=timeout)
+    else:
+        runs = extract_all(g.dumps(), None if bin is None else os.fspath(bin), feeds_per_run,
+                           blobs)
     return fit(g, blobs, envs, runs, static, feeds_shapes)
 
 
@@ -179,35 +185,46 @@ def run_all_blobs(g: Graph, bin: str | os.PathLike | None, feeds_per_run: list[d
         return results
 
 
-def _child(d: Path) -> int:
-    import ncnn
+def extract_all(param: str, bin: str | None, feeds_per_run: list[dict],
+                blobs: list[str]) -> list[dict]:
+    """In this process: every blob's shape per run (what the child does; a graph that may
+    crash ncnn must go through `run_all_blobs`). `param` is a path or the text itself."""
+    from ..runtime import Feed, NcnnRunError, RunOptions, _to_mat, load_net
 
-    from ..runtime import NcnnRunError, RunOptions, _to_mat, Feed, load_net
-
-    spec = json.loads((d / "spec.json").read_text())
     try:
-        net = load_net(spec["param"], spec["bin"],
-                       RunOptions(light_mode=False, packing=False))
+        net = load_net(param, bin, RunOptions(light_mode=False, packing=False))
     except NcnnRunError as exc:
-        sys.stderr.write(str(exc) + "\n")
-        return 1
-    del ncnn
-    for i, names in enumerate(spec["runs"]):
-        with np.load(d / f"feeds{i}.npz") as data:
-            feeds = {n: data[f"a{j}"] for j, n in enumerate(names)}
+        raise ParamSurgeryError(f"ncnn cannot load the graph: {exc}") from None
+    results = []
+    for feeds in feeds_per_run:
         out: dict[str, dict] = {}
         with net.create_extractor() as ex:
             ex.set_light_mode(False)
             mats = {n: _to_mat(Feed(a)) for n, a in feeds.items()}
             for n, m in mats.items():
                 if ex.input(n, m) != 0:
-                    sys.stderr.write(f"ex.input({n!r}) failed\n")
-                    return 1
-            for b in spec["blobs"]:
-                ret, m = ex.extract(b, 1)
+                    raise ParamSurgeryError(f"ncnn refused input {n!r}")
+            for b in blobs:
+                ret, m = ex.extract(b, 1)  # raw: SDPA kv caches are opaque; no packing here
                 if ret != 0 or m.dims == 0:
                     continue
                 out[b] = {"shape": _numpy_shape(m), "n": int(getattr(m, "n", 1) or 1)}
+        results.append(out)
+    return results
+
+
+def _child(d: Path) -> int:
+    spec = json.loads((d / "spec.json").read_text())
+    feeds_per_run = []
+    for i, names in enumerate(spec["runs"]):
+        with np.load(d / f"feeds{i}.npz") as data:
+            feeds_per_run.append({n: data[f"a{j}"] for j, n in enumerate(names)})
+    try:
+        results = extract_all(spec["param"], spec["bin"], feeds_per_run, spec["blobs"])
+    except ParamSurgeryError as exc:
+        sys.stderr.write(str(exc) + "\n")
+        return 1
+    for i, out in enumerate(results):
         (d / f"shapes{i}.json").write_text(json.dumps(out))
     return 0
 
