@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import corpus_params
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,8 +16,6 @@ from paramsurgery.io import load, loads
 from paramsurgery.shapes import Affine, infer_shapes, parse_inputshape
 from paramsurgery.shapes.hints import strip_hints, write_hints
 from paramsurgery.shapes.oracle import oracle_shapes
-
-from conftest import corpus_params
 
 T = Affine.symbol("T")
 

@@ -9,24 +9,40 @@ each symbol, fits affine forms). Shapes are in the numpy order of the array fed 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from .affine import Affine, Dim, MaybeDim, parse_dim
 from .shapemap import ShapeMap
-from .spec import InputShapes, add_inputshape_arg, inputshape_from_args, parse_inputshape
+from .spec import (
+    InputShapes,
+    add_inputshape_arg,
+    inputshape_from_args,
+    parse_inputshape,
+)
 
 if TYPE_CHECKING:
     import os
 
     from ..graph import Graph
 
-__all__ = ["Affine", "Dim", "MaybeDim", "ShapeMap", "InputShapes", "infer_shapes",
-           "parse_inputshape", "parse_dim", "add_inputshape_arg", "inputshape_from_args"]
+__all__ = [
+    "Affine",
+    "Dim",
+    "InputShapes",
+    "MaybeDim",
+    "ShapeMap",
+    "add_inputshape_arg",
+    "infer_shapes",
+    "inputshape_from_args",
+    "parse_dim",
+    "parse_inputshape",
+]
 
 
-def infer_shapes(g: "Graph", inputshape: "Mapping[str, tuple] | str | list[str] | None" = None,
-                 *, oracle: bool = False, bin: "str | os.PathLike | None" = None,
-                 use_hints: bool = True, values: "Mapping[str, list[int]] | None" = None,
+def infer_shapes(g: Graph, inputshape: Mapping[str, tuple] | str | list[str] | None = None,
+                 *, oracle: bool = False, bin: str | os.PathLike | None = None,
+                 use_hints: bool = True, values: Mapping[str, list[int]] | None = None,
                  timeout: float = 600.0) -> ShapeMap:
     """Every blob's shape. `inputshape`: `{"in0": ("T", 1024)}` (strings are parsed) or
     `--inputshape` specs. `oracle=True` runs ncnn (weights from `bin`, zeros otherwise)
@@ -43,7 +59,7 @@ def infer_shapes(g: "Graph", inputshape: "Mapping[str, tuple] | str | list[str] 
     return oracle_shapes(g, shapes, static=static, bin=bin, values=values, timeout=timeout)
 
 
-def normalize_inputshape(inputshape: "Mapping[str, tuple] | str | list[str] | None") \
+def normalize_inputshape(inputshape: Mapping[str, tuple] | str | list[str] | None) \
         -> InputShapes:
     if inputshape is None:
         return {}

@@ -9,7 +9,8 @@ exact) has no form here: the helpers return None and the caller records "not kno
 from __future__ import annotations
 
 import re
-from typing import Mapping, Union
+from collections.abc import Mapping
+from typing import Union
 
 
 class Affine:
@@ -23,13 +24,13 @@ class Affine:
 
     # ------------------------------------------------------------------ construction
     @staticmethod
-    def symbol(name: str) -> "Affine":
+    def symbol(name: str) -> Affine:
         if not _SYMBOL_RE.fullmatch(name):
             raise ValueError(f"not a symbol name: {name!r}")
         return Affine(0, {name: 1})
 
     @staticmethod
-    def parse(text: str) -> "Dim":
+    def parse(text: str) -> Dim:
         """`"2*T+1"`, `"T-3"`, `"-T"`, `"12"`, `"T+P"`, `"3T"` → Dim. Raises ValueError."""
         s = text.replace(" ", "")
         if not s:
@@ -65,7 +66,7 @@ class Affine:
         return self.const + sum(c * env[s] for s, c in self.terms)
 
     # ------------------------------------------------------------------ arithmetic
-    def __add__(self, other: object) -> "Dim":
+    def __add__(self, other: object) -> Dim:
         if isinstance(other, int):
             return normalize(Affine(self.const + other, dict(self.terms)))
         if isinstance(other, Affine):
@@ -77,27 +78,27 @@ class Affine:
 
     __radd__ = __add__
 
-    def __neg__(self) -> "Affine":
+    def __neg__(self) -> Affine:
         return Affine(-self.const, {s: -c for s, c in self.terms})
 
-    def __sub__(self, other: object) -> "Dim":
+    def __sub__(self, other: object) -> Dim:
         if isinstance(other, (int, Affine)):
             return self + (-other)
         return NotImplemented
 
-    def __rsub__(self, other: object) -> "Dim":
+    def __rsub__(self, other: object) -> Dim:
         if isinstance(other, int):
             return (-self) + other
         return NotImplemented
 
-    def __mul__(self, other: object) -> "Dim":
+    def __mul__(self, other: object) -> Dim:
         if isinstance(other, int):
             return normalize(Affine(self.const * other, {s: c * other for s, c in self.terms}))
         return NotImplemented
 
     __rmul__ = __mul__
 
-    def exact_div(self, k: int) -> "Dim | None":
+    def exact_div(self, k: int) -> Dim | None:
         """self / k when every coefficient is divisible by k, else None."""
         if k == 0 or self.const % k or any(c % k for _, c in self.terms):
             return None
@@ -129,8 +130,8 @@ class Affine:
         return f"Affine({self})"
 
 
-Dim = Union[int, Affine]
-MaybeDim = Union[int, Affine, None]
+Dim = int | Affine
+MaybeDim = int | Affine | None
 
 _SYMBOL_RE = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 _TERM_RE = re.compile(r"([+-])(\d*)\*?([A-Za-z_][A-Za-z_0-9]*)?")
@@ -229,7 +230,7 @@ def dmax(a: MaybeDim, b: MaybeDim) -> MaybeDim:
     return None
 
 
-def product(dims: "tuple[MaybeDim, ...] | list[MaybeDim]") -> MaybeDim:
+def product(dims: tuple[MaybeDim, ...] | list[MaybeDim]) -> MaybeDim:
     out: MaybeDim = 1
     for d in dims:
         out = mul(out, d)

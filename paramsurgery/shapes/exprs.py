@@ -5,7 +5,7 @@ a stack (no recursion). An operator whose result is not affine gives None."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .affine import MaybeDim, add, dmax, floordiv, mul, sub
 

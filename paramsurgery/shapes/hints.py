@@ -4,7 +4,7 @@ ncnn reads them into `Layer::top_shapes`; a 4-D blob's `d` is not in the hint.""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..layer import Layer
 from .shapemap import Shape
@@ -79,7 +79,7 @@ def strip_hints(layer: Layer) -> bool:
     return True
 
 
-def has_hints(g) -> bool:  # noqa: ANN001 - Graph
+def has_hints(g) -> bool:
     for layer in g:
         p = layer.params
         if (p._entries is None and "-23330=" in p._text) or \
@@ -88,7 +88,7 @@ def has_hints(g) -> bool:  # noqa: ANN001 - Graph
     return False
 
 
-def write_hints(g, shapes) -> int:  # noqa: ANN001 - Graph, ShapeMap
+def write_hints(g, shapes) -> int:
     """Set every layer's `-23330` hint from `shapes` (a layer whose tops are not all known
     gets none, as ncnnoptimize does). Returns how many layers changed."""
     changed = 0

@@ -15,8 +15,8 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
@@ -167,8 +167,8 @@ def run_all_blobs(g: Graph, bin: str | os.PathLike | None, feeds_per_run: list[d
         (d / "spec.json").write_text(json.dumps(spec))
         try:
             proc = subprocess.run([sys.executable, "-m", "paramsurgery.shapes.oracle", str(d)],
-                                  capture_output=True, text=True, timeout=timeout,
-                                  env=child_env())
+                                  check=False, capture_output=True, text=True,
+                                  timeout=timeout, env=child_env())
         except subprocess.TimeoutExpired:
             raise ParamSurgeryError(f"the ncnn shape run gave no result after {timeout:.0f} s",
                                     file=g.source.path) from None
@@ -229,7 +229,7 @@ def _child(d: Path) -> int:
     return 0
 
 
-def _numpy_shape(m) -> list[int]:  # noqa: ANN001 - ncnn.Mat
+def _numpy_shape(m) -> list[int]:
     if m.dims == 1:
         return [m.w]
     if m.dims == 2:

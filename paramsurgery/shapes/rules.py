@@ -10,7 +10,7 @@ not affine in the symbols, data-dependent outputs such as DetectionOutput). Rule
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ..layer import Layer
 from .affine import MaybeDim, add, div, dmax, floordiv, mul, product, same, sub
@@ -596,7 +596,7 @@ def _crop(layer: Layer, ins: Shapes):
         if ref is None:
             return None
         out = list(x)
-        k = min(rank, len(ref), 3 if rank >= 3 else rank)
+        k = min(rank, len(ref), min(3, rank))
         names = {1: ["w"], 2: ["h", "w"], 3: ["c", "h", "w"], 4: ["c", "d", "h", "w"]}[rank]
         for ax, nm in enumerate(names):
             if nm == "c" and len(ref) != rank:
@@ -882,7 +882,7 @@ def _priorbox(layer: Layer, ins: Shapes):
     return [(2, mul(area, 4 * n))]
 
 
-def infer_layer(layer: Layer, ins: Shapes) -> "list[Shape | None] | None":
+def infer_layer(layer: Layer, ins: Shapes) -> list[Shape | None] | None:
     """The tops' shapes of one layer, or None when no rule knows."""
     fn = RULES.get(layer.type)
     if fn is None:

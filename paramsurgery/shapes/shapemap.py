@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
 
 from .affine import Affine, MaybeDim, dim_json, dim_str, evaluate, symbols_of
 

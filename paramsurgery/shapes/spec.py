@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from ..errors import ParamSurgeryError
 from .affine import Affine, Dim
@@ -89,7 +89,7 @@ def inputshape_from_args(args: argparse.Namespace) -> InputShapes:
     return parse_inputshape(flat)
 
 
-def check_blobs(g, shapes: InputShapes, where: str | None = None) -> None:  # noqa: ANN001
+def check_blobs(g, shapes: InputShapes, where: str | None = None) -> None:
     """Every named blob exists in the graph (a typo would silently change nothing)."""
     for name in shapes:
         if not g.has_blob(name):

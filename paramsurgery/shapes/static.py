@@ -5,7 +5,7 @@ and `-23330` hints as a fallback and a cross-check for the layers no rule covers
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..graph import Graph
 from .hints import read_hints
