@@ -14,11 +14,12 @@ from .shapemap import Shape, ShapeMap
 
 
 def propagate(g: Graph, inputshape: Mapping[str, Shape] | None = None, *,
-              use_hints: bool = True) -> ShapeMap:
+              use_hints: bool = True, stale: "set[int] | None" = None) -> ShapeMap:
     """Shapes of every blob of `g` the static rules can tell. `inputshape` fixes blobs
     (usually the Input tops) and overrides what the Input layers say; `-23330` hints are
     used where no rule answers and cross-checked where one does (disagreements are noted),
-    but only while the inputs are the ones the hints were written for."""
+    but only while the inputs are the ones the hints were written for. `stale`: ids of
+    layers whose hints must not be trusted (a pass changed them or what they read)."""
     given = dict(inputshape or {})
     result = ShapeMap()
     shapes, source, origin = result.shapes, result.source, result.channel_origin
@@ -33,7 +34,8 @@ def propagate(g: Graph, inputshape: Mapping[str, Shape] | None = None, *,
     for layer in g:
         ins = [shapes.get(b) for b in layer._inputs]
         outs = infer_layer(layer, ins)
-        hinted = read_hints(layer) if use_hints else None
+        hinted = read_hints(layer) if use_hints and (stale is None or layer.id not in stale) \
+            else None
         tops = layer._outputs
         for slot, blob in enumerate(tops):
             if blob in given:
