@@ -364,7 +364,7 @@ class Dynamize(Pass):
             extra = f", {self._fit(s.value, s.other)}" if s.other is not None else ""
             result.changes.append(Change(s.layer.name, f"{what} ({how}{extra})", s.value, new,
                                          s.layer.source_line))
-        result.modified = bool(plan)
+        result.modified = bool(plan) or bool(tables)
         return result
 
     # ------------------------------------------------------------------ position tables
