@@ -17,7 +17,9 @@ import pytest
 
 import paramsurgery
 from paramsurgery.passes.base import PassManager
+from paramsurgery.passes.dynamize import Dynamize
 from paramsurgery.passes.fix_batch_reshape import FixBatchReshape
+from paramsurgery.passes.fix_slice import FixSlice
 from paramsurgery.passes.fold_gqa import FoldGQA
 from paramsurgery.passes.lower import Lower
 from paramsurgery.weights.synth import synth_size, write_synth_bin
@@ -75,6 +77,39 @@ def test_raw_tiny_repaired_runs_right_at_untraced_length(module: str, tmp_path: 
 
 
 SYNTH_LIMIT = 400 << 20  # real-size params whose synth-bin is smaller get one (lower's tables)
+
+
+def static_codec(variant: str) -> paramsurgery.Graph:
+    """A static raw codec export after fix-slice (the RVQ decode's batch-axis split)."""
+    param = QWEN / "tiny" / f"codec_decoder.{variant}.ncnn.param"
+    g = paramsurgery.load(param, bin=param.with_suffix(".bin"))
+    res = FixSlice(traced=param.with_name(f"codec_decoder.{variant}.pnnx.param"))(g)
+    assert res.modified
+    return res.graph
+
+
+def test_raw_codec_decoder_static_export_fixed_and_dynamized(tmp_path: Path) -> None:
+    """pnnx aborts re-tracing the raw decoder at a second shape; its static trace at T=25
+    fails to load (Slice 1=-233 of the codes' level axis). fix-slice makes it load; dynamize
+    --pair with the T=50 trace (position tables from the weights) makes it run at T=13."""
+    recs = {r["variant"]: r for r in MANIFEST["qwen3_tts"]["exports"]
+            if r["module"] == "codec_decoder" and r["size"] == "tiny"}
+    assert recs["raw"]["status"]["kind"] == "pnnx_failed"
+    assert recs["raw_static"]["status"]["kind"] == "load_fails"
+    assert (recs["raw_static"]["lengths"]["trace"], recs["raw_static_pair"]["lengths"]["trace"],
+            recs["raw_static"]["lengths"]["reference"]) == (25, 50, 13)
+    pnnx = QWEN / "tiny" / "codec_decoder.raw_static.pnnx.param"
+    res = Dynamize(25, pair=static_codec("raw_static_pair"), pair_len=50, traced=pnnx,
+                   pair_traced=QWEN / "tiny" / "codec_decoder.raw_static_pair.pnnx.param"
+                   )(static_codec("raw_static"))
+    check_golden("rawfix/codec_decoder.param", res.graph.dumps())
+    assert res.format().count("position table") == 2
+    out = tmp_path / "y.param"
+    res.graph.save(out, tmp_path / "y.bin")
+    arrays = dict(np.load(QWEN / "tiny" / "codec_decoder.raw_static.ref.npz"))
+    io = recs["raw_static"]["io"]
+    st = check(out, tmp_path / "y.bin", io["inputs"], io["outputs"], arrays)
+    assert st["kind"] == "runs_right", st
 
 
 REFUSED = {"speaker_encoder": "frozen at the traced length"}  # ECAPA length mask: see below
