@@ -2,8 +2,9 @@
 against torch at the `ref.npz` length (no trace used it), with the manifest's `io`
 (batch_index) conventions; real-size raw params through the same repairs load in ncnn.
 
-Until `paramsurgery fix` runs every registered repair, the repairs are chained here through
-the Python API (`REPAIRS`), in the order `fix` runs them.
+Until `paramsurgery fix` runs every registered repair, the repairs are chained through the
+Python API in the order `fix` runs them (`tools/qwen3tts/rawfix.py`, which also prints the
+before/after table).
 """
 
 from __future__ import annotations
@@ -16,12 +17,7 @@ import numpy as np
 import pytest
 
 import paramsurgery
-from paramsurgery.passes.base import PassManager
 from paramsurgery.passes.dynamize import Dynamize
-from paramsurgery.passes.fix_batch_reshape import FixBatchReshape
-from paramsurgery.passes.fix_slice import FixSlice
-from paramsurgery.passes.fold_gqa import FoldGQA
-from paramsurgery.passes.lower import Lower
 from paramsurgery.weights.synth import synth_size, write_synth_bin
 
 from conftest import FIXTURES, REPO
@@ -29,6 +25,7 @@ from golden import check_golden
 
 sys.path.insert(0, str(REPO / "tools"))
 from qwen3tts.ncnn_check import check, check_loads  # noqa: E402
+from qwen3tts.rawfix import repair, static_codec  # noqa: E402
 
 QWEN = FIXTURES / "qwen3_tts"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
@@ -36,18 +33,6 @@ RAW_TINY = {r["module"]: r for r in MANIFEST["qwen3_tts"]["exports"]
             if r["size"] == "tiny" and r["variant"] == "raw" and "io" in r}
 RAW_REAL = sorted(p for p in (QWEN / "real").glob("*.raw.ncnn.param"))
 NEEDS_REPAIR = ("talker_decoder", "predictor_decoder", "mimi_encoder")
-
-
-def repairs(g: paramsurgery.Graph, traced: Path | None) -> list:
-    gqa = [FoldGQA()] if g.by_type("SDPA") else []  # fold-gqa refuses graphs without SDPA
-    return gqa + [Lower(traced=traced), FixBatchReshape()]
-
-
-def repair(param: Path, bin_path: Path | None):  # noqa: ANN201
-    traced = param.with_name(param.name.replace(".ncnn.param", ".pnnx.param"))
-    g = paramsurgery.load(param, bin=bin_path)
-    current, results, failures = PassManager(repairs(g, traced), early_stop=False).run(g)
-    return current, results, failures
 
 
 RUNNABLE = sorted(m for m in RAW_TINY if m != "speaker_encoder")
@@ -77,15 +62,6 @@ def test_raw_tiny_repaired_runs_right_at_untraced_length(module: str, tmp_path: 
 
 
 SYNTH_LIMIT = 400 << 20  # real-size params whose synth-bin is smaller get one (lower's tables)
-
-
-def static_codec(variant: str) -> paramsurgery.Graph:
-    """A static raw codec export after fix-slice (the RVQ decode's batch-axis split)."""
-    param = QWEN / "tiny" / f"codec_decoder.{variant}.ncnn.param"
-    g = paramsurgery.load(param, bin=param.with_suffix(".bin"))
-    res = FixSlice(traced=param.with_name(f"codec_decoder.{variant}.pnnx.param"))(g)
-    assert res.modified
-    return res.graph
 
 
 def test_raw_codec_decoder_static_export_fixed_and_dynamized(tmp_path: Path) -> None:
