@@ -105,7 +105,12 @@ def test_raw_speaker_encoder_refused_naming_the_frozen_length() -> None:
     assert "Tensor.masked_fill 'Tensor.masked_fill_38' (select): ncnn has no select" in msg
 
 
-@pytest.mark.parametrize("param", RAW_REAL, ids=lambda p: p.name.split(".")[0])
+FAST_REAL = ("mimi_encoder", "speaker_encoder")  # the rest: -m slow (10-20 s each)
+
+
+@pytest.mark.parametrize("param", [p if p.name.split(".")[0] in FAST_REAL
+                                   else pytest.param(p, marks=pytest.mark.slow)
+                                   for p in RAW_REAL], ids=lambda p: p.name.split(".")[0])
 def test_raw_real_params_repaired_load(param: Path, tmp_path: Path) -> None:
     """No weights are kept at real size: synth-bin's stand in where a repair writes weights
     (arange's position table) and the graph is small enough; otherwise the param alone."""
