@@ -75,9 +75,11 @@ def test_arbitrary_bytes(data):
 
 
 def test_huge_header_counts_allocate_nothing():
-    data = b"7767517\n2147483647 2147483647\nInput in 0 1 x\n"
+    data = b"7767517\n1000000 1000000\nInput in 0 1 x\n"  # ncnn's limit: loads, no allocation
     g = paramsurgery.loads(data)
     assert len(g) == 1
     assert "PS101" in [f.code for f in g.validate()]
+    with pytest.raises(ParamSurgeryError, match="invalid layer_count or blob_count"):
+        paramsurgery.loads(b"7767517\n2147483647 2147483647\nInput in 0 1 x\n")
     with pytest.raises(ParamSurgeryError):
         paramsurgery.loads(b"7767517\n1 1\nInput in 0 2147483647 x\n")
