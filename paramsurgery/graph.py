@@ -231,11 +231,18 @@ class Graph:
         return list(seen)
 
     def blob_count(self) -> int:
-        """Distinct blob names (written or read): what ncnn allocates and the header counts."""
+        """The blobs ncnn allocates, which the header's blob_count must cover: one per top
+        slot (a name written twice is two blobs), plus one per bottom read before any layer
+        wrote it (ncnn's loader creates a blob for an unknown bottom name)."""
         if self._blob_count is None:
             producers = self._producers
-            self._blob_count = len(producers) + sum(1 for b in self._consumers
-                                                    if b not in producers)
+            pos = self._key
+            n = sum(len(prods) for prods in producers.values())
+            for b, cons in self._consumers.items():
+                prods = producers.get(b)
+                if not prods or min(pos[c[0]] for c in cons) <= min(pos[p[0]] for p in prods):
+                    n += 1  # read first (a layer reads its bottoms before writing its tops)
+            self._blob_count = n
         return self._blob_count
 
     def predecessors(self, layer: LayerRef) -> list[Layer]:

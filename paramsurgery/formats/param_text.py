@@ -378,8 +378,15 @@ def write_param(g: Graph) -> bytes:
     nl, nb = len(layers), g.blob_count()
     parts: list[str] = []
     header = src.header.decode("utf-8", "surrogateescape") if src.header else ""
-    if header and (not g.modified or (src.declared_layers == nl and src.declared_blobs == nb)):
+    # The header as written stays when it still holds: same layer count and room for every
+    # blob ncnn allocates (declaring more is fine). An empty graph keeps it too: `0 0` is
+    # no more loadable than whatever the file said.
+    if header and (not g.modified or not layers or
+                   (src.declared_layers == nl and src.declared_blobs is not None
+                    and nb <= src.declared_blobs)):
         parts.append(header)
+    elif not layers and src.declared_layers:
+        parts.append(f"{MAGIC}\n{src.declared_layers} {src.declared_blobs or 0}\n")
     else:
         parts.append(f"{MAGIC}\n{nl} {nb}\n")
     last = len(layers) - 1
