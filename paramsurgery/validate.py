@@ -55,12 +55,16 @@ def validate_graph(g: "Graph") -> list[Finding]:
         if src.declared_blobs is not None:
             if src.declared_layers >= n:
                 n_used = g.blob_count()  # ncnn loads every layer: the graph's own count
-            else:  # only the declared layers are loaded: count their blobs
-                used: set[str] = set()
+            else:  # only the declared layers are loaded: count their blobs as ncnn does
+                seen: set[str] = set()
+                n_used = 0
                 for layer in layers[: src.declared_layers]:
-                    used.update(layer._inputs)
-                    used.update(layer._outputs)
-                n_used = len(used)
+                    for b in layer._inputs:  # a bottom nobody wrote yet makes a blob
+                        if b not in seen:
+                            seen.add(b)
+                            n_used += 1
+                    n_used += len(layer._outputs)  # every top makes one
+                    seen.update(layer._outputs)
             if src.declared_blobs < n_used:
                 f(HEADER_BLOBS, ERROR,
                   f"header declares {src.declared_blobs} blobs but the layers ncnn loads use "

@@ -97,9 +97,24 @@ def run_rules(ctx: LintContext, rules: Sequence[Rule]) -> list[Finding]:
                                 f"is past the header's layer count)", f.layer, f.line, f.file,
                                 f.fix)
                 out.append(f)
+    out = _drop_covered_loader_findings(out)
     out.sort(key=lambda f: (f.file != ctx.path and f.file is not None,
                             f.line if f.line is not None else 0, f.code))
     return out
+
+
+def _drop_covered_loader_findings(out: list[Finding]) -> list[Finding]:
+    """PS112 (ncnn's loader rejects the file) guarantees an error wherever ncnn rejects; when
+    a more specific rule already reports an error at the same place (the same line; for a
+    header message, a header finding) it would only repeat it."""
+    loader = [f for f in out if f.code == "PS112"]
+    if not loader:
+        return out
+    others = {(f.file, f.line) for f in out if f.severity == ERROR and f.code != "PS112"}
+    headers = {f.file for f in out if f.severity == ERROR and f.code != "PS112" and f.line is None}
+    drop = {id(f) for f in loader
+            if (f.file, f.line) in others or (f.layer is None and f.file in headers)}
+    return [f for f in out if id(f) not in drop]
 
 
 def _unread_layers(g: "Graph") -> set[int]:
