@@ -186,6 +186,8 @@ def format_value(pid: int, value: Value) -> str:
         body = ",".join(pnnx_float(x) for x in value.value)
         return f"{ARRAY_KEY_BASE - pid}={len(value.value)}" + (f",{body}" if body else "")
     s = value.value
+    if '"' in s:
+        return f"{pid}={s}"  # read unquoted (`a"b`): the only form ncnn reads it back in
     if value.quoted or not _BARE_RE.fullmatch(s):
         return f'{pid}="{s}"'
     return f"{pid}={s}"
