@@ -36,8 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None,
+         parser: argparse.ArgumentParser | None = None) -> int:
+    """Run one command; `parser` (from build_parser) may be reused across calls."""
+    parser = parser or build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help()

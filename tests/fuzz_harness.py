@@ -141,14 +141,22 @@ def _alarm(signum: int, frame: object) -> None:
     raise _Timeout
 
 
-def run_cli(argv: list[str], timeout: int = 20) -> tuple[int | str, str, str]:
-    """Our command line in this process: (exit code or "hang", stdout, stderr)."""
+_PARSER: list = []
+
+
+def run_cli(argv: list[str], timeout: int = 20,
+            reuse_parser: bool = False) -> tuple[int | str, str, str]:
+    """Our command line in this process: (exit code or "hang", stdout, stderr).
+    `reuse_parser`: build the argument parser once (the fuzz loops call this 100,000s of
+    times; building it is most of the cost of a small file)."""
     out, err = io.StringIO(), io.StringIO()
+    if reuse_parser and not _PARSER:
+        _PARSER.append(cli.build_parser())
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(timeout)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code: int | str = cli.main(argv)
+            code: int | str = cli.main(argv, _PARSER[0] if reuse_parser else None)
     except _Timeout:
         code = "hang"
     finally:
@@ -169,7 +177,7 @@ def check_mutants(mutants: list[bytes], workdir: Path, full_lint: bool = True) -
         rep.ncnn_loads += v.loads
         rep.ncnn_crashed += v.status in ("crashed", "hung")
         path.write_bytes(data)
-        code, out, err = run_cli(["lint", "--no-run", str(path)])
+        code, out, err = run_cli(["lint", "--no-run", str(path)], reuse_parser=True)
         if code in (3, "hang"):
             rep.add("exit3" if code == 3 else "hang", data, f"lint: {err}")
             continue
@@ -189,7 +197,7 @@ def check_mutants(mutants: list[bytes], workdir: Path, full_lint: bool = True) -
             rep.counts["static_silent"] += 1
             static_silent.append(data)
         if v.loads:
-            fcode, _, ferr = run_cli(["fmt", str(path), "-o", str(out_path)])
+            fcode, _, ferr = run_cli(["fmt", str(path), "-o", str(out_path)], reuse_parser=True)
             if fcode in (3, "hang"):
                 rep.add("exit3" if fcode == 3 else "hang", data, f"fmt: {ferr}")
             elif fcode == 0:
