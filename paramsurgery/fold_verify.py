@@ -20,7 +20,6 @@ input). The loop runs in a child process, since ncnn may crash.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -92,16 +91,12 @@ def verify_fold(explicit_param: str | Path, folded_param: str | Path, bin: str |
                 "caches": [c.__dict__ for c in caches], "outputs": list(outputs),
                 "steps": [list(feeds) for feeds in steps]}
         (d / "spec.json").write_text(json.dumps(spec))
-        from .runtime import child_env
+        from .runtime import run_module_child
 
-        proc = subprocess.run([sys.executable, "-m", "paramsurgery.fold_verify", str(d)],
-                              capture_output=True, text=True, timeout=timeout, env=child_env())
         result_path = d / "result.json"
         report = FoldParity(tol=tol)
-        if proc.returncode != 0 or not result_path.exists():
-            how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
-            tail = " ".join(proc.stderr.strip().splitlines()[-3:])
-            report.error = f"ncnn run failed ({how}) {tail}".strip()
+        report.error = run_module_child("paramsurgery.fold_verify", d, result_path, timeout)
+        if report.error:
             return report
         data = json.loads(result_path.read_text())
     report.error = data.get("error")

@@ -47,6 +47,22 @@ class Source:
     extra: dict = field(default_factory=dict)
 
 
+def count_ncnn_blobs(layers: Iterable[Layer]) -> int:
+    """The blobs ncnn's loader allocates for these layers read in order: one per top, plus
+    one per bottom whose name no earlier layer wrote or read (what `blob_count()` computes
+    from the graph's indexes; this is for a prefix of the layers)."""
+    seen: set[str] = set()
+    n = 0
+    for layer in layers:
+        for b in layer._inputs:
+            if b not in seen:
+                seen.add(b)
+                n += 1
+        n += len(layer._outputs)
+        seen.update(layer._outputs)
+    return n
+
+
 class Graph:
     """An ncnn graph. Mutators return the graph (or the new layer) so calls chain:
     ``g.insert_after(l, "ReLU", "relu_x").graph.insert_splits().validate()``."""

@@ -205,7 +205,7 @@ def check_mutants(mutants: list[bytes], workdir: Path, full_lint: bool = True) -
             elif fcode == 2 and not re.match(rf"{re.escape(str(path))}:[0-9]+", ferr):
                 rep.add("unlocated", data, ferr)
     if fmt_outputs:
-        for (data, formatted), fv in zip(fmt_outputs, load_verdicts([f for _, f in fmt_outputs])):
+        for (data, _), fv in zip(fmt_outputs, load_verdicts([f for _, f in fmt_outputs])):
             if not fv.loads:
                 rep.add("fmt_unloadable", data, fv.message)
     if full_lint:  # PS112 must speak where the static rules are silent

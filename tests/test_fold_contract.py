@@ -14,15 +14,7 @@ from paramsurgery.passes.fold_explicit_cache import FoldExplicitCache
 
 ncnn = pytest.importorskip("ncnn")
 
-EXPLICIT = """7767517
-6 13
-Input                    in0                      0 6 q k v past_k past_v mask
-Concat                   cat_k                    2 1 past_k k kk 0=1
-Split                    split_k                  1 2 kk kk_0 present_k
-Concat                   cat_v                    2 1 past_v v vv 0=1
-Split                    split_v                  1 2 vv vv_0 present_v
-SDPA                     sdpa_0                   4 1 q kk_0 vv_0 mask out0 5=1
-"""
+from test_kvcache import EXPLICIT  # SDPA reading Concat(past, current) k and v
 D, G = 8, 2
 
 

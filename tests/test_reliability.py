@@ -8,7 +8,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +17,7 @@ from paramsurgery.cli import main
 from paramsurgery.io import Terminated
 from paramsurgery.ncnn_loader import load_verdicts
 
-from conftest import FIXTURES, REPO
+from conftest import REPO
 from fuzz_harness import run_cli
 
 SPLIT_CYCLE = b"7767517\n3 4\nInput in 0 1 a\nSplit s 1 1 x x\nBinaryOp add 2 1 a x y 0=0\n"
@@ -171,7 +170,7 @@ def test_lint_reports_ncnns_own_message_on_the_line(tmp_path, data, line, messag
     assert errors, out
     # ncnn's own words, unless a more specific rule already reports this line
     if not any("PS112" not in ln for ln in errors):
-        assert f"PS112 error ncnn's loader rejects this file: " in out and message in out
+        assert "PS112 error ncnn's loader rejects this file: " in out and message in out
 
 
 def test_no_false_error_past_the_header_count(tmp_path):

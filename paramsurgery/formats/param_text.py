@@ -21,7 +21,7 @@ import re
 
 from .._gc import paused_gc
 from ..errors import ParamSyntaxError
-from ..graph import Graph, Source
+from ..graph import Graph, Source, count_ncnn_blobs
 from ..layer import Layer
 from ..params import Params
 
@@ -206,6 +206,8 @@ class _Reader:
         g.source = Source(path=path, format="param", header=header_text.encode("utf-8", "surrogateescape"),
                           declared_layers=declared_layers, declared_blobs=declared_blobs,
                           trailer=trailer.encode("utf-8", "surrogateescape"), ignored_lines=ignored)
+        if len(layers) > declared_layers:  # ncnn reads only the first declared_layers
+            g.source.extra["layers_read"] = len(layers)
         return g
 
     def record(self, i: int, toks: list[str]) -> tuple[Layer, int]:
@@ -376,6 +378,11 @@ def write_param(g: Graph) -> bytes:
     layers = g.layers
     src = g.source
     nl, nb = len(layers), g.blob_count()
+    if src.declared_layers is not None and src.extra.get("layers_read") == nl:
+        # the file had layers past its header's count, which ncnn never reads; with the
+        # same number of layers they are still those: keep them out of ncnn's reach
+        nl = src.declared_layers
+        nb = count_ncnn_blobs(layers[:nl])
     parts: list[str] = []
     header = src.header.decode("utf-8", "surrogateescape") if src.header else ""
     # The header as written stays when it still holds: same layer count and room for every
