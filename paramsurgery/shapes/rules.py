@@ -585,7 +585,8 @@ def _crop(layer: Layer, ins: Shapes):
                 end: MaybeDim = L
             elif en > 0:
                 if not isinstance(L, int):
-                    return None  # min(L, end): not affine in L
+                    out[ax] = None  # min(L, end): not affine in L
+                    continue
                 end = min(L, en)
             else:
                 end = add(L, en)
