@@ -147,3 +147,21 @@ def test_refresh_after_an_edit_rewrites_downstream_hints_only():
     assert read_hints(g.layer("fire2/concat")) == [(96, 56, 56)]
     assert read_hints(g.layer("fire3/squeeze1x1")) == [(16, 56, 56)]  # shape unchanged
     assert "fire3/squeeze1x1" not in changed
+
+
+def test_lint_ps412_stale_hint_and_inputshape_flag(tmp_path, capsys):
+    from conftest import CORPUS
+
+    from paramsurgery.lint import lint_graph
+
+    g = paramsurgery.load(CORPUS / "squeezenet.param")
+    assert not [f for f in lint_graph(g, select="PS412")]
+    g.layer("fire2/expand1x1").set(0, 32).set(6, 512)  # edited without refreshing hints
+    hits = [f for f in lint_graph(g, select="PS412")]
+    layers = {f.layer for f in hits}
+    assert "fire2/expand1x1" in layers and "fire2/concat" in layers
+    assert "says [64, 56, 56], the layer computes [32, 56, 56]" in \
+        next(f.message for f in hits if f.layer == "fire2/expand1x1")
+    p = tmp_path / "c.param"
+    p.write_text(CROP)
+    assert main(["lint", str(p), "--inputshape", "in0=[4,20]", "--no-run"]) in (0, 1)
