@@ -243,3 +243,16 @@ def get(size: str, part: str) -> dict[str, Any]:
     """A deep copy of one component config (`part` in tts, talker, predictor, speaker,
     codec_decoder, mimi) for `size` in real, tiny."""
     return copy.deepcopy(SIZES[size][part])
+
+
+def suppressed_ids(size: str) -> tuple[list[int], list[int]]:
+    """(talker ids, code-predictor ids) greedy generation never chooses: every id that is not
+    a codebook entry. HF suppresses talker ids `[vocab-1024, vocab)` except EOS, which at
+    real size is exactly `[codebook_size, vocab)` minus EOS (3072 - 1024 = 2048); the tiny
+    vocabularies are smaller than 1024, so the rule is stated by its meaning. The predictor
+    list is empty at real size (vocab 2048 = codebook size)."""
+    talker, predictor = SIZES[size]["talker"], SIZES[size]["predictor"]
+    codebook = SIZES[size]["codec_decoder"]["codebook_size"]
+    eos = talker["codec_eos_token_id"]
+    return ([i for i in range(codebook, talker["vocab_size"]) if i != eos],
+            list(range(codebook, predictor["vocab_size"])))

@@ -66,15 +66,6 @@ def _top_config(size: str) -> Any:
                           tokenizer_type="qwen3_tts_tokenizer_12hz", **tts)
 
 
-def suppressed_ids(size: str) -> tuple[list[int], list[int]]:
-    """(talker ids, predictor ids) that are never chosen (see the module doc)."""
-    talker, predictor = configs.get(size, "talker"), configs.get(size, "predictor")
-    codebook = configs.get(size, "codec_decoder")["codebook_size"]
-    eos = talker["codec_eos_token_id"]
-    return ([i for i in range(codebook, talker["vocab_size"]) if i != eos],
-            list(range(codebook, predictor["vocab_size"])))
-
-
 @contextlib.contextmanager
 def _talker_settings(talker: Any, frames: int, suppress: list[int]) -> Iterator[None]:
     """`Qwen3TTSForConditionalGeneration.generate` builds the talker's kwargs itself; restate
@@ -106,7 +97,7 @@ def build(size: str = "tiny", frames: int = FRAMES) -> dict[str, np.ndarray]:
         cfg._attn_implementation = "sdpa"   # the HF default; pinned against a leaked patch
     tcfg = model.config.talker_config
     hidden = tcfg.hidden_size
-    talker_suppress, predictor_suppress = suppressed_ids(size)
+    talker_suppress, predictor_suppress = configs.suppressed_ids(size)
     model.talker.code_predictor.generation_config.suppress_tokens = predictor_suppress or None
 
     tts = configs.get(size, "tts")
