@@ -2,7 +2,7 @@
 """Qwen3-TTS end to end on ncnn: assemble the pipeline from the fixture graphs with
 paramsurgery's passes, generate greedily, decode offline and in chunks, compare with torch.
 
-    python tools/e2e_qwen3tts.py [--frames N] [--variant ported|raw] [--threads 2]
+    python tools/e2e_qwen3tts.py [--frames N] [--variant ported|raw] [--threads T]
                                  [--chunks 1,3,2]
     python tools/e2e_qwen3tts.py --size real --synth [--frames N]
 
@@ -191,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", choices=["tiny", "real"], default="tiny")
     ap.add_argument("--synth", action="store_true",
                     help="real size: synth-bin weights (required with --size real)")
-    ap.add_argument("--threads", type=int, default=2, help="ncnn threads (default 2)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="ncnn threads (default: 1 tiny, 2 real)")
     ap.add_argument("--chunks", default="1,3,2",
                     help="chunked decode: frames per chunk, cycled (default 1,3,2)")
     ap.add_argument("--tol", type=float, default=1e-4,
@@ -202,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--size real needs --synth (the real .bin files are not in the fixtures)")
     if args.frames < 1:
         ap.error("--frames must be at least 1")
+    if args.threads is None:
+        args.threads = 2 if args.size == "real" else 1
     try:
         if args.keep:
             args.keep.mkdir(parents=True, exist_ok=True)
