@@ -14,7 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))
 
-import e2e_qwen3tts  # noqa: E402
+import e2e_qwen3tts
 
 LAST = re.compile(r"^e2e: codes (\d+)/(\d+) frames identical; waveform rel (\S+); "
                   r"chunked == offline rel (\S+)$")
@@ -65,7 +65,7 @@ def test_raw_variant_runs_or_names_the_modules(capsys: pytest.CaptureFixture[str
     rc, lines, err = _run(capsys, "--variant", "raw", "--frames", "4", "--threads", "1")
     if rc == 2:
         assert err.startswith("e2e: --variant raw cannot run: ")
-        assert re.search(r"^  \w+: ", err, re.M), err
+        assert re.search(r"^  \w+: ", err, re.MULTILINE), err
     else:
         assert rc == 0 and LAST.match(lines[-1])
 

@@ -11,7 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))
 
-import fixture_manifest as fm  # noqa: E402
+import fixture_manifest as fm
 
 
 def test_every_fixture_file_is_listed_with_its_sha256() -> None:
@@ -64,8 +64,8 @@ def test_update_refreshes_and_prunes_its_own_entries_only(tmp_path: Path) -> Non
     assert fm.update(manifest, root) == (0, 1, 1)
     # the rich entry is never rewritten: its stale hash is still reported
     assert fm.problems(manifest, root) == [
-        "qwen3_tts/t.ncnn.param: sha256 differs from the file (a generator's entry: rerun its "
-        "generator)"]
+        ("qwen3_tts/t.ncnn.param: sha256 differs from the file (a generator's entry: rerun its "
+         "generator)")]
 
 
 @pytest.mark.parametrize("name,kind", [("a.ncnn.param", "ncnn_param"), ("a.pnnx.param", "pnnx_param"),

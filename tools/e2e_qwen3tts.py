@@ -40,8 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from qwen3tts import assemble, configs  # noqa: E402
-from qwen3tts.ncnn_pipeline import Generator, Settings  # noqa: E402
+from qwen3tts import assemble, configs
+from qwen3tts.ncnn_pipeline import Generator, Settings
 
 REFERENCE = ROOT / "fixtures" / "qwen3_tts" / "tiny" / "e2e.ref.npz"
 SAMPLE_RATE = 24000
@@ -106,12 +106,12 @@ def timing_lines(gen: Generator, frames: int, threads: int) -> tuple[list[str], 
                "codec_offline_ms_per_frame": t.codec_offline / frames * 1e3,
                "codec_chunked_ms_per_frame": codec_chunked / frames * 1e3,
                "total_s": total, "audio_s": audio, "rtf": total / audio}
-    lines = [f"timing ({threads} threads): prompt {t.prompt * 1e3:.1f} ms; talker + predictor "
-             f"{per_frame * 1e3:.1f} ms/frame; codec offline "
-             f"{figures['codec_offline_ms_per_frame']:.1f} ms/frame, chunked "
-             f"{figures['codec_chunked_ms_per_frame']:.1f} ms/frame",
-             f"real-time factor {figures['rtf']:.3f} ({total:.2f} s for {audio:.2f} s of "
-             f"audio: prompt + generation + chunked decode)"]
+    lines = [(f"timing ({threads} threads): prompt {t.prompt * 1e3:.1f} ms; talker + "
+              f"predictor {per_frame * 1e3:.1f} ms/frame; codec offline "
+              f"{figures['codec_offline_ms_per_frame']:.1f} ms/frame, chunked "
+              f"{figures['codec_chunked_ms_per_frame']:.1f} ms/frame"),
+             (f"real-time factor {figures['rtf']:.3f} ({total:.2f} s for {audio:.2f} s of "
+              f"audio: prompt + generation + chunked decode)")]
     return lines, figures
 
 

@@ -21,6 +21,7 @@ write their own `.bin`.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -170,23 +171,28 @@ def _left_types(fix_output: str, g: Graph) -> str:
     return ", ".join(f"{t} x{n}" for t, n in sorted(counts.items()))
 
 
+@functools.cache
+def _fix_takes_bin() -> bool:
+    """Whether this `paramsurgery fix` takes the weights (`--bin`, Goal 1 of issue 19); the
+    older one repairs the .param only and leaves the weights as they are."""
+    proc = subprocess.run([sys.executable, "-m", "paramsurgery", "fix", "--help"], check=False,
+                          capture_output=True, text=True, env=child_env())
+    return "--bin" in proc.stdout
+
+
 def _fix_raw(module: str, rec: dict[str, Any], work: Path) -> tuple[Path, Path | None]:
     """`paramsurgery fix` on a raw export, then an ncnn load check in a child process."""
     param, binp = _fixture(rec, "ncnn_param"), _fixture(rec, "ncnn_bin")
     if param is None:
         status = rec.get("status", {})
+        code = status.get("returncode")
         raise RawNotReady(module, f"no raw export in the fixtures (pnnx: {status.get('kind')}"
-                                  f"{', exit ' + str(status.get('returncode')) if status.get('returncode') is not None else ''})")
+                                  + (f", exit {code})" if code is not None else ")"))
     out = work / f"{module}.raw.fixed.param"
     cmd = [sys.executable, "-m", "paramsurgery", "fix", str(param), "-o", str(out)]
-    if binp is not None:
-        cmd[4:4] = ["--bin", str(binp)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env())
-    if proc.returncode not in (0, 1) or not out.exists():
-        # older `fix` has no --bin: retry without it (the weights are unchanged by its repairs)
-        if "--bin" in cmd:
-            cmd = [c for c in cmd if c not in ("--bin", str(binp))]
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env())
+    if binp is not None and _fix_takes_bin():
+        cmd += ["--bin", str(binp)]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=child_env())
     if not out.exists():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         raise RawNotReady(module, "paramsurgery fix wrote nothing: " + " | ".join(tail))
@@ -259,8 +265,7 @@ def assemble(size: str, variant: str, work: Path, bins: dict[str, Path] | None =
             res = FuseCodebooks()(load(src_param, bin=src_bin))
             fm: FusedManifest = res.data["manifest"]
             item_log.append(f"fuse-codebooks: {len(fm.fusions)} fusion(s), "
-                            + ", ".join(f"{f.num_groups if hasattr(f, 'num_groups') else len(f.groups)}"
-                                        f" tables -> {f.embed} ({f.input_dim} rows)"
+                            + ", ".join(f"{len(f.groups)} tables -> {f.embed} ({f.input_dim} rows)"
                                         for f in fm.fusions))
             extra["fusion"] = fm.fusions[0]
             param, binp = _save(res.graph, work, f"{part}.fused", with_bin=True)

@@ -38,7 +38,8 @@ id lists (the generation settings above, so the ncnn side follows exactly what t
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch

@@ -17,8 +17,9 @@ are extracted raw (type 1) and fed back as ncnn returned them.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -143,7 +144,7 @@ class Settings:
     groups: int
 
     @classmethod
-    def from_npz(cls, ref: dict[str, np.ndarray]) -> "Settings":
+    def from_npz(cls, ref: dict[str, np.ndarray]) -> Settings:
         eos = int(ref["meta_codec_eos"][0])
         pred = ref["meta_predictor_suppress"]
         return cls(frames=int(ref["meta_frames"][0]), hidden=int(ref["meta_hidden"][0]),
