@@ -19,7 +19,6 @@ Needs the export environment (torch 2.13.0 CPU, qwen-tts 0.1.1 --no-deps, transf
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.util
 import json
 import shutil
@@ -32,6 +31,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
+
+import fixture_manifest  # noqa: E402
+from fixture_manifest import sha256  # noqa: E402
 
 SCHEMA = 1
 
@@ -50,14 +52,6 @@ def set_output_root(root: Path) -> None:
     QWEN_DIR = root / "qwen3_tts"
     MANIFEST = root / "manifest.json"
     REPROS_DIR = root / "repros"
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def load_manifest() -> dict[str, Any]:
@@ -336,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only is None or "repros" in args.only:
             build_repros(manifest)
         rebuild_files(manifest)
+        fixture_manifest.update(manifest, FIXTURES)   # files the generators above do not list
         write_manifest(manifest)
     finally:
         if own_scratch:
