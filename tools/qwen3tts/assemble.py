@@ -214,46 +214,70 @@ def _fix_raw(module: str, rec: dict[str, Any], work: Path) -> tuple[Path, Path |
     return out, binp
 
 
-def check_raw(size: str, manifest: dict[str, Any], work: Path) -> None:
-    """Run `fix` on every raw module the pipeline uses; raise RawNotReady naming every module
-    that has no raw export or does not load afterwards."""
+def fix_raw_modules(size: str, manifest: dict[str, Any], work: Path
+                    ) -> tuple[dict[str, tuple[Path, Path | None]], list[RawNotReady]]:
+    """`fix` (+ fold-gqa) on every raw module the pipeline uses: the ones ncnn loads
+    afterwards, and a RawNotReady per module that has no raw export or still does not load."""
+    fixed: dict[str, tuple[Path, Path | None]] = {}
     failures: list[RawNotReady] = []
     for module in dict.fromkeys(SOURCES[part][0] for part in RAW_PARTS):
         try:
-            rec = export_record(manifest, module, "raw", size)
-            _fix_raw(module, rec, work)
+            fixed[module] = _fix_raw(module, export_record(manifest, module, "raw", size), work)
         except KeyError:
             failures.append(RawNotReady(module, "no raw record in fixtures/manifest.json"))
         except RawNotReady as exc:
             failures.append(exc)
-    if failures:
-        raise RawNotReady(", ".join(f.module for f in failures),
-                          "\n" + "\n".join(f"  {f.module}: {f.reason}" for f in failures))
-    # every raw module loads after fix; the generation loop still feeds the ported I/O
-    # conventions (plain RoPE tables, 1-D ids, fused tables), so say so instead of guessing
-    raise RawNotReady("pipeline", "every raw module loads after fix, but the generation loop "
-                      "is wired to the ported I/O conventions only")
+    return fixed, failures
+
+
+def _fuse(part: str, g: Graph, work: Path, extra: dict[str, Any], log: list[str]
+          ) -> tuple[Path, Path | None, Graph]:
+    try:
+        res = FuseCodebooks()(g)
+    except PassRefused as exc:
+        log.append(f"fuse-codebooks: refused: {exc}")
+        extra["fusion"] = None
+        param, binp = _save(g, work, f"{part}.unfused", with_bin=True)
+        return param, binp, g
+    fm: FusedManifest = res.data["manifest"]
+    log.append(f"fuse-codebooks: {len(fm.fusions)} fusion(s), "
+               + ", ".join(f"{len(f.groups)} tables -> {f.embed} ({f.input_dim} rows)"
+                           for f in fm.fusions))
+    extra["fusion"] = fm.fusions[0]
+    param, binp = _save(res.graph, work, f"{part}.fused", with_bin=True)
+    return param, binp, res.graph
 
 
 def assemble(size: str, variant: str, work: Path, bins: dict[str, Path] | None = None,
-             manifest: dict[str, Any] | None = None, window: int | None = None) -> Pipeline:
+             manifest: dict[str, Any] | None = None, raw_fallback: bool = False) -> Pipeline:
     """Build every net of the pipeline into `work`. `bins` overrides the weights of source
-    graphs by module.variant (real size: synth-bin files)."""
+    graphs by module.variant (real size: synth-bin files). `variant="raw"` uses the raw
+    exports after `fix`; a module that cannot run raw raises RawNotReady unless
+    `raw_fallback`, which keeps its ported graph (and says so in the log)."""
     from paramsurgery.streaming import convert
 
     manifest = manifest or json.loads((FIXTURES / "manifest.json").read_text())
     bins = bins or {}
     parts: dict[str, Part] = {}
     log: list[str] = []
+    fixed: dict[str, tuple[Path, Path | None]] = {}
     if variant == "raw":
-        check_raw(size, manifest, work)
+        fixed, failures = fix_raw_modules(size, manifest, work)
+        if failures and not raw_fallback:
+            raise RawNotReady(", ".join(f.module for f in failures),
+                              "\n" + "\n".join(f"  {f.module}: {f.reason}" for f in failures))
+        log += [f"{f.module}: ported graph kept (raw: {f.reason})" for f in failures]
+    codec_graph = None
     for part, (module, var) in SOURCES.items():
+        if part in RAW_PARTS and module in fixed:
+            var = "raw"
         rec = export_record(manifest, module, var, size)
-        src_param = _fixture(rec, "ncnn_param")
-        src_bin = bins.get(f"{module}.{var}") or _fixture(rec, "ncnn_bin")
-        io = rec["io"]
-        shapes = rec["input_shapes"]["reference"]
-        item_log: list[str] = []
+        if var == "raw":
+            src_param, src_bin = fixed[module]
+        else:
+            src_param = _fixture(rec, "ncnn_param")
+            src_bin = bins.get(f"{module}.{var}") or _fixture(rec, "ncnn_bin")
+        item_log: list[str] = ["paramsurgery fix + fold-gqa: loads in ncnn"] if var == "raw" else []
         extra: dict[str, Any] = {}
         if part in ("talker", "predictor"):
             g = _decoder_with_cache(load(src_param), item_log)
@@ -261,35 +285,32 @@ def assemble(size: str, variant: str, work: Path, bins: dict[str, Path] | None =
             binp = src_bin
             extra["slots"] = [[s.k_in, s.v_in, s.k_out, s.v_out] for s in cache_slots(g)]
             extra["convention"] = rec.get("notes", {}).get("convention", {})
-        elif part in ("feedback_sum", "codec"):
-            res = FuseCodebooks()(load(src_param, bin=src_bin))
-            fm: FusedManifest = res.data["manifest"]
-            item_log.append(f"fuse-codebooks: {len(fm.fusions)} fusion(s), "
-                            + ", ".join(f"{len(f.groups)} tables -> {f.embed} ({f.input_dim} rows)"
-                                        for f in fm.fusions))
-            extra["fusion"] = fm.fusions[0]
-            param, binp = _save(res.graph, work, f"{part}.fused", with_bin=True)
+        elif part == "codec" or (part == "feedback_sum" and var != "raw"):
+            param, binp, g = _fuse(part, load(src_param, bin=src_bin), work, extra, item_log)
             if part == "codec":
-                extra["graph"] = res.graph
+                codec_graph = g
         else:
             param, binp = src_param, src_bin
-        parts[part] = Part(part, module, var, param, binp, io, shapes, extra, item_log)
+        if part == "predictor_rows":
+            extra["vocab"] = rec["notes"]["vocab"]
+        parts[part] = Part(part, module, var, param, binp, rec["io"],
+                           rec["input_shapes"]["reference"], extra, item_log)
         log += [f"{part} ({module}.{var}): {line}" for line in item_log]
 
+    assert codec_graph is not None
     codec = parts["codec"]
-    g = codec.extra.pop("graph")
-    cut = codec_cut_blob(g)
-    front = extract_subgraph(g, None, [cut])
-    conv = extract_subgraph(g, [cut], list(g.outputs))
+    cut = codec_cut_blob(codec_graph)
+    front = extract_subgraph(codec_graph, None, [cut])
+    conv = extract_subgraph(codec_graph, [cut], list(codec_graph.outputs))
     fp, fb = _save(front, work, "codec_front", with_bin=True)
     cp, cb = _save(conv, work, "codec_conv", with_bin=True)
     stream = convert(cp, cb, str(work / "codec_conv.stream"))
-    rec = export_record(manifest, codec.module, codec.variant, size)
-    win = window or int(rec.get("notes", {}).get("sliding_window", 0))
+    notes = export_record(manifest, "codec_decoder", "ported", size)["notes"]
+    win = int(notes["sliding_window"])
     front_part = Part("codec_front", codec.module, codec.variant, fp, fb, codec.io,
                       codec.ref_shapes, {"context": front_context(front, win), "window": win,
-                                         "rope_theta": rec["notes"]["rope_theta"],
-                                         "head_dim": rec["notes"]["head_dim"]})
+                                         "rope_theta": notes["rope_theta"],
+                                         "head_dim": notes["head_dim"]})
     states = stream.manifest["states"]
     log.append(f"codec: extract front -> {cut} ({len(front)} layers), conv stack "
                f"{cut} -> {', '.join(conv.outputs)} ({len(conv)} layers); add-conv-cache: "

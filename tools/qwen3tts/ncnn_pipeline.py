@@ -58,9 +58,10 @@ class Net:
         self.outputs = {o["blob"]: o for o in part.io["outputs"]}
 
     def feed(self, index: int, value: np.ndarray) -> tuple[str, Feed]:
-        spec = self.inputs[index]
-        arr = _conform(value, self.part.ref_shapes[index])
-        return spec["blob"], Feed(arr, spec["batch_index"] if arr.ndim > value.ndim else 233)
+        """Input `index` in the reference's rank and batch axis (how the fixture check fed it)."""
+        spec, ref = self.inputs[index], self.part.ref_shapes[index]
+        arr = _conform(value, ref)
+        return spec["blob"], Feed(arr, spec["batch_index"] if arr.ndim == len(ref) else 233)
 
     def __call__(self, *values: np.ndarray, output: str = "out0") -> np.ndarray:
         feeds = dict(self.feed(i, v) for i, v in enumerate(values))
@@ -155,6 +156,14 @@ class Settings:
                    predictor_banned=pred[pred >= 0], groups=int(ref["meta_groups"][0]))
 
 
+def pack_groups(fusion: Any, part: Part, values: dict[str, np.ndarray]) -> np.ndarray:
+    """A fused Embed's id input (fuse-codebooks' caller contract): each group's codes, found
+    by the name of the id input it replaced (`io` of the unfused module), packed
+    group-major with the group offsets."""
+    name_of = {i["blob"]: i["name"] for i in part.io["inputs"]}
+    return fusion.pack_ids(np.stack([values[name_of[g.input]] for g in fusion.groups]))
+
+
 def greedy(logits: np.ndarray, banned: np.ndarray) -> int:
     row = np.array(logits, np.float32).reshape(-1).copy()
     row[banned] = -np.inf
@@ -183,9 +192,9 @@ class Generator:
         self.heads = Net(p["predictor_heads"], options)
         self.speaker = Net(p["speaker"], options)
         self.feedback = Net(p["feedback_sum"], options)
-        self.feedback_fusion = p["feedback_sum"].extra["fusion"]
+        self.feedback_fusion = p["feedback_sum"].extra.get("fusion")   # None: the raw HF sum
         self.codec = Net(p["codec"], options)
-        self.codec_fusion = p["codec"].extra["fusion"]
+        self.codec_fusion = p["codec"].extra.get("fusion")
         self.front = Net(pipe.codec_front, options)
         talker_conv = p["talker"].extra["convention"]
         pred_conv = p["predictor"].extra["convention"]
@@ -193,7 +202,7 @@ class Generator:
                                     float(talker_conv["rope_theta"]))
         self.predictor = CachedDecoder(p["predictor"], options, int(pred_conv["head_dim"]),
                                        float(pred_conv["rope_theta"]))
-        self.predictor_vocab = self.feedback_fusion.groups[0].vocab
+        self.predictor_vocab = int(p["predictor_rows"].extra["vocab"])
         self.options = options
         self.timing = Timing()
 
@@ -237,9 +246,15 @@ class Generator:
             if g < s.groups - 2:
                 row = self.rows(np.asarray([code + g * V], np.int32)).reshape(1, -1)
                 out = self.predictor.step(row)
-        ids = self.feedback_fusion.pack_ids(np.asarray(codes[1:])[:, None])
-        summed = self.feedback.run({self.feedback_fusion.input: ids}).reshape(1, -1)
-        return codes, e0 + summed
+        residual = np.asarray(codes[1:], np.int32)
+        if self.feedback_fusion is None:      # raw: the HF feedback sum on (1, 15) codes
+            summed = self.feedback(residual[None])
+        else:
+            ids = pack_groups(self.feedback_fusion, self.feedback.part,
+                              {f"codes_group{g + 1}": residual[g:g + 1]
+                               for g in range(len(residual))})
+            summed = self.feedback.run({self.feedback_fusion.input: ids})
+        return codes, e0 + summed.reshape(1, -1)
 
     def generate(self, text_ids: np.ndarray, mels: np.ndarray, s: Settings,
                  frames: int) -> dict[str, np.ndarray]:
@@ -268,19 +283,26 @@ class Generator:
 
     # ------------------------------------------------------------------ codec
     def _codec_feeds(self, codes: np.ndarray, start: int) -> dict[str, Any]:
-        """Inputs of the (fused) codec graph or its front for frames start..start+T-1."""
+        """Inputs of the codec graph (or its front) for frames start..start+T-1, by the
+        module's input names: codes_level<i> / codes (1, 16, T) ids, the fused acoustic ids,
+        the sliding-window mask, RoPE tables for positions start.."""
         front = self.pipe.codec_front.extra
+        part = self.codec.part
         T = codes.shape[0]
-        ins = self.codec.part.io["inputs"]
-        sem = ins[0]["blob"]
-        feeds: dict[str, Any] = {sem: Feed(codes[:, 0][None].astype(np.int32),
-                                           ins[0]["batch_index"])}
-        feeds[self.codec_fusion.input] = self.codec_fusion.pack_ids(codes[:, 1:].T)
         cos, sin = rope_tables(np.arange(start, start + T), int(front["head_dim"]),
                                float(front["rope_theta"]))
-        mask = sliding_causal_mask(T, int(front["window"]))
-        refs = self.codec.part.ref_shapes[-3:]
-        for spec, value, ref in zip(ins[-3:], (mask, cos, sin), refs):
+        values = {"codes": codes.T, "mask": sliding_causal_mask(T, int(front["window"])),
+                  "cos": cos, "sin": sin}
+        values.update({f"codes_level{i}": codes[:, i] for i in range(codes.shape[1])})
+        feeds: dict[str, Any] = {}
+        fusion = self.codec_fusion
+        if fusion is not None:
+            feeds[fusion.input] = pack_groups(fusion, part, values)
+        for spec, ref in zip(part.io["inputs"], part.ref_shapes):
+            if fusion is not None and spec["blob"] in {g.input for g in fusion.groups}:
+                continue
+            value = values[spec["name"]]
+            value = value.astype(np.int32) if spec["name"].startswith("codes") else value
             feeds[spec["blob"]] = Feed(_conform(value, ref), spec["batch_index"])
         return feeds
 
