@@ -11,8 +11,11 @@
 | text / codec embeds, heads, speaker | `ported` nets as exported | -- |
 
 `variant="raw"`: every module that has a raw export is first run through `paramsurgery
-fix` (the CLI, as a user would) and must load in ncnn; a module that has no raw export or
-that `fix` cannot make loadable stops the assembly with `RawNotReady` naming it.
+fix` (the CLI, as a user would) and `fold-gqa`, and must load in ncnn; the raw graphs keep
+their own I/O conventions (the manifest `io` and reference shapes say how to feed them). A
+module that has no raw export or that ncnn still cannot load stops the assembly with
+`RawNotReady` naming it, or with `raw_fallback` keeps its ported graph. The predictor's
+single-group rows always come from the port's fused table (no raw net computes them).
 
 Passes that leave the weights alone (fold-gqa, add-kvcache) write only a `.param` and reuse
 the source `.bin`; passes that change weights (fuse-codebooks, extract, add-conv-cache)
