@@ -76,3 +76,15 @@ def test_real_size_synth_runs(capsys: pytest.CaptureFixture[str]) -> None:
     rc, lines, _ = _run(capsys, "--size", "real", "--synth", "--frames", "2")
     assert rc == 0
     assert lines[-1].startswith("e2e real (synth weights, no reference): 2 frames, 7680 samples")
+
+
+@pytest.mark.slow
+def test_raw_modules_that_load_run_right_in_the_pipeline(capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    rc, lines, _ = _run(capsys, "--variant", "raw", "--raw-fallback", "--frames", "6",
+                        "--threads", "1")
+    m = LAST.match(lines[-1])
+    assert m and (int(m[1]), int(m[2])) == (6, 6), lines[-1]
+    assert rc == 0
+    raw_parts = [line for line in lines if ".raw): paramsurgery fix + fold-gqa: loads" in line]
+    assert len(raw_parts) >= 6, "\n".join(lines)
