@@ -88,3 +88,20 @@ def test_raw_modules_that_load_run_right_in_the_pipeline(capsys: pytest.CaptureF
     assert rc == 0
     raw_parts = [line for line in lines if ".raw): paramsurgery fix + fold-gqa: loads" in line]
     assert len(raw_parts) >= 6, "\n".join(lines)
+
+
+@pytest.mark.slow
+def test_regenerating_the_reference_is_byte_identical(tmp_path: Path) -> None:
+    import importlib.util
+    import subprocess
+
+    for dist in ("torch", "qwen_tts", "transformers"):
+        if importlib.util.find_spec(dist) is None:
+            pytest.skip(f"{dist} is not installed (export environment needed)")
+    out = tmp_path / "fixtures"
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "make_fixtures.py"), "--size",
+                           "tiny", "--only", "e2e", "--out", str(out)], capture_output=True,
+                          text=True, timeout=1800, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    new = out / "qwen3_tts" / "tiny" / "e2e.ref.npz"
+    assert new.read_bytes() == e2e_qwen3tts.REFERENCE.read_bytes()
