@@ -8,7 +8,7 @@ import sys
 import tempfile
 
 from ..errors import ParamSurgeryError
-from ._common import add_format_arg, print_json
+from ._common import add_format_arg, add_report_arg, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tol", type=float, default=1e-5, help="--verify: relative tolerance")
     p.add_argument("--explain", action="store_true", help="list every change")
     add_format_arg(p)
+    add_report_arg(p)
     p.set_defaults(run=run)
 
 

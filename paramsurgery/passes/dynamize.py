@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ..errors import PassRefused
 from ..graph import Graph
@@ -73,7 +73,8 @@ class Dynamize(Pass):
                  reshape_axes: Sequence[str] | None = None,
                  layers: Sequence[str] | None = None,
                  traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,
-                 pair_traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None) -> None:
+                 pair_traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,
+                 inputshape: Mapping[str, tuple] | None = None) -> None:
         if traced_len is None and pair is None:
             raise PassRefused("dynamize needs --traced-len T or --pair OTHER.param")
         self.T = traced_len
@@ -103,6 +104,8 @@ class Dynamize(Pass):
         if pair_traced is None and self.pair_path is not None:
             pair_traced = _traced.companion_pnnx(self.pair_path)
         self.pair_traced = _traced.load_traced(pair_traced)
+        self.inputshape = dict(inputshape or {})  # the traced input shapes (--inputshape)
+        self._shapes: tuple | None = None  # (traced ShapeMap, symbolic ShapeMap), once per run
 
     # ------------------------------------------------------------------ helpers
     def _selected(self, layer: Layer, pid: int) -> bool:
@@ -198,9 +201,12 @@ class Dynamize(Pass):
         """(torch dim counted from the end, traced extent) of the Crop's input on that axis,
         from the pnnx op whose start/end match."""
         if ops is None:
+            blob = layer.inputs[0] if layer.inputs else "?"
             raise PassRefused(f"{layer.name}: the Crop's {label} is length-derived but the extent "
-                              f"of its input along that axis is unknown: give pnnx's IR with "
-                              f"traced shapes (X.pnnx.param next to X.ncnn.param, or --pnnx)")
+                              f"of its input {blob!r} along that axis is unknown: give the traced "
+                              f"input shapes (--inputshape NAME=[d0,...], e.g. with the traced "
+                              f"length {self.T}) or pnnx's IR (X.pnnx.param next to "
+                              f"X.ncnn.param, or --pnnx)")
         found: set[tuple[int, int]] = set()
         for op in _traced.ops_of(ops, SLICE_OPS):
             shape = op.in_shape
@@ -224,6 +230,41 @@ class Dynamize(Pass):
                               f"its {label} {end if end is not None else start}; cannot tell "
                               f"the extent of its input")
         return found.pop()
+
+    def _shape_extent(self, g: Graph, layer: Layer, index: int, label: str) \
+            -> tuple[int, bool]:
+        """(traced extent, whether it follows the length) of the Crop's input along the axis
+        of its `index`-th start/end, from the shape analysis at `--inputshape` (and again with
+        the traced length as a symbol, which tells the length axis apart)."""
+        from ..shapes.affine import Affine
+
+        if self._shapes is None:
+            symbolic = {b: tuple(Affine.symbol("T") if self._is_length(s, i) else d
+                                 for i, d in enumerate(s)) for b, s in self.inputshape.items()}
+            self._shapes = (g.shapes(inputshape=self.inputshape),
+                            g.shapes(inputshape=symbolic))
+        traced, sym = self._shapes
+        blob = layer.inputs[0]
+        shape, sshape = traced.shape_of(blob), sym.shape_of(blob)
+        axes = _ints(layer, 11) or list(range(len(shape or ())))
+        if shape is None or index >= len(axes):
+            raise PassRefused(f"{layer.name}: the Crop's {label} is length-derived but the shape "
+                              f"of its input {blob!r} is not known at --inputshape "
+                              f"{_fmt_shapes(self.inputshape)}: give the shape of the input it "
+                              f"comes from (--inputshape NAME=[...]) or pnnx's IR (--pnnx)")
+        ax = axes[index] + (len(shape) if axes[index] < 0 else 0)
+        L = shape[ax] if 0 <= ax < len(shape) else None
+        if not isinstance(L, int):
+            raise PassRefused(f"{layer.name}: the extent of blob {blob!r} along axis {ax} is not "
+                              f"known at --inputshape {_fmt_shapes(self.inputshape)}")
+        follows = sshape is not None and len(sshape) == len(shape) and \
+            isinstance(sshape[ax], Affine)
+        return L, follows
+
+    def _is_length(self, shape: tuple, i: int) -> bool:
+        if shape[i] != self.T:
+            return False
+        return self.axis is None or i - len(shape) == self.axis or i == self.axis
 
     def _length_axis(self) -> int | None:
         """The torch dim (from the end) of the graph inputs that carries T."""
@@ -288,6 +329,10 @@ class Dynamize(Pass):
                                           f"operand; it cannot become dynamic")
                     plan.append((s, 0, "runtime size (0)"))
             elif t == "Crop":
+                if self.pair is None and self.traced is None and self.inputshape:
+                    for s in ss:
+                        plan.append(self._crop_plan_shapes(g, layer, s))
+                    continue
                 if self.pair is None:
                     if length_axis is None:
                         length_axis = self._length_axis()
@@ -358,6 +403,24 @@ class Dynamize(Pass):
             return (s, -233, f"to the end (input extent {L})")
         return (s, r1, f"relative to the end (input extent {L})")
 
+    def _crop_plan_shapes(self, g: Graph, layer: Layer, s: _Site):  # noqa: ANN202
+        """The Crop rewrite when the traced extent comes from `--inputshape` (no pnnx IR)."""
+        label = "end" if s.pid == 10 else "start"
+        if s.value < 0:
+            return None
+        L, follows = self._shape_extent(g, layer, s.index, label)
+        if not follows:
+            return None  # a crop on an axis that does not carry the length
+        r1 = s.value - L
+        if r1 > 0:
+            raise PassRefused(f"{layer.name}: the Crop {label} {s.value} lies beyond its input's "
+                              f"extent {L}")
+        if r1 == 0:
+            if label == "start":
+                raise PassRefused(f"{layer.name}: the Crop starts at its input's end (empty)")
+            return (s, -233, f"to the end (input extent {L})")
+        return (s, r1, f"relative to the end (input extent {L})")
+
     def _apply(self, s: _Site, new: int) -> None:
         layer = s.layer
         if s.index is None:
@@ -366,6 +429,11 @@ class Dynamize(Pass):
             vals = list(layer.params.get(s.pid))
             vals[s.index] = new
             layer.set(s.pid, vals)
+
+
+def _fmt_shapes(shapes: Mapping[str, tuple]) -> str:
+    return " ".join(f"{b}=[{','.join(str(d) for d in s)}]" for b, s in shapes.items()) or \
+        "(none given)"
 
 
 def _frac(x: Fraction) -> str:
