@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -100,19 +101,23 @@ def synth_bins(manifest: dict, work: Path, log: list[str]) -> dict[str, Path]:
 def timing_lines(gen: Generator, frames: int, threads: int) -> tuple[list[str], dict]:
     t = gen.timing
     per_frame = float(np.mean(t.per_frame)) if t.per_frame else 0.0
+    per_frame_cpu = float(np.mean(t.per_frame_cpu)) if t.per_frame_cpu else 0.0
     codec_chunked = sum(t.codec_chunks)
     audio = frames * SAMPLES_PER_FRAME / SAMPLE_RATE
     total = t.prompt + sum(t.per_frame) + codec_chunked
     figures = {"prompt_s": t.prompt, "generate_ms_per_frame": per_frame * 1e3,
+               "generate_cpu_ms_per_frame": per_frame_cpu * 1e3,
                "codec_offline_ms_per_frame": t.codec_offline / frames * 1e3,
                "codec_chunked_ms_per_frame": codec_chunked / frames * 1e3,
                "total_s": total, "audio_s": audio, "rtf": total / audio}
     lines = [(f"timing ({threads} threads): prompt {t.prompt * 1e3:.1f} ms; talker + "
-              f"predictor {per_frame * 1e3:.1f} ms/frame; codec offline "
+              f"predictor {per_frame * 1e3:.1f} ms/frame (CPU {per_frame_cpu * 1e3:.1f}); "
+              f"codec offline "
               f"{figures['codec_offline_ms_per_frame']:.1f} ms/frame, chunked "
               f"{figures['codec_chunked_ms_per_frame']:.1f} ms/frame"),
              (f"real-time factor {figures['rtf']:.3f} ({total:.2f} s for {audio:.2f} s of "
-              f"audio: prompt + generation + chunked decode)")]
+              f"audio: prompt + generation + chunked decode; load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")]
     return lines, figures
 
 

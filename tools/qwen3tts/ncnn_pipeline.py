@@ -174,6 +174,7 @@ def greedy(logits: np.ndarray, banned: np.ndarray) -> int:
 class Timing:
     prompt: float = 0.0
     per_frame: list[float] = field(default_factory=list)   # talker + predictor per frame
+    per_frame_cpu: list[float] = field(default_factory=list)  # process CPU time, all threads
     codec_offline: float = 0.0
     codec_chunks: list[float] = field(default_factory=list)
 
@@ -270,7 +271,7 @@ class Generator:
         self.timing.prompt = time.perf_counter() - t0
         codes = []
         for i in range(frames):
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             frame, feedback = self.frame_codes(past, code0, s)
             codes.append(frame)
             text = trailing[i:i + 1] if i < trailing.shape[0] else pad[None]
@@ -278,6 +279,7 @@ class Generator:
             past = hidden[-1]
             code0 = greedy(self.codec_head(hidden), s.talker_banned)
             self.timing.per_frame.append(time.perf_counter() - t)
+            self.timing.per_frame_cpu.append(time.process_time() - cpu)
         return {"xvector": xvec, "prompt": prompt, "trailing": trailing,
                 "codes": np.asarray(codes, np.int32)}
 
