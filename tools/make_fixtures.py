@@ -84,7 +84,7 @@ def level_sum_summary(exports: list[dict[str, Any]]) -> dict[str, Any]:
         "forms": {},
     }
     for rec in exports:
-        if rec["module"] != "codec_decoder" or rec["variant"] == "raw":
+        if rec["module"] != "codec_decoder" or rec["variant"].startswith("raw"):
             continue
         form = rec.get("notes", {}).get("level_sum")
         st = rec.get("status", {})
