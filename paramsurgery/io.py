@@ -18,6 +18,15 @@ from .errors import ParamSurgeryError
 if TYPE_CHECKING:
     from .graph import Graph
 
+# lists that collect the path of every file renamed into place (`--report` watches which
+# graphs a command wrote: paramsurgery.view.report)
+WRITE_WATCHERS: list[list[str]] = []
+
+
+def _written(path: str | os.PathLike) -> None:
+    for watcher in WRITE_WATCHERS:
+        watcher.append(os.fspath(path))
+
 
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
@@ -38,6 +47,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
             mode_bits = 0o666 & ~umask
         os.chmod(tmp, mode_bits)
         os.replace(tmp, path)
+        _written(path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -67,6 +77,7 @@ def atomic_write_many(writers: dict[str | os.PathLike, Callable[[IO], None]]) ->
         for tmp, path in staged:
             os.chmod(tmp, 0o666 & ~umask)
             os.replace(tmp, path)
+            _written(path)
         staged = []
     finally:
         for tmp, _ in staged:

@@ -21,6 +21,23 @@ def add_output_args(parser: argparse.ArgumentParser, what: str = "output .param"
                         help=f"{what} (written atomically; '-' for stdout)")
     parser.add_argument("--in-place", action="store_true",
                         help="overwrite the input file (atomically)")
+    add_report_arg(parser)
+
+
+def add_report_arg(parser: argparse.ArgumentParser) -> None:
+    """`--report PAGE` (the before/after page): every graph-writing command takes it."""
+    from ..view.report import add_report_arg as add
+
+    add(parser)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed command; with `--report`, through the before/after page."""
+    if getattr(args, "report", None):
+        from ..view.report import run_with_report
+
+        return run_with_report(args, args.run)
+    return args.run(args)
 
 
 def output_path(args: argparse.Namespace, input_path: str, *, required: bool = True) -> str | None:

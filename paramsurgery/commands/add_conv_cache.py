@@ -8,7 +8,7 @@ import sys
 import tempfile
 
 from ..errors import ParamSurgeryError
-from ._common import add_format_arg, print_json
+from ._common import add_format_arg, add_report_arg, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,6 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add_inputshape_args(p, inputs=False)
     add_format_arg(p)
+    add_report_arg(p)
     p.set_defaults(run=run)
 
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
@@ -106,6 +108,7 @@ class Dynamize(Pass):
         self.pair_traced = _traced.load_traced(pair_traced)
         self.inputshape = dict(inputshape or {})  # the traced input shapes (--inputshape)
         self._shapes: tuple | None = None  # (traced ShapeMap, symbolic ShapeMap), once per run
+        self._tables: dict[int, tuple] = {}  # MemoryData id -> (paired layer, axis, letter, ref)
 
     # ------------------------------------------------------------------ helpers
     def _selected(self, layer: Layer, pid: int) -> bool:
@@ -301,6 +304,7 @@ class Dynamize(Pass):
         for s in sites:
             by_layer.setdefault(s.layer.id, []).append(s)
         length_axis = None
+        tables: list[Layer] = []
         for lid, ss in by_layer.items():
             layer = ss[0].layer
             t = layer.type
@@ -339,13 +343,21 @@ class Dynamize(Pass):
                 for s in ss:
                     plan.append(self._crop_plan(layer, s, length_axis))
             elif t == "MemoryData":
-                raise PassRefused(f"{layer.name}: MemoryData {ss[0].pid}={ss[0].value} is a constant "
-                                  f"traced at one length (a mask or table); make it an input")
+                why = self._table_plan(g, layer, ss)
+                if why is not None:
+                    raise PassRefused(f"{layer.name}: MemoryData {ss[0].pid}={ss[0].value} is a "
+                                      f"constant traced at one length (a mask or table); make it "
+                                      f"an input ({why})")
+                tables.append(layer)
             else:
                 s = ss[0]
                 raise PassRefused(f"{layer.name}: {t} param {s.pid} holds a length-derived value "
                                   f"({s.value}) and dynamize has no rule for {t}")
         plan = [p for p in plan if p is not None]
+        for layer in tables:
+            self._apply_table(g, layer, by_layer[layer.id], result)
+        if tables:
+            g.insert_splits()  # the Crops read a blob other layers read too
         for s, new, how in plan:
             self._apply(s, new)
             what = f"{s.pid}" + ("" if s.index is None else f"[{s.index}]")
@@ -354,6 +366,85 @@ class Dynamize(Pass):
                                          s.layer.source_line))
         result.modified = bool(plan)
         return result
+
+    # ------------------------------------------------------------------ position tables
+    def _table_plan(self, g: Graph, layer: Layer, ss: list[_Site]) -> str | None:
+        """None when `layer` is a position-indexed table the pair proves extendable: one
+        dim differs (longer in the pair), the traced rows equal the pair's first rows, and
+        every reader (through Splits) combines it with a blob whose same axis is the length
+        (RotaryEmbed, BinaryOp); else why not."""
+        if self.pair is None:
+            return "--pair gives the table at a second length"
+        if len(ss) != 1 or ss[0].pid not in RESHAPE_DIMS or ss[0].other is None:
+            return "more than one of its dims is length-derived"
+        other = self.pair.layer(layer.name)
+        if layer.weights is None or other.weights is None or not len(layer.weights) \
+                or not len(other.weights):
+            return "the weights of both exports are needed to compare the tables (--bin)"
+        s = ss[0]
+        if s.other <= s.value:
+            return "the paired table is not longer"
+        dims = [RESHAPE_DIMS[p] for p in (2, 11, 1, 0) if layer.params.get(p, 0) not in (0, -233)]
+        letter = RESHAPE_DIMS[s.pid]
+        a = layer.weights[0].array().reshape(-1)
+        b = other.weights[0].array().reshape(-1)
+        shape_a = [layer.params.get(AXIS_PARAM[d]) for d in dims]
+        shape_b = [other.params.get(AXIS_PARAM[d]) for d in dims]
+        short, other_shape = a.reshape(shape_a), b.reshape(shape_b)
+        ax = dims.index(letter)
+        head = np.take(other_shape, range(s.value), axis=ax)
+        if not np.array_equal(head, short):
+            return "its rows are not the first rows of the paired table (not position-indexed)"
+        ref = self._table_reference(g, layer, letter)
+        if ref is None:
+            return (f"no reader combines it with a blob whose {letter} is the length "
+                    f"(RotaryEmbed / BinaryOp)")
+        self._tables[layer.id] = (other, ax, letter, ref)
+        return None
+
+    def _table_reference(self, g: Graph, layer: Layer, letter: str) -> str | None:
+        work, readers = list(layer.outputs), []
+        while work:
+            for c in g.consumer_layers(work.pop()):
+                if c.type == "Split":
+                    work.extend(c.outputs)
+                else:
+                    readers.append(c)
+        refs = []
+        for c in readers:
+            if c.type not in ("RotaryEmbed", "BinaryOp"):
+                return None
+            others = [b for b in c.inputs if self._root(g, b) != layer.outputs[0]]
+            if not others:
+                return None
+            refs.append(others[0])
+        return refs[0] if refs else None
+
+    @staticmethod
+    def _root(g: Graph, blob: str) -> str:
+        p = g.producer(blob)
+        while p is not None and p.type == "Split":
+            blob = p.inputs[0]
+            p = g.producer(blob)
+        return blob
+
+    def _apply_table(self, g: Graph, layer: Layer, ss: list[_Site], result: PassResult) -> None:
+        from ..weights import set_weights
+
+        other, ax, letter, ref = self._tables[layer.id]
+        s = ss[0]
+        before = " ".join(layer.params.tokens())
+        layer.set(s.pid, s.other)
+        set_weights(layer, {"data": other.weights[0].array().reshape(-1).copy()})
+        top = layer.outputs[0]
+        crop_out = g.unique_blob_name(f"{top}_rows")
+        g.replace_uses(top, crop_out)
+        g.add_layer("Crop", g.unique_layer_name(f"{layer.name}_rows"), [top, ref], [crop_out],
+                    {19: "0", 20: f"1{letter}", 21: str(ax)})
+        result.changes.append(Change(layer.name, f"position table: the paired export's "
+                                     f"{s.other} rows (its first {s.value} equal these), cropped "
+                                     f"to the run-time {letter} of {ref!r}", before,
+                                     " ".join(layer.params.tokens()), layer.source_line))
 
     def _infer_lengths(self) -> None:
         if self.T is not None and self.T2 is not None:
