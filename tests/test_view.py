@@ -199,3 +199,32 @@ def test_every_graph_writing_command_takes_report(cmd):
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert "--report" in sub.choices[cmd]._option_string_actions
+
+
+def test_inputshape_labels_every_blob_from_an_ncnn_run(tmp_path, capsys):
+    """--inputshape: one ncnn run (synthetic weights) labels every produced blob with the
+    shape ncnn made; they agree with pnnx's trace where it has one (? = 7 here)."""
+    src = TINY / "talker_decoder.ported.ncnn.param"
+    out = tmp_path / "s.html"
+    assert main(["view", str(src), "--inputshape", "[1,7,64],[1,1,7,7],[1,7,16],[1,7,16]",
+                 "-o", str(out)]) == 0
+    html = out.read_text()
+    g = paramsurgery.load(src)
+    # each wire's (or long edge's) tooltip: "blob [dims]"
+    labels = dict(re.findall(r'data-blob="([^"]*)"[^>]*>(?:<g [^>]*>)?<title>\S+ (\[[0-9,]+\])',
+                             html))
+    assert set(labels) == {b for b in g.blob_names() if g.producer(b) is not None}
+    assert labels["in0"] == "[7,64]" and labels["in1"] == "[1,7,7]"
+    from paramsurgery.view.labels import blob_shapes
+
+    traced = blob_shapes(g)
+    agree = 0
+    for blob, text in traced.items():
+        want = [int(d) if d != "?" else 7 for d in text.strip("()").split(",")]
+        if len(want) > 1 and want[0] == 1:  # pnnx's batch axis, not an ncnn dim
+            want = want[1:]
+        assert labels[blob] == "[" + ",".join(map(str, want)) + "]", blob
+        agree += 1
+    assert agree == 41
+    assert main(["view", str(src), "--inputshape", "[1,7,64]", "-o", str(out)]) == 2
+    assert "--inputshape gives 1 shape(s) for 4 input(s)" in capsys.readouterr().err
