@@ -235,3 +235,23 @@ def test_inputshape_labels_every_blob_from_an_ncnn_run(tmp_path, capsys):
     assert agree == 41
     assert main(["view", str(src), "--inputshape", "[1,7,64]", "-o", str(out)]) == 2
     assert "--inputshape gives 1 shape(s) for 4 input(s)" in capsys.readouterr().err
+
+
+def test_diff_page_of_large_graphs_draws_around_the_changes():
+    from paramsurgery.passes.kvcache import AddKVCache
+    from paramsurgery.view import diff_graphs, diff_page
+
+    g = paramsurgery.load(REAL_TALKER)
+    kv = AddKVCache()(g).graph
+    d = diff_graphs(g, kv)
+    assert len(d.changed) == 28 and [lay.name for lay in d.added] == ["kv_cache_in"]
+    html = diff_page(g, kv, d, max_layers=500, context=1)
+    assert "the graphs are large (850 and 851 layers): drawn are the layers within 1 hops" in html
+    panes = html.split('<svg id="g1"')
+    a_boxes = re.findall(r'class="box layer[^"]*" data-name="([^"]*)"', panes[0])
+    b_boxes = re.findall(r'class="box layer[^"]*" data-name="([^"]*)"', panes[1])
+    # every SDPA, its readers and writers; nothing farther
+    assert {n for n in a_boxes if n.startswith("sdpa_")} == {
+        lay.name for lay in g.by_type("SDPA")}
+    assert len(a_boxes) < 250 and "kv_cache_in" in b_boxes and "kv_cache_in" not in a_boxes
+    assert not any(n.startswith("gemm_") for n in a_boxes)  # 2 hops from an SDPA

@@ -6,8 +6,7 @@ import argparse
 import sys
 
 from ..errors import ParamSurgeryError
-
-MAX_LAYERS = 5000  # beyond this a whole-graph picture is unreadable: ask for --around
+from ..view.scene import MAX_LAYERS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -69,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             f"{what} {n} layers, too many to draw readably (limit {args.max_layers}): draw a "
             f"part with --around LAYER --depth N (e.g. --around {hint} --depth 20), or raise "
             f"--max-layers", file=args.param)
-    shapes = blob_shapes(g, args.pnnx_param)
+    shapes = blob_shapes(g, args.pnnx_param, layers=layers)
     if args.inputshape:
         from ..view.run_shapes import ncnn_blob_shapes
 

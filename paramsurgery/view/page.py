@@ -18,12 +18,14 @@ from html import escape
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .labels import blob_shapes
-from .scene import Scene, build_scene
+from .scene import MAX_LAYERS, Scene, around_layers, build_scene
 from .svg import render_svg
 
 if TYPE_CHECKING:
     from ..graph import Graph
     from .diff import GraphDiff
+
+CONTEXT = 3  # hops drawn around each change when a diff's graphs are too large to draw
 
 LEGEND = {
     "io": "Input / output",
@@ -196,15 +198,30 @@ def values_page(graph: "Graph", values: Mapping[str, float], *, label: str = "er
 
 
 def diff_page(a: "Graph", b: "Graph", diff: "GraphDiff", *, title: str | None = None,
-              a_caption: str | None = None, b_caption: str | None = None) -> str:
+              a_caption: str | None = None, b_caption: str | None = None,
+              max_layers: int = MAX_LAYERS, context: int = CONTEXT) -> str:
     """Both graphs side by side: removed / changed / renamed layers marked in A, added /
-    changed / renamed in B; the text diff as the summary."""
-    a_shapes = blob_shapes(a)
+    changed / renamed in B; the text diff as the summary. A graph larger than `max_layers`
+    is drawn only around what changed (`context` hops), and the summary says so."""
     b_to_a = {v: k for k, v in diff.pairs.items()}
     changed_b = {c.layer for c in diff.changed}
-    a_scene = build_scene(a, shapes=a_shapes)
-    b_scene = build_scene(b, shapes=_carried_shapes(a, b, a_shapes, b_to_a, changed_b))
     renamed_b = {n for _, n in diff.renamed}
+    a_part = b_part = None
+    summary = diff.format()
+    if max(len(a), len(b)) > max_layers:
+        b_touched = [lay.id for lay in b if lay.name in changed_b or lay.name in renamed_b
+                     or lay.id not in b_to_a]
+        a_touched = [lay.id for lay in diff.removed] + [b_to_a[i] for i in b_touched
+                                                        if i in b_to_a]
+        a_part = around_layers(a, a_touched[:max_layers], context)
+        b_part = around_layers(b, b_touched[:max_layers], context)
+        summary = (f"the graphs are large ({len(a)} and {len(b)} layers): drawn are the "
+                   f"layers within {context} hops of a change ({len(a_part)} and "
+                   f"{len(b_part)})\n" + summary)
+    a_shapes = blob_shapes(a, layers=a_part)
+    a_scene = build_scene(a, layers=a_part, shapes=a_shapes)
+    b_scene = build_scene(b, layers=b_part,
+                          shapes=_carried_shapes(a, b, a_shapes, b_to_a, changed_b, b_part))
     b_marks = {lay.id: "added" for lay in diff.added}
     a_marks = {lay.id: "removed" for lay in diff.removed}
     for lay in b:
@@ -220,15 +237,15 @@ def diff_page(a: "Graph", b: "Graph", diff: "GraphDiff", *, title: str | None = 
     return render_page(title or f"{diff.a_path} -> {diff.b_path}",
                        [Pane(a_caption or f"before: {diff.a_path}", a_scene),
                         Pane(b_caption or f"after: {diff.b_path}", b_scene)],
-                       summary=diff.format())
+                       summary=summary)
 
 
 def _carried_shapes(a: "Graph", b: "Graph", a_shapes: dict[str, str], b_to_a: dict[int, int],
-                    changed_b: set[str]) -> dict[str, str]:
+                    changed_b: set[str], layers: set[int] | None) -> dict[str, str]:
     """B's known shapes, plus A's shape of each blob B's unchanged layers still write under
     the same name (a pass output has no traced shapes of its own)."""
-    shapes = blob_shapes(b)
-    for lay in b:
+    shapes = blob_shapes(b, layers=layers)
+    for lay in b if layers is None else (b.layer(i) for i in layers):
         if lay.id not in b_to_a or lay.name in changed_b:
             continue
         for blob in lay.outputs:

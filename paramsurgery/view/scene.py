@@ -24,6 +24,7 @@ LABEL_CHAR_W = 6.2  # width of one character of the 9px blob labels, plus spacin
 MAX_PORT_W = 600.0
 
 LAYER, OUTPUT, MISSING, CUT = "layer", "output", "missing", "cut"
+MAX_LAYERS = 5000  # more boxes than this make an unreadable page: draw a part
 
 
 @dataclass
@@ -162,8 +163,14 @@ def neighbourhood(graph: "Graph", center: str, depth: int) -> set[int]:
         if producer is None:
             raise ParamSurgeryError(f"--around {center!r}: no layer or blob of that name")
         start = producer
-    seen = {start.id: 0}
-    todo = deque([start])
+    return around_layers(graph, [start.id], depth)
+
+
+def around_layers(graph: "Graph", start: Iterable[int], depth: int) -> set[int]:
+    """Ids of the layers within `depth` blob hops of any layer in `start` (breadth first,
+    both directions)."""
+    seen = dict.fromkeys(start, 0)
+    todo = deque(graph.layer(i) for i in seen)
     while todo:
         layer = todo.popleft()
         d = seen[layer.id]
