@@ -255,3 +255,11 @@ def test_diff_page_of_large_graphs_draws_around_the_changes():
         lay.name for lay in g.by_type("SDPA")}
     assert len(a_boxes) < 250 and "kv_cache_in" in b_boxes and "kv_cache_in" not in a_boxes
     assert not any(n.startswith("gemm_") for n in a_boxes)  # 2 hops from an SDPA
+
+
+def test_a_graph_out_of_order_is_drawn_with_the_fault_marked():
+    g = paramsurgery.loads("7767517\n3 3\nInput in 0 1 x\nReLU r 1 1 y z\nReLU s 1 1 x y\n")
+    svg = render_svg(build_scene(g))
+    assert '<g id="g0-n1" class="box missing missing" data-name="y"' in svg
+    assert ">written later: y</text>" in svg
+    assert "blob y is written by ReLU s, after this layer in the file" in svg

@@ -109,10 +109,18 @@ def build_scene(graph: "Graph", *, layers: Iterable[int] | None = None,
                 ins.append((box_of[prod.id], slot, len(prod.outputs), blob))
                 continue
             if blob not in pill_in:
-                kind = MISSING if ps is None else CUT
-                text = f"no producer: {blob}" if ps is None else f"… {blob}"
-                title = (f"blob {blob} is read but nothing writes it" if ps is None
-                         else f"blob {blob} from {ps[0].type} {ps[0].name} (outside the view)")
+                later = ps is not None and (keep is None or ps[0].id in keep)
+                kind = MISSING if ps is None or later else CUT
+                if ps is None:
+                    text, title = f"no producer: {blob}", f"blob {blob} is read but nothing " \
+                                                          f"writes it"
+                elif later:
+                    text, title = f"written later: {blob}", (
+                        f"blob {blob} is written by {ps[0].type} {ps[0].name}, after this layer "
+                        f"in the file (ncnn needs the layers in topological order)")
+                else:
+                    text, title = f"… {blob}", (f"blob {blob} from {ps[0].type} {ps[0].name} "
+                                                f"(outside the view)")
                 pill_in[blob] = len(boxes)
                 boxes.append(Box(kind, blob, [clip(_with_shape(text, blob, shapes))], title,
                                  kind))
