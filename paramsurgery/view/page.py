@@ -5,7 +5,7 @@ opens offline and from an email attachment.
 
 `#search=NAME` (or `?search=NAME`) in the page's URL runs a search on load; the result is in
 `#status` and in `data-hits` / `data-first` of `<body>`, which is how the browser test reads
-it.
+it. `#whole` opens on the whole graph instead of its readable top.
 
 Builders: `graph_page` (view), `diff_page` (diff --html, --report), `values_page` (a value
 per layer along the graph: compare's error per layer), and `render_page` for any panes.
@@ -100,7 +100,10 @@ document.querySelectorAll('svg.graph').forEach(function(svg){
 function scale(p){var r=p.svg.getBoundingClientRect();return Math.min(r.width/p.vb.w,r.height/p.vb.h)||1;}
 function set(p,vb){p.vb=vb;p.svg.setAttribute('viewBox',vb.x+' '+vb.y+' '+vb.w+' '+vb.h);}
 function home(p){var r=p.svg.getBoundingClientRect(),a=(r.height||600)/(r.width||800),f=p.full;
-  var w=Math.min(f.w,Math.max((r.width||800)*1.4,f.h/a));set(p,{x:f.x,y:f.y,w:w,h:w*a});}
+  var w=f.h/a<=f.w?f.w:Math.min(f.w,(r.width||800)*1.25),c=+(p.svg.getAttribute('data-top-x')||f.w/2);
+  set(p,{x:Math.max(f.x,Math.min(c-w/2,f.x+f.w-w)),y:f.y,w:w,h:w*a});}
+function whole(p){var r=p.svg.getBoundingClientRect(),a=(r.height||600)/(r.width||800),f=p.full,
+  w=Math.max(f.w,f.h/a);set(p,{x:f.x-(w-f.w)/2,y:f.y,w:w,h:w*a});}
 function box(el){var m=/translate\\(([-\\d.]+),([-\\d.]+)\\)/.exec(el.getAttribute('transform')||'');
   var rc=el.querySelector('rect');return m&&rc?{x:+m[1],y:+m[2],w:+rc.getAttribute('width'),h:+rc.getAttribute('height')}:null;}
 function show(p,el){var b=box(el);if(!b)return;var r=p.svg.getBoundingClientRect(),a=(r.height||600)/(r.width||800);
@@ -125,10 +128,9 @@ var q=document.getElementById('q');
 q.addEventListener('input',function(){search(q.value);});
 q.addEventListener('keydown',function(e){if(e.key==='Enter'&&hits.length){at++;focus();}});
 document.getElementById('home').addEventListener('click',function(){panes.forEach(home);});
-document.getElementById('all').addEventListener('click',function(){panes.forEach(function(p){
-  var r=p.svg.getBoundingClientRect(),a=(r.height||600)/(r.width||800),f=p.full,w=Math.max(f.w,f.h/a);
-  set(p,{x:f.x-(w-f.w)/2,y:f.y,w:w,h:w*a});});});
-var m=/[#?&]search=([^&]*)/.exec(location.hash+'&'+location.search);
+document.getElementById('all').addEventListener('click',function(){panes.forEach(whole);});
+var args=location.hash+'&'+location.search,m=/[#?&]search=([^&]*)/.exec(args);
+if(/[#?&]whole(&|$)/.test(args))panes.forEach(whole);
 if(m){q.value=decodeURIComponent(m[1]);search(q.value);}
 })();
 """

@@ -21,7 +21,8 @@ LINE_H = 14.0
 PAD = 7.0
 MIN_W = 64.0
 LABEL_CHAR_W = 6.2  # width of one character of the 9px blob labels, plus spacing
-MAX_PORT_W = 600.0
+MAX_STUB_LABELS = 6  # a box with more tops than this is not widened for their labels, and
+# its long-edge stubs are labelled in their tooltips only (56 rope-table reads would overprint)
 
 LAYER, OUTPUT, MISSING, CUT = "layer", "output", "missing", "cut"
 MAX_LAYERS = 5000  # more boxes than this make an unreadable page: draw a part
@@ -135,9 +136,9 @@ def build_scene(graph: "Graph", *, layers: Iterable[int] | None = None,
         for slot, blob in enumerate(layer.outputs):
             if blob not in scene.blob_labels:
                 scene.blob_labels[blob] = _with_shape(blob, blob, shapes)
-        if len(layer.outputs) > 1:  # one label per top side by side: make room
-            boxes[me].port_width = min(MAX_PORT_W, (len(layer.outputs) + 1) * max(
-                len(scene.blob_labels[b]) for b in layer.outputs) * LABEL_CHAR_W)
+        if 1 < len(layer.outputs) <= MAX_STUB_LABELS:  # labels side by side: make room
+            boxes[me].port_width = (len(layer.outputs) + 1) * max(
+                len(scene.blob_labels[b]) for b in layer.outputs) * LABEL_CHAR_W
         for slot, blob in enumerate(layer.outputs):
             readers = graph.consumer_layers(blob)
             if readers and (keep is None or any(r.id in keep for r in readers)):
