@@ -194,6 +194,10 @@ def test_report_refusals_write_nothing(tmp_path, capsys):
     assert not page.exists() and not (tmp_path / "o.param").exists()
     assert main(["add-kvcache", str(src), "-o", str(tmp_path / "o.param"), "--report",
                  str(src)]) == 2
+    assert main(["add-kvcache", str(src), "-o", str(tmp_path / "o.param"), "--report",
+                 str(tmp_path / "o.param")]) == 2
+    assert "--report names the output file" in capsys.readouterr().err
+    assert not (tmp_path / "o.param").exists()
 
 
 @pytest.mark.parametrize("cmd", ["add-kvcache", "fold-gqa", "fix", "fmt", "set-param", "lower",

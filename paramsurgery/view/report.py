@@ -44,6 +44,9 @@ def run_with_report(args: argparse.Namespace, run: Callable[[argparse.Namespace]
     if os.path.exists(report) and any(os.path.exists(p) and os.path.samefile(report, p)
                                       for p in (source, getattr(args, "bin", None) or "")):
         raise ParamSurgeryError("--report names an input file", file=source)
+    out = getattr(args, "output", None)
+    if out and os.path.abspath(out) == os.path.abspath(report):
+        raise ParamSurgeryError("--report names the output file", file=source)
     before = load(source)
     graphs: list[tuple[str, bytes]] = []
 
