@@ -18,14 +18,14 @@ from .errors import ParamSurgeryError
 if TYPE_CHECKING:
     from .graph import Graph
 
-# lists that collect the path of every file renamed into place (`--report` watches which
+# callbacks told the path of every file just renamed into place (`--report` watches which
 # graphs a command wrote: paramsurgery.view.report)
-WRITE_WATCHERS: list[list[str]] = []
+WRITE_WATCHERS: list[Callable[[str], None]] = []
 
 
 def _written(path: str | os.PathLike) -> None:
     for watcher in WRITE_WATCHERS:
-        watcher.append(os.fspath(path))
+        watcher(os.fspath(path))
 
 
 @contextlib.contextmanager

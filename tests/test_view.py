@@ -174,6 +174,13 @@ def test_report_on_pass_commands(tmp_path, capsys):
     assert main(["extract", str(TINY / "predictor_heads.ported.ncnn.param"), "--outputs",
                  "out3", "-o", str(tmp_path / "ex"), "--report", str(page3)]) == 0
     assert "15 removed" in page3.read_text()
+    # fuse-codebooks stages its outputs in a directory and moves them: still reported
+    page4 = tmp_path / "f.html"
+    assert main(["fuse-codebooks", str(TINY / "predictor_embeds.unfused.ncnn.param"),
+                 str(TINY / "predictor_embeds.unfused.ncnn.bin"), "-o", str(tmp_path / "fz"),
+                 "--no-verify", "--report", str(page4)]) == 0
+    assert "(2 added, 56 removed, 2 changed, 2 renamed)" in capsys.readouterr().out
+    assert "-&gt; fz.param</title>" in page4.read_text()
 
 
 def test_report_refusals_write_nothing(tmp_path, capsys):
@@ -187,6 +194,10 @@ def test_report_refusals_write_nothing(tmp_path, capsys):
     assert not page.exists() and not (tmp_path / "o.param").exists()
     assert main(["add-kvcache", str(src), "-o", str(tmp_path / "o.param"), "--report",
                  str(src)]) == 2
+    assert main(["add-kvcache", str(src), "-o", str(tmp_path / "o.param"), "--report",
+                 str(tmp_path / "o.param")]) == 2
+    assert "--report names the output file" in capsys.readouterr().err
+    assert not (tmp_path / "o.param").exists()
 
 
 @pytest.mark.parametrize("cmd", ["add-kvcache", "fold-gqa", "fix", "fmt", "set-param", "lower",
@@ -199,3 +210,60 @@ def test_every_graph_writing_command_takes_report(cmd):
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert "--report" in sub.choices[cmd]._option_string_actions
+
+
+def test_inputshape_labels_every_blob_from_an_ncnn_run(tmp_path, capsys):
+    """--inputshape: one ncnn run (synthetic weights) labels every produced blob with the
+    shape ncnn made; they agree with pnnx's trace where it has one (? = 7 here)."""
+    src = TINY / "talker_decoder.ported.ncnn.param"
+    out = tmp_path / "s.html"
+    assert main(["view", str(src), "--inputshape", "[1,7,64],[1,1,7,7],[1,7,16],[1,7,16]",
+                 "-o", str(out)]) == 0
+    html = out.read_text()
+    g = paramsurgery.load(src)
+    # each wire's (or long edge's) tooltip: "blob [dims]"
+    labels = dict(re.findall(r'data-blob="([^"]*)"[^>]*>(?:<g [^>]*>)?<title>\S+ (\[[0-9,]+\])',
+                             html))
+    assert set(labels) == {b for b in g.blob_names() if g.producer(b) is not None}
+    assert labels["in0"] == "[7,64]" and labels["in1"] == "[1,7,7]"
+    from paramsurgery.view.labels import blob_shapes
+
+    traced = blob_shapes(g)
+    agree = 0
+    for blob, text in traced.items():
+        want = [int(d) if d != "?" else 7 for d in text.strip("()").split(",")]
+        if len(want) > 1 and want[0] == 1:  # pnnx's batch axis, not an ncnn dim
+            want = want[1:]
+        assert labels[blob] == "[" + ",".join(map(str, want)) + "]", blob
+        agree += 1
+    assert agree == 41
+    assert main(["view", str(src), "--inputshape", "[1,7,64]", "-o", str(out)]) == 2
+    assert "--inputshape gives 1 shape(s) for 4 input(s)" in capsys.readouterr().err
+
+
+def test_diff_page_of_large_graphs_draws_around_the_changes():
+    from paramsurgery.passes.kvcache import AddKVCache
+    from paramsurgery.view import diff_graphs, diff_page
+
+    g = paramsurgery.load(REAL_TALKER)
+    kv = AddKVCache()(g).graph
+    d = diff_graphs(g, kv)
+    assert len(d.changed) == 28 and [lay.name for lay in d.added] == ["kv_cache_in"]
+    html = diff_page(g, kv, d, max_layers=500, context=1)
+    assert "the graphs are large (850 and 851 layers): drawn are the layers within 1 hops" in html
+    panes = html.split('<svg id="g1"')
+    a_boxes = re.findall(r'class="box layer[^"]*" data-name="([^"]*)"', panes[0])
+    b_boxes = re.findall(r'class="box layer[^"]*" data-name="([^"]*)"', panes[1])
+    # every SDPA, its readers and writers; nothing farther
+    assert {n for n in a_boxes if n.startswith("sdpa_")} == {
+        lay.name for lay in g.by_type("SDPA")}
+    assert len(a_boxes) < 250 and "kv_cache_in" in b_boxes and "kv_cache_in" not in a_boxes
+    assert not any(n.startswith("gemm_") for n in a_boxes)  # 2 hops from an SDPA
+
+
+def test_a_graph_out_of_order_is_drawn_with_the_fault_marked():
+    g = paramsurgery.loads("7767517\n3 3\nInput in 0 1 x\nReLU r 1 1 y z\nReLU s 1 1 x y\n")
+    svg = render_svg(build_scene(g))
+    assert '<g id="g0-n1" class="box missing missing" data-name="y"' in svg
+    assert ">written later: y</text>" in svg
+    assert "blob y is written by ReLU s, after this layer in the file" in svg

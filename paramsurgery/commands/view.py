@@ -6,8 +6,7 @@ import argparse
 import sys
 
 from ..errors import ParamSurgeryError
-
-MAX_LAYERS = 5000  # beyond this a whole-graph picture is unreadable: ask for --around
+from ..view.scene import MAX_LAYERS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,6 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bin", help="its weights: adds dtype and bytes to each box")
     p.add_argument("--pnnx-param", metavar="PATH", help="pnnx's X.pnnx.param for the shape "
                    "labels (default: the one beside the graph, if any)")
+    p.add_argument("--inputshape", metavar="SHAPES",
+                   help="run the graph once through ncnn at these input shapes (pnnx syntax, "
+                        "e.g. [1,7,1024]f32,[7]i32) and label every blob with the shape ncnn "
+                        "made (weights: --bin, or synthetic ones of the right layout)")
     p.add_argument("--around", metavar="LAYER", help="draw only the layers within --depth "
                    "hops of this layer (or of the producer of this blob)")
     p.add_argument("--depth", type=int, default=8, help="--around: hops (default 8)")
@@ -65,15 +68,21 @@ def run(args: argparse.Namespace) -> int:
             f"{what} {n} layers, too many to draw readably (limit {args.max_layers}): draw a "
             f"part with --around LAYER --depth N (e.g. --around {hint} --depth 20), or raise "
             f"--max-layers", file=args.param)
-    shapes = blob_shapes(g, args.pnnx_param)
+    shapes = blob_shapes(g, args.pnnx_param, layers=layers)
+    if args.inputshape:
+        from ..view.run_shapes import ncnn_blob_shapes
+
+        shapes.update(ncnn_blob_shapes(g, args.inputshape, bin=args.bin))
     types = g.types()
     summary = (f"{len(g)} layers, {g.blob_count()} blobs; inputs {', '.join(g.inputs) or '-'}; "
                f"outputs {', '.join(g.outputs) or '-'}"
                + (f"; drawn: {n} layers within {args.depth} of {args.around}"
                   if layers is not None else "")
                + f"\ntypes: {', '.join(f'{t} {c}' for t, c in sorted(types.items()))}"
-               + (f"\n{len(shapes)} blob shapes known" if shapes else
-                  "\nno blob shapes known (no X.pnnx.param beside the graph, no -23330 hints)"))
+               + (f"\n{len(shapes)} blob shapes known"
+                  + (f" (ncnn run at {args.inputshape})" if args.inputshape else "")
+                  if shapes else "\nno blob shapes known (no X.pnnx.param beside the graph, "
+                  "no -23330 hints, no --inputshape)"))
     title = args.param + (f" around {args.around}" if layers is not None else "")
     page = graph_page(g, title=title, layers=layers, shapes=shapes, summary=summary)
     if out == "-":

@@ -6,7 +6,7 @@ known (pnnx's traced shapes from the `X.pnnx.param` beside the graph, or ncnn's 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from ..layer_params import param_default, param_info
 from ..layer_types import is_converter_leftover, is_ncnn_layer
@@ -76,11 +76,13 @@ def layer_lines(layer: "Layer") -> tuple[list[str], list[str], str]:
     return lines, classes, title
 
 
-def blob_shapes(graph: "Graph", pnnx_param: str | None = None) -> dict[str, str]:
-    """Blob name → shape text, from the `-23330=` hints in the graph and from pnnx's traced
+def blob_shapes(graph: "Graph", pnnx_param: str | None = None, *,
+                layers: "Iterable[int] | None" = None) -> dict[str, str]:
+    """Blob name → shape text, from the `-23330=` hints in the graph (of the layers with ids
+    in `layers` only, when given: params are parsed on first use) and from pnnx's traced
     shapes (`pnnx_param`, default: the `.pnnx.param` beside the graph file, if any)."""
     shapes: dict[str, str] = {}
-    for layer in graph:
+    for layer in graph if layers is None else (graph.layer(i) for i in layers):
         if SHAPE_HINTS in layer.params:
             shapes.update(_hint_shapes(layer))
     path = pnnx_param
