@@ -44,9 +44,11 @@ def main(argv: Sequence[str] | None = None,
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
+    from .commands._common import run_command
+
     try:
         with signals_raise():
-            code = args.run(args)
+            code = run_command(args)
     except ParamSurgeryError as exc:
         print(f"{exc}", file=sys.stderr)
         return exc.exit_code

@@ -788,6 +788,13 @@ class Graph:
         return self
 
     # ================================================================== checks & output
+    def shapes(self, inputshape: Mapping | str | list | None = None, **options: object):  # noqa: ANN201
+        """Every blob's shape (`paramsurgery.shapes.infer_shapes`): `shape_of(blob)` is the
+        numpy-order shape of the ncnn.Mat, dims symbolic in the input sizes."""
+        from .shapes import infer_shapes
+
+        return infer_shapes(self, inputshape, **options)  # type: ignore[arg-type]
+
     def validate(self) -> list[Finding]:
         """Every structural invariant ncnn relies on; see `paramsurgery.validate`."""
         from ._gc import paused_gc

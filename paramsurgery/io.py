@@ -24,6 +24,15 @@ from .errors import ParamSurgeryError
 if TYPE_CHECKING:
     from .graph import Graph
 
+# callbacks told the path of every file just renamed into place (`--report` watches which
+# graphs a command wrote: paramsurgery.view.report)
+WRITE_WATCHERS: list[Callable[[str], None]] = []
+
+
+def _written(path: str | os.PathLike) -> None:
+    for watcher in WRITE_WATCHERS:
+        watcher(os.fspath(path))
+
 
 class Terminated(BaseException):
     """SIGTERM or SIGHUP arrived; raised like KeyboardInterrupt so cleanups run."""
@@ -98,6 +107,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
                     mode_bits = _default_mode()
                 os.chmod(tmp, mode_bits)
                 os.replace(tmp, path)
+                _written(path)
             except OSError as exc:
                 raise write_error(path, exc) from None
         except BaseException:
@@ -132,6 +142,7 @@ def atomic_write_many(writers: dict[str | os.PathLike, Callable[[IO], None]]) ->
                 try:
                     os.chmod(tmp, mode_bits)
                     os.replace(tmp, path)
+                    _written(path)
                 except OSError as exc:
                     raise write_error(path, exc) from None
             staged = []

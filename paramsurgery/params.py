@@ -166,6 +166,18 @@ class Params:
             self._touch()
         return self
 
+    def move_first(self, pid: int) -> "Params":
+        """Put param `pid` first on the line (ncnnoptimize writes `-23330=` hints there)."""
+        entries = self._load()
+        if pid in entries and next(iter(entries)) != pid:
+            first = entries.pop(pid)
+            rest = list(entries.values())
+            entries.clear()
+            entries[pid] = first
+            entries.update((e.pid, e) for e in rest)
+            self._touch()
+        return self
+
     def __delitem__(self, pid: int) -> None:
         if pid not in self._load():
             raise KeyError(pid)

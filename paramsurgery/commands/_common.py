@@ -21,6 +21,23 @@ def add_output_args(parser: argparse.ArgumentParser, what: str = "output .param"
                         help=f"{what} (written atomically; '-' for stdout)")
     parser.add_argument("--in-place", action="store_true",
                         help="overwrite the input file (atomically)")
+    add_report_arg(parser)
+
+
+def add_report_arg(parser: argparse.ArgumentParser) -> None:
+    """`--report PAGE` (the before/after page): every graph-writing command takes it."""
+    from ..view.report import add_report_arg as add
+
+    add(parser)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed command; with `--report`, through the before/after page."""
+    if getattr(args, "report", None):
+        from ..view.report import run_with_report
+
+        return run_with_report(args, args.run)
+    return args.run(args)
 
 
 def output_path(args: argparse.Namespace, input_path: str, *, required: bool = True) -> str | None:
@@ -96,7 +113,7 @@ def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str,
         args.output = derived_output(args.param, tag)
     out = output_path(args, args.param)
     g = load(args.param)
-    result = pass_obj(g)
+    result = run_pass_located(pass_obj, g, args.param)
     data = result.graph.dump_bytes()
     proof = verify(result) if verify is not None and result.modified else None
     if proof is not None and not proof.ok:
@@ -122,3 +139,37 @@ def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str,
         print(f"wrote {out}" if (result.modified or out != args.param) else f"{out} unchanged",
               file=stream)
     return 0
+
+
+def run_pass_located(pass_obj: Any, g: Any, path: str) -> Any:
+    """Run a pass; a refusal that names no file names `path` (not `<input>`)."""
+    from ..errors import PassRefused
+
+    try:
+        return pass_obj(g)
+    except PassRefused as exc:
+        if exc.file is None:
+            exc.file = path
+        raise
+
+
+def add_inputshape_args(parser: argparse.ArgumentParser, *, inputs: bool = True) -> None:
+    """`--inputshape` (shapes of input blobs, symbolic dims allowed) and, for commands that
+    run the graph, `--inputs inputs.npz` (arrays keyed by input blob name)."""
+    from ..shapes.spec import add_inputshape_arg
+
+    add_inputshape_arg(parser)
+    if inputs:
+        parser.add_argument("--inputs", metavar="NPZ",
+                            help="input arrays for runs (keys = input blob names); replaces "
+                                 "the generated ones")
+
+
+def inputshape_of(args: argparse.Namespace, g: Any = None) -> dict:
+    """The parsed `--inputshape` (checked against `g`'s blobs when given)."""
+    from ..shapes.spec import check_blobs, inputshape_from_args
+
+    shapes = inputshape_from_args(args)
+    if g is not None:
+        check_blobs(g, shapes, getattr(args, "param", None))
+    return shapes

@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pnnx", metavar="PNNX_PARAM",
                    help="pnnx's IR with traced shapes (default: X.pnnx.param next to "
                         "X.ncnn.param)")
+    from ._common import add_inputshape_args
+
+    add_inputshape_args(p, inputs=False)
     p.set_defaults(run=run)
 
 
@@ -39,7 +42,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.traced_len is None and args.pair is None:
         raise ParamSurgeryError("give --traced-len T or --pair OTHER.param", file=args.param)
+    from ._common import inputshape_of
+
     traced = args.pnnx or companion_pnnx(args.param)
+    shapes = inputshape_of(args)
+    if shapes and any(not isinstance(d, int) for s in shapes.values() for d in s):
+        raise ParamSurgeryError("dynamize: --inputshape gives the traced shapes: numbers only "
+                                "(e.g. in0=[4,20] for --traced-len 20)", file=args.param)
     p = Dynamize(args.traced_len, pair=args.pair, pair_len=args.pair_len, axis=args.axis,
-                 reshape_axes=args.reshape_axes, layers=args.layers, traced=traced)
+                 reshape_axes=args.reshape_axes, layers=args.layers, traced=traced,
+                 inputshape=shapes)
     return run_param_pass(args, p, "dynamic")

@@ -10,7 +10,7 @@ import tempfile
 
 from ..errors import ParamSurgeryError, VerificationError
 from ..io import load
-from ._common import add_format_arg, print_json
+from ._common import add_format_arg, add_report_arg, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,6 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random codes")
     p.add_argument("--explain", action="store_true", help="say why candidates were left alone")
     add_format_arg(p)
+    add_report_arg(p)
     p.set_defaults(run=run)
 
 

@@ -44,7 +44,8 @@ def lint_graph(graph: "Graph", *, bin: str | os.PathLike | None = None,
                input_shapes: "Sequence[InputSpec] | str | None" = None,
                run: bool | None = None, run_bin: str | os.PathLike | None = None,
                path: str | None = None,
-               options: LintOptions | None = None) -> list[Finding]:
+               options: LintOptions | None = None,
+               inputshape: "dict | str | list | None" = None) -> list[Finding]:
     """Every finding of the selected rules on `graph`, sorted by line then code.
 
     `bin`: the `.bin` to check (PS2xx) and to run with. `pnnx_param`: pnnx's `.pnnx.param`
@@ -74,6 +75,10 @@ def lint_graph(graph: "Graph", *, bin: str | os.PathLike | None = None,
     ctx = LintContext(graph, path=path, bin=os.fspath(bin) if bin is not None else None,
                       pnnx=pn, reference=ref, input_shapes=specs,
                       run_bin=os.fspath(run_bin) if run_bin is not None else None, options=opts)
+    if inputshape:
+        from ..shapes import normalize_inputshape
+
+        ctx.inputshape = normalize_inputshape(inputshape)
     if ref_error:
         ctx.extra["reference_error"] = ref_error
     return run_rules(ctx, select_rules(select, ignore))
@@ -150,7 +155,8 @@ def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
               reference: str | os.PathLike | None = None,
               input_shapes: "Sequence[InputSpec] | str | None" = None,
               run: bool | None = None, discover: bool = True,
-              options: LintOptions | None = None) -> list[Finding]:
+              options: LintOptions | None = None,
+              inputshape: "dict | str | list | None" = None) -> list[Finding]:
     """Load `path` (`.param` or `.param.bin`) and lint it. With `discover` (default), pnnx's
     files next to it are used when not given: `X.pnnx.param`, `X_ncnn.py` (traced input
     shapes), `X.ref.npz`/`ref.npz` (a reference), and `X.ncnn.bin`/`X.bin` to run with.
@@ -194,7 +200,7 @@ def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
         run_bin = _bin_next_to(p)
     return lint_graph(g, bin=bin, pnnx_param=pnnx_param, select=select, ignore=ignore,
                       reference=reference, input_shapes=input_shapes, run=run,
-                      run_bin=run_bin, path=p, options=options)
+                      run_bin=run_bin, path=p, options=options, inputshape=inputshape)
 
 
 def _bin_next_to(p: str) -> str | None:

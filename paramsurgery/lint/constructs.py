@@ -93,8 +93,14 @@ SHAPE_PAD_FIX = ("pad a constant `S-1` on the right, `F.pad(x, (K-S, S-1))`: out
 CONSTRUCTS: tuple[Construct, ...] = (
     Construct(("pnnx.Expression",), REPEAT_KV, REPEAT_KV_FIX, "fold-gqa", _repeat_kv_expr, "1"),
     Construct(("Tensor.expand",), REPEAT_KV, REPEAT_KV_FIX, "fold-gqa", _repeat_kv_expand, "1"),
-    Construct(("pnnx.Expression",), SHAPE_PAD, SHAPE_PAD_FIX, None, _reads_type("F.pad"), "5"),
-    Construct(("F.pad",), SHAPE_PAD, SHAPE_PAD_FIX, None, _fed_by("pnnx.Expression"), "5"),
+    Construct(("pnnx.Expression",), SHAPE_PAD, SHAPE_PAD_FIX, "lower", _reads_type("F.pad"), "5"),
+    Construct(("F.pad",), SHAPE_PAD, SHAPE_PAD_FIX, "lower", _fed_by("pnnx.Expression"), "5"),
+    Construct(("pnnx.Expression",),
+              "positions or a mask (causal or length mask) built in the graph from the "
+              "dynamic length (`torch.arange(T)`, `torch.full((T, T), -inf).triu(1)`)",
+              "compute positions / the additive mask on the host and pass them as inputs "
+              "(`arange(x.shape[d])` is lowered)",
+              "lower", _reads_type("torch.arange"), "6c"),
     Construct(("pnnx.Expression",),
               "positions or a mask (causal or length mask) built in the graph from the "
               "dynamic length (`torch.arange(T)`, `torch.full((T, T), -inf).triu(1)`)",
@@ -124,7 +130,8 @@ CONSTRUCTS: tuple[Construct, ...] = (
               "strided slicing or slice assignment (`x[..., 1:60:3] = ...`, e.g. HF "
               "interleaved M-RoPE `apply_interleaved_mrope`)",
               "plain RoPE with per-position cos/sin tables computed on the host (the "
-              "Qwen3-TTS port passes `(1, T, head_dim)` tables)", None, None, "6a"),
+              "Qwen3-TTS port passes `(1, T, head_dim)` tables); static slices are lowered "
+              "to Crop + Concat", "lower", None, "6a"),
     Construct(("torch.repeat_interleave",),
               "`repeat_interleave(n_rep, dim=1)` with a positive dim (pnnx fuses only "
               "`dim=-3` into a GQA SDPA)",
@@ -134,6 +141,10 @@ CONSTRUCTS: tuple[Construct, ...] = (
               "`x.narrow(dim, 0, n)`",
               "`x[..., :n]`, or `F.pad(x, (0, -r))` for a crop from the end (becomes Crop)",
               None, None, "3"),
+    Construct(("torch.arange",),
+              "positions built in the graph from a length (`torch.arange(x.shape[d])`)",
+              "build them on the host and pass them as an input (`paramsurgery lower` "
+              "lowers an arange over a static or shape-derived extent)", "lower", None, "6c"),
     Construct(_MASK_TYPES,
               "positions or a mask (causal or length mask) built in the graph from a dynamic "
               "length (`torch.arange(T)`, `torch.full(...).triu(1)`)",
@@ -141,7 +152,8 @@ CONSTRUCTS: tuple[Construct, ...] = (
     Construct(("Tensor.to", "Tensor.type", "Tensor.float", "Tensor.long", "Tensor.int",
                "Tensor.bool", "Tensor.type_as"),
               "a dtype conversion inside the graph (`.to(dtype)`, `.long()`, `.float()`)",
-              "keep the graph float32 end to end; convert ids and masks on the host"),
+              "keep the graph float32 end to end; convert ids and masks on the host (casts "
+              "of values computed in the graph are lowered as identities)", "lower"),
     Construct(_BOOL_TYPES,
               "a boolean mask built in the graph (length masks, `masked_fill`, comparisons)",
               "pass an additive float mask as an input"),
@@ -158,7 +170,8 @@ CONSTRUCTS: tuple[Construct, ...] = (
     Construct(("F.pad",),
               "`F.pad` with `mode='replicate'` / `'reflect'`, or pads ncnn's Padding cannot "
               "express",
-              "concatenate copies of the edge column, or use constant padding"),
+              "concatenate copies of the edge column, or use constant padding (`paramsurgery "
+              "lower` turns static constant/replicate/reflect pads into Padding)", "lower"),
     Construct(("prim::*",),
               "Python-side structure that survived tracing (tuples, lists, control flow)",
               "return plain tensors from the traced module"),

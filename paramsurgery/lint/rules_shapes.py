@@ -327,3 +327,20 @@ def _ncnn_parts(n: int, k: int) -> list[int]:
         parts.append(p)
         left -= p
     return parts
+
+
+@rule("PS412", "stale-shape-hint", WARNING,
+      "a -23330 shape hint disagrees with the shape the layer computes")
+def stale_shape_hint(ctx: "LintContext") -> Iterator[Hit]:
+    """ncnnoptimize writes each layer's output shapes as `-23330=4,dims,w,h,c` hints and
+    ncnn plans memory and picks pipelines from them; an edit that changed a shape without
+    refreshing the hints (by hand, or a tool that does not know them) leaves them stale.
+    Checked against the static shape analysis from the Input layers' own shapes (or
+    `--inputshape`). Fix: `paramsurgery shapes FILE --write-hints --in-place`."""
+    from ..shapes.shapemap import ShapeMap
+
+    for lid, blob, hinted, computed in ctx.shapes.hint_conflicts:
+        layer = ctx.graph.layer(lid)
+        yield Hit(layer, f"{layer.type} {layer.name!r}: the -23330 hint of {blob!r} says "
+                         f"{ShapeMap.format_shape(hinted)}, the layer computes "
+                         f"{ShapeMap.format_shape(computed)}")

@@ -123,13 +123,21 @@ class Pass:
             raise PassRefused(f"{self.name} would leave the graph invalid: {detail}")
 
     def __call__(self, g: Graph, *, in_place: bool = False) -> PassResult:
+        from ..shapes.hints import refresh_after, snapshot
+
         work = g if in_place else g.copy()
         before = work.validate()
         self.requires(work)
+        lines = snapshot(work)
         result = self.run(work)
         result.graph = work
         result.pass_name = result.pass_name or self.name
         if result.modified:
+            if lines is not None:
+                refreshed = refresh_after(work, lines)
+                if refreshed:
+                    result.notes.append(f"-23330 shape hints refreshed on {len(refreshed)} "
+                                        f"layer(s) downstream of the change")
             self.ensures(work, before)
         return result
 
