@@ -261,6 +261,17 @@ class Graph:
             self._blob_count = n
         return self._blob_count
 
+    def above_splits(self, blob: str) -> str:
+        """The blob that `blob` copies through any chain of Splits (itself when its producer
+        is no Split). A Split reading its own top (a cycle, PS105) ends the walk."""
+        passed: set[int] = set()
+        p = self.producer(blob)
+        while p is not None and p._type == "Split" and p._inputs and p.id not in passed:
+            passed.add(p.id)
+            blob = p._inputs[0]
+            p = self.producer(blob)
+        return blob
+
     def predecessors(self, layer: LayerRef) -> list[Layer]:
         layer = self.layer(layer)
         out: dict[int, None] = {}

@@ -279,18 +279,13 @@ def _verify_generic(g: Graph, param, bin, slots, n: int, m: int, io: DecoderIO, 
 
 
 def _run_child(spec: dict, tmp: Path, report: ParityReport, timeout: float) -> ParityReport:
-    from .runtime import child_env
+    from .runtime import run_module_child
 
     spec_path = tmp / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    proc = subprocess.run([sys.executable, "-m", "paramsurgery.kvcache_verify", str(spec_path)],
-                          check=False, capture_output=True, text=True, timeout=timeout,
-                          env=child_env())
     out_path = tmp / "result.json"
-    if proc.returncode != 0 or not out_path.exists():
-        sig = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
-        tail = " ".join(proc.stderr.strip().splitlines()[-3:])
-        report.error = f"ncnn run failed ({sig}) {tail}".strip()
+    report.error = run_module_child("paramsurgery.kvcache_verify", spec_path, out_path, timeout)
+    if report.error:
         return report
     data = json.loads(out_path.read_text())
     if data.get("error"):

@@ -93,7 +93,7 @@ class Site:
     def constant(self, slot: int) -> object:
         """The value of a constant `pnnx.Expression` feeding bottom `slot` (through Splits)."""
         blob = self.input(slot)
-        prod = _above_splits(self.g, self.g.producer(blob))
+        prod = self.g.producer(self.g.above_splits(blob))
         if prod is None or prod.type != "pnnx.Expression" or prod.inputs:
             raise Declined(f"bottom {slot} ({blob!r}) is a tensor, not a constant")
         if self.pnnx is None:
@@ -112,7 +112,7 @@ class Site:
         raise Declined(f"{self.traced_path} has no pnnx.Expression named {prod.name!r}")
 
     def is_constant(self, slot: int) -> bool:
-        prod = _above_splits(self.g, self.g.producer(self.input(slot)))
+        prod = self.g.producer(self.g.above_splits(self.input(slot)))
         return prod is not None and prod.type == "pnnx.Expression" and not prod.inputs
 
     def number(self, slot: int, what: str) -> float:
@@ -608,16 +608,6 @@ def _prune(g: Graph, blob: str) -> list[str]:
             g.remove_layer(prod)
             removed.append(prod.name)
     return removed
-
-
-def _above_splits(g: Graph, prod: Layer | None) -> Layer | None:
-    """The first non-Split producer above `prod` (itself if it is not a Split); a Split cycle
-    (a Split reading its own top, PS105) ends the walk at that Split."""
-    passed: set[int] = set()
-    while prod is not None and prod.type == "Split" and prod.inputs and prod.id not in passed:
-        passed.add(prod.id)
-        prod = g.producer(prod.inputs[0])
-    return prod
 
 
 _PRUNABLE = ("pnnx.Expression", "Tensor.to", "MemoryData", "torch.arange", "Tensor.size",
