@@ -309,3 +309,13 @@ def test_reading_a_device_is_bounded():
     code, _, err = run_cli(["info", "/dev/zero"], timeout=60)
     assert code == 2 and err.startswith("/dev/zero: not a regular file and longer than")
     assert time.perf_counter() - t < 30
+
+
+def test_huge_integers_in_pnnx_side_file(tmp_path):
+    p = write(tmp_path, SIMPLE, "X.ncnn.param")
+    (tmp_path / "X.pnnx.param").write_bytes(
+        b"7767517\n2 2\npnnx.Input in 0 1 a #a=(1," + b"9" * 5000 + b")f32\n"
+        b"nn.ReLU r 1 1 a b #a=(1,4)f32 #b=(1,4)f32 k=" + b"9" * 5000 + b"\n")
+    code, _, err = run_cli(["lint", "--no-run", p], timeout=60)
+    assert code in (0, 1, 2), err
+    assert code != 2 or err.startswith(str(tmp_path)), err
