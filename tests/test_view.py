@@ -204,7 +204,7 @@ def test_report_refusals_write_nothing(tmp_path, capsys):
                                  "remove-passthrough", "merge-inputs", "rename-blobs", "insert",
                                  "dynamize", "fix-slice", "fix-reduction",
                                  "fold-explicit-cache", "fuse-codebooks", "extract",
-                                 "add-conv-cache"])
+                                 "add-conv-cache", "shapes", "fix-batch-reshape"])
 def test_every_graph_writing_command_takes_report(cmd):
     from paramsurgery.cli import build_parser
 
