@@ -49,7 +49,7 @@ def test_small_svg_golden():
     assert 'class="box layer unknown" data-name="custom0"' in svg
     assert 'class="box missing missing" data-name="ghost"' in svg
     assert 'class="box output io" data-name="out0"' in svg
-    assert ">c1 (4,8,8)</text>" in svg  # the -23330 hint as a shape label
+    assert ">c1 [4,8,8]</text>" in svg  # the shapes analysis, from the -23330 hints
     assert ">num_output=4 kernel_w=3 pad_left=1</text>" in svg  # defaults left out
     assert ">bias_term=1 weight_data_size=108</text>" in svg
     assert "\n-23330=4,3,8,8,4 0=4 1=3 4=1 5=1 6=108\n" in svg  # all of it in the tooltip
@@ -204,7 +204,7 @@ def test_report_refusals_write_nothing(tmp_path, capsys):
                                  "remove-passthrough", "merge-inputs", "rename-blobs", "insert",
                                  "dynamize", "fix-slice", "fix-reduction",
                                  "fold-explicit-cache", "fuse-codebooks", "extract",
-                                 "add-conv-cache"])
+                                 "add-conv-cache", "shapes", "fix-batch-reshape"])
 def test_every_graph_writing_command_takes_report(cmd):
     from paramsurgery.cli import build_parser
 
@@ -212,33 +212,43 @@ def test_every_graph_writing_command_takes_report(cmd):
     assert "--report" in sub.choices[cmd]._option_string_actions
 
 
-def test_inputshape_labels_every_blob_from_an_ncnn_run(tmp_path, capsys):
-    """--inputshape: one ncnn run (synthetic weights) labels every produced blob with the
-    shape ncnn made; they agree with pnnx's trace where it has one (? = 7 here)."""
+def test_inputshape_labels_every_blob(tmp_path, capsys):
+    """--inputshape: the shapes analysis labels every blob, symbolically; the shapes agree
+    with pnnx's trace wherever it has one (ncnn dims: pnnx's batch axis dropped)."""
     src = TINY / "talker_decoder.ported.ncnn.param"
     out = tmp_path / "s.html"
-    assert main(["view", str(src), "--inputshape", "[1,7,64],[1,1,7,7],[1,7,16],[1,7,16]",
-                 "-o", str(out)]) == 0
+    spec = ["in0=[T,64]", "in1=[1,T,T]", "in2=[T,16]", "in3=[T,16]"]
+    assert main(["view", str(src), "--inputshape", *spec, "-o", str(out)]) == 0
     html = out.read_text()
     g = paramsurgery.load(src)
     # each wire's (or long edge's) tooltip: "blob [dims]"
-    labels = dict(re.findall(r'data-blob="([^"]*)"[^>]*>(?:<g [^>]*>)?<title>\S+ (\[[0-9,]+\])',
+    labels = dict(re.findall(r'data-blob="([^"]*)"[^>]*>(?:<g [^>]*>)?<title>\S+ (\[[0-9T,]+\])',
                              html))
     assert set(labels) == {b for b in g.blob_names() if g.producer(b) is not None}
-    assert labels["in0"] == "[7,64]" and labels["in1"] == "[1,7,7]"
+    assert labels["in0"] == "[T,64]" and labels["in1"] == "[1,T,T]"
     from paramsurgery.view.labels import blob_shapes
+    from paramsurgery.shapes import ShapeMap
 
-    traced = blob_shapes(g)
-    agree = 0
+    traced = blob_shapes(g, analysis=ShapeMap())  # pnnx's trace only
+    assert len(traced) == 41
     for blob, text in traced.items():
-        want = [int(d) if d != "?" else 7 for d in text.strip("()").split(",")]
-        if len(want) > 1 and want[0] == 1:  # pnnx's batch axis, not an ncnn dim
+        want = ["T" if d == "?" else d for d in text.strip("()").split(",")]
+        if len(want) > 1 and want[0] == "1":  # pnnx's batch axis, not an ncnn dim
             want = want[1:]
-        assert labels[blob] == "[" + ",".join(map(str, want)) + "]", blob
-        agree += 1
-    assert agree == 41
-    assert main(["view", str(src), "--inputshape", "[1,7,64]", "-o", str(out)]) == 2
-    assert "--inputshape gives 1 shape(s) for 4 input(s)" in capsys.readouterr().err
+        assert labels[blob] == "[" + ",".join(want) + "]", blob
+    assert main(["view", str(src), "--inputshape", "nosuch=[3]", "-o", str(out)]) == 2
+    assert "--inputshape names blob 'nosuch'" in capsys.readouterr().err
+
+
+def test_oracle_shapes_from_ncnn(tmp_path):
+    """--oracle: the labels come from ncnn itself (a run with lightmode off)."""
+    src = TINY / "talker_decoder.ported.ncnn.param"
+    out = tmp_path / "o.html"
+    assert main(["view", str(src), "--inputshape", "in0=[7,64] in1=[1,7,7] in2=[7,16] "
+                 "in3=[7,16]", "--oracle", "-o", str(out)]) == 0
+    html = out.read_text()
+    assert "ncnn as the oracle" in html
+    assert ">in0 [7,64]</text>" in html and ">35 [4,7,16]</text>" in html
 
 
 def test_diff_page_of_large_graphs_draws_around_the_changes():

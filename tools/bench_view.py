@@ -35,7 +35,7 @@ REAL_TALKER = (Path(__file__).resolve().parent.parent / "fixtures" / "qwen3_tts"
 def page_of(path: Path, around: str | None = None, depth: int = 10) -> str:
     g = paramsurgery.load(path)
     layers = neighbourhood(g, around, depth) if around else None
-    return graph_page(g, layers=layers, shapes=blob_shapes(g, layers=layers))
+    return graph_page(g, layers=layers, shapes=blob_shapes(g))
 
 
 def ncnn_load(path: Path) -> None:

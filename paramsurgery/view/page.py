@@ -220,7 +220,7 @@ def diff_page(a: "Graph", b: "Graph", diff: "GraphDiff", *, title: str | None = 
         summary = (f"the graphs are large ({len(a)} and {len(b)} layers): drawn are the "
                    f"layers within {context} hops of a change ({len(a_part)} and "
                    f"{len(b_part)})\n" + summary)
-    a_shapes = blob_shapes(a, layers=a_part)
+    a_shapes = blob_shapes(a)
     a_scene = build_scene(a, layers=a_part, shapes=a_shapes)
     b_scene = build_scene(b, layers=b_part,
                           shapes=_carried_shapes(a, b, a_shapes, b_to_a, changed_b, b_part))
@@ -246,7 +246,7 @@ def _carried_shapes(a: "Graph", b: "Graph", a_shapes: dict[str, str], b_to_a: di
                     changed_b: set[str], layers: set[int] | None) -> dict[str, str]:
     """B's known shapes, plus A's shape of each blob B's unchanged layers still write under
     the same name (a pass output has no traced shapes of its own)."""
-    shapes = blob_shapes(b, layers=layers)
+    shapes = blob_shapes(b)
     for lay in b if layers is None else (b.layer(i) for i in layers):
         if lay.id not in b_to_a or lay.name in changed_b:
             continue
