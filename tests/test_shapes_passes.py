@@ -147,3 +147,57 @@ def test_refresh_after_an_edit_rewrites_downstream_hints_only():
     assert read_hints(g.layer("fire2/concat")) == [(96, 56, 56)]
     assert read_hints(g.layer("fire3/squeeze1x1")) == [(16, 56, 56)]  # shape unchanged
     assert "fire3/squeeze1x1" not in changed
+
+
+def test_lint_ps412_stale_hint_and_inputshape_flag(tmp_path, capsys):
+    from conftest import CORPUS
+
+    from paramsurgery.lint import lint_graph
+
+    g = paramsurgery.load(CORPUS / "squeezenet.param")
+    assert not [f for f in lint_graph(g, select="PS412")]
+    g.layer("fire2/expand1x1").set(0, 32).set(6, 512)  # edited without refreshing hints
+    hits = [f for f in lint_graph(g, select="PS412")]
+    layers = {f.layer for f in hits}
+    assert "fire2/expand1x1" in layers and "fire2/concat" in layers
+    assert "says [64, 56, 56], the layer computes [32, 56, 56]" in \
+        next(f.message for f in hits if f.layer == "fire2/expand1x1")
+    p = tmp_path / "c.param"
+    p.write_text(CROP)
+    assert main(["lint", str(p), "--inputshape", "in0=[4,20]", "--no-run"]) in (0, 1)
+
+
+# --------------------------------------------------------------------------- kv cache, generic
+SMALL_DEC = """7767517
+8 11
+Input                    x                        0 1 x
+Input                    m                        0 1 m
+Gemm                     gemm_0                   1 1 x a 10=-1 2=0 3=1 4=0 5=1 6=1 7=0 8=8 9=8
+Reshape                  r0                       1 1 a q3 0=8 1=-1 2=1
+Split                    splitncnn_0              1 3 q3 1 2 3
+SDPA                     sdpa_0                   4 1 1 2 3 m o 5=1 6=0.353553385
+Reshape                  r1                       1 1 o o2 0=8 1=-1
+Gemm                     gemm_1                   1 1 o2 y 10=-1 2=0 3=1 4=0 5=1 6=1 7=0 8=8 9=8
+"""
+
+
+def test_verify_kvcache_generic_from_inputshape(tmp_path):
+    """Blob names outside the decoder convention (x, m -> y): the input spec alone says how
+    to slice each input per step (rows of x and m, columns of m up to the position)."""
+    from paramsurgery.kvcache_verify import verify_kvcache
+    from paramsurgery.passes.kvcache import AddKVCache
+    from paramsurgery.weights import synth_weights
+
+    g = synth_weights(paramsurgery.loads(SMALL_DEC), seed=1)
+    src, srcbin = tmp_path / "d.param", tmp_path / "d.bin"
+    g.save(src, srcbin)
+    kv = AddKVCache()(paramsurgery.load(src)).graph
+    kvp = tmp_path / "kv.param"
+    kv.save(kvp)
+    from paramsurgery.kvcache_verify import DecoderIO
+
+    rep = verify_kvcache(kvp, srcbin, n=5, m=3, io=DecoderIO(output="y"),
+                         inputshape={"x": ("T", 8), "m": ("T", "T")}, reference_param=src)
+    assert rep.ok and len(rep.steps) == 4 and rep.reference_rel == 0.0, rep.format()
+    assert main(["verify-kvcache", str(kvp), str(srcbin), "--inputshape", "x=[T,8] m=[T,T]",
+                 "--output-blob", "y", "--n", "4", "--m", "2"]) == 0

@@ -422,11 +422,7 @@ class Dynamize(Pass):
 
     @staticmethod
     def _root(g: Graph, blob: str) -> str:
-        p = g.producer(blob)
-        while p is not None and p.type == "Split":
-            blob = p.inputs[0]
-            p = g.producer(blob)
-        return blob
+        return g.above_splits(blob)
 
     def _apply_table(self, g: Graph, layer: Layer, ss: list[_Site], result: PassResult) -> None:
         from ..weights import set_weights

@@ -48,10 +48,12 @@ def infer_shapes(g: Graph, inputshape: Mapping[str, tuple] | str | list[str] | N
     `--inputshape` specs. `oracle=True` runs ncnn (weights from `bin`, zeros otherwise)
     and returns its shapes, fitted as affine forms in the symbols, cross-checked against
     the static ones (disagreements are listed in `notes`)."""
+    from .._gc import paused_gc
     from .static import propagate
 
     shapes = normalize_inputshape(inputshape)
-    static = propagate(g, shapes, use_hints=use_hints)
+    with paused_gc():  # one object per blob and param: keep the collector out (linear time)
+        static = propagate(g, shapes, use_hints=use_hints)
     if not oracle:
         return static
     from .oracle import oracle_shapes

@@ -414,9 +414,9 @@ def _sdpa(layer: Layer, ins: Shapes):
     if len(ins) < 3:
         return None
     q, k, v = ins[0], ins[1], ins[2]
-    out = None
-    if q is not None and v is not None and len(q) == 3 and len(v) == 3:
-        out = (q[0], q[1], v[2])
+    out = None  # ncnn creates [heads, Lq, dv] (3-D even for 2-D q: heads = 1)
+    if q is not None and v is not None and len(q) in (2, 3) and len(v) in (2, 3):
+        out = (q[0] if len(q) == 3 else 1, q[-2], v[-1])
     outs: list = [out]
     if _i(layer, 7, 0):
         past = 4 if _i(layer, 5, 0) else 3
@@ -585,7 +585,8 @@ def _crop(layer: Layer, ins: Shapes):
                 end: MaybeDim = L
             elif en > 0:
                 if not isinstance(L, int):
-                    return None  # min(L, end): not affine in L
+                    out[ax] = None  # min(L, end): not affine in L
+                    continue
                 end = min(L, en)
             else:
                 end = add(L, en)

@@ -22,6 +22,8 @@ class ShapeMap:
     channel_origin: dict[str, int] = field(default_factory=dict)  # blob → layer id of dim 0
     notes: list[str] = field(default_factory=list)  # cross-check disagreements, non-affine
     not_affine: dict[str, str] = field(default_factory=dict)  # blob → why (oracle)
+    # (layer id, blob, hinted shape, computed shape) where a -23330 hint disagrees
+    hint_conflicts: list[tuple] = field(default_factory=list)
 
     # ------------------------------------------------------------------ queries
     def shape_of(self, blob: str) -> Shape | None:

@@ -49,6 +49,7 @@ def propagate(g: Graph, inputshape: Mapping[str, Shape] | None = None, *,
                 s = h
             if s is not None:
                 if h is not None and hints_valid and _disagree(s, h):
+                    result.hint_conflicts.append((layer.id, blob, h, s))
                     result.notes.append(f"{layer.name}: the -23330 hint of {blob!r} says "
                                         f"{ShapeMap.format_shape(h)}, the static rules "
                                         f"{ShapeMap.format_shape(s)}")
