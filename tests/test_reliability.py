@@ -319,3 +319,13 @@ def test_huge_integers_in_pnnx_side_file(tmp_path):
     code, _, err = run_cli(["lint", "--no-run", p], timeout=60)
     assert code in (0, 1, 2), err
     assert code != 2 or err.startswith(str(tmp_path)), err
+
+
+def test_layer_with_too_few_bottoms_is_no_internal_error(tmp_path):
+    """Found by the slow fuzz: a Split with no bottom crashed the shape analysis (exit 3)."""
+    data = (b"7767517\n4 4\nInput in0 0 1 in0\nSplit spl1 0 1 in1\nSigmoid s 1 1 in1 a\n"
+            b"ReLU r 1 1 a out0\n")
+    p = write(tmp_path, data)
+    code, out, err = run_cli(["lint", "--no-run", p], timeout=60)
+    assert code == 0, err  # ncnn loads it too
+    assert load_verdicts([data])[0].loads
