@@ -116,6 +116,8 @@ def _conv_extent(x: MaybeDim, k: int, dil: int, stride: int, pa: int, pb: int) -
     """Output size along one axis of ncnn's Convolution (make_padding + the sliding window).
     -233/-234 pad: SAME-style, padded only when the needed pad is positive."""
     ext = dil * (k - 1) + 1
+    if stride <= 0:
+        return None  # ncnn would divide by zero
     if pa in (-233, -234) or pb in (-233, -234):
         if not isinstance(x, int):
             return None
@@ -164,6 +166,8 @@ def _conv2d(layer: Layer, ins: Shapes):
 def _same_pad_conv(n: int, x: Shape, k: tuple, dil: tuple, s: tuple, mode: int):
     # ncnn pads both axes together when either needs it (copy_make_border with wpad, hpad)
     h, w = x[1], x[2]
+    if s[0] <= 0 or s[1] <= 0:
+        return None
     if not isinstance(h, int) or not isinstance(w, int):
         return [(n, None, None)]
     ext_h, ext_w = dil[0] * (k[0] - 1) + 1, dil[1] * (k[1] - 1) + 1
@@ -251,6 +255,8 @@ def _deconv1d(layer: Layer, ins: Shapes):
 
 # --------------------------------------------------------------------------- pooling
 def _pool_extent(x: MaybeDim, k: int, s: int, pa: int, pb: int, mode: int) -> MaybeDim:
+    if s <= 0:
+        return None
     if mode == 0:  # full padding: the tail is padded so no input is dropped
         if not isinstance(x, int):
             if s != 1:
@@ -284,6 +290,8 @@ def _pooling(layer: Layer, ins: Shapes):
     pt = _i(layer, 13, pl)
     pb = _i(layer, 15, pt)
     mode = _i(layer, 5, 0)
+    if sw <= 0 or sh <= 0:
+        return None
     if mode in (2, 3):  # tf SAME: pad (both axes together) when needed
         if not isinstance(h, int) or not isinstance(w, int):
             return [(c, None, None)]
@@ -741,6 +749,8 @@ def _expanddims(layer: Layer, ins: Shapes):
     if n > 4:
         return None
     where = {a + n if a < 0 else a for a in axes}
+    if len(where) != len(axes) or not all(0 <= a < n for a in where):
+        return None
     it = iter(x)
     return [tuple(1 if i in where else next(it) for i in range(n))]
 
