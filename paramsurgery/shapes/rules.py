@@ -600,22 +600,14 @@ def _crop(layer: Layer, ins: Shapes):
                 end = add(L, en)
             out[ax] = sub(end, off)
         return [tuple(out)]
-    if len(ins) > 1:  # crop to a reference blob's size
+    if len(ins) > 1:  # crop to a reference blob's size: its w/h/d, and c when same rank
         ref = ins[1]
-        if ref is None:
+        if ref is None or rank > 4:
             return None
-        out = list(x)
-        k = min(rank, len(ref), min(3, rank))
-        names = {1: ["w"], 2: ["h", "w"], 3: ["c", "h", "w"], 4: ["c", "d", "h", "w"]}[rank]
-        for ax, nm in enumerate(names):
-            if nm == "c" and len(ref) != rank:
-                continue
-            ri = len(ref) - (rank - ax)
-            if ri < 0:
-                return None
-            out[ax] = ref[ri]
-        del k
-        return [tuple(out)]
+        r = _ncnn_axes(ref)
+        names = {1: "w", 2: "hw", 3: "chw", 4: "cdhw"}[rank]
+        return [tuple((r[nm] if (nm != "c" or len(ref) == rank) else x[ax])
+                      for ax, nm in enumerate(names))]
     names = {1: "w", 2: "hw", 3: "chw", 4: "cdhw"}.get(rank)
     if names is None:
         return None
@@ -741,10 +733,7 @@ def _expanddims(layer: Layer, ins: Shapes):
         return None
     axes = _ints(layer, 3)
     if not axes:
-        flags = [("c", _i(layer, 2, 0)), ("d", _i(layer, 11, 0)), ("h", _i(layer, 1, 0)),
-                 ("w", _i(layer, 0, 0))]
-        del flags
-        return None
+        return [x]  # ncnn reads only the axes (3=): none given, nothing is added
     n = len(x) + len(axes)
     if n > 4:
         return None
