@@ -178,7 +178,8 @@ def small_graphs(draw):
         s = blobs[name]
         out = f"b{i}"
         op = draw(st.sampled_from(["conv", "pool", "reshape", "permute", "concat", "slice",
-                                   "crop", "gemm", "sdpa", "binary"]))
+                                   "crop", "gemm", "sdpa", "binary", "bcast", "expand",
+                                   "squeeze", "tile", "reduce", "flatten", "fc", "pad"]))
         line = None
         if op == "conv" and len(s) == 3:
             k, st_, p, d = (draw(st.integers(1, 3)), draw(st.integers(1, 2)),
@@ -225,14 +226,48 @@ def small_graphs(draw):
             line = f"SDPA l{i} 3 1 {name} {name} {name} {out}"
         elif op == "binary":
             line = f"BinaryOp l{i} 2 1 {name} {name} {out} 0=0"
+        elif op == "bcast":  # a 1-D constant against the outer or the inner axis
+            n = draw(st.sampled_from([s[0], s[-1], 1]))
+            lines.append(f"MemoryData m{i} 0 1 m{i} 0={n}")
+            line = f"BinaryOp l{i} 2 1 {name} m{i} {out} 0=2"
+        elif op == "expand" and len(s) < 4:
+            ax = draw(st.integers(-len(s) - 1, len(s)))
+            line = f"ExpandDims l{i} 1 1 {name} {out} -23303=1,{ax}"
+        elif op == "squeeze" and 1 in s and len(s) > 1:
+            ax = s.index(1)
+            line = f"Squeeze l{i} 1 1 {name} {out} -23303=1,{ax}"
+        elif op == "tile":
+            reps = [draw(st.integers(1, 3)) for _ in range(draw(st.integers(1, len(s))))]
+            line = f"Tile l{i} 1 1 {name} {out} -23302={len(reps)},{','.join(map(str, reps))}"
+        elif op == "reduce":
+            ax = draw(st.integers(0, len(s) - 1))
+            keep = draw(st.integers(0, 1))
+            line = f"Reduction l{i} 1 1 {name} {out} 0=0 1=0 -23303=1,{ax} 4={keep} 5=1"
+        elif op == "flatten":
+            line = f"Flatten l{i} 1 1 {name} {out}"
+        elif op == "fc":
+            n = draw(st.integers(1, 5))
+            k = s[-1] if len(s) == 2 else 1
+            for d in (s if len(s) != 2 else ()):
+                k *= d
+            line = f"InnerProduct l{i} 1 1 {name} {out} 0={n} 1=0 2={n * k}"
+        elif op == "pad" and len(s) == 3:
+            t, b, le, r = (draw(st.integers(0, 2)) for _ in range(4))
+            line = f"Padding l{i} 1 1 {name} {out} 0={t} 1={b} 2={le} 3={r}"
         if line is None:
             continue
         lines.append(line)
         g = loads(_param(lines))
+        if op == "bcast" and g.shapes().known(out) is None:
+            lines.pop()
+            lines.pop()
+            continue
         sm = g.shapes()
         tops = line.split()[4:4 + int(line.split()[3])]
         if any(sm.known(t) is None for t in tops):
             lines.pop()
+            if op == "bcast":
+                lines.pop()
             continue
         for t in tops:
             blobs[t] = sm.known(t)
