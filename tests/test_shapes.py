@@ -7,7 +7,7 @@ import json
 
 import pytest
 from conftest import corpus_params
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from paramsurgery.cli import main
@@ -285,13 +285,41 @@ def _param(lines: list[str]) -> str:
     return f"7767517\n{len(lines)} {len(blobs)}\n" + "\n".join(lines) + "\n"
 
 
+def ncnn_shapes_forked(g) -> dict | None:  # noqa: ANN001
+    """ncnn's shape of every blob, run in a forked child (cheap: nothing to re-import) so a
+    crash inside ncnn does not take pytest down; None when ncnn crashed. (ncnn 20261020
+    segfaults on some valid graphs, e.g. a 2x2 Convolution with dilation 2 over a 3x4
+    input with packing off.)"""
+    import os
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(r)
+            res = oracle_shapes(g, {}, isolated=False)
+            data = {b: list(s) for b, s in res.shapes.items()}
+            with os.fdopen(w, "w") as fh:
+                json.dump({"shapes": data, "notes": res.notes}, fh)
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as fh:
+        text = fh.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status) or not text:
+        return None
+    return json.loads(text)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(small_graphs())
 def test_random_graphs_static_equals_ncnn(g):
     static = g.shapes()
-    ncnn = oracle_shapes(g, {}, isolated=False)  # valid by construction: safe in-process
-    assert not ncnn.notes, (g.dumps(), ncnn.notes)
+    ncnn = ncnn_shapes_forked(g)
+    assume(ncnn is not None)  # ncnn itself crashed: nothing to compare with
+    assert not ncnn["notes"], (g.dumps(), ncnn["notes"])
     for blob in g.blob_names():
         s = static.known(blob)
         if s is not None:
-            assert ncnn.shape_of(blob) == s, (blob, g.dumps())
+            assert tuple(ncnn["shapes"].get(blob, ())) == s, (blob, g.dumps())
