@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Iterable, Sequence
@@ -256,6 +257,11 @@ def _pair(blobs: list[str], operands: list["Operand"], keys: list[str],
         raise ValueError(f"{path}: the arrays do not fit the traced shapes of the graph's "
                          f"inputs/outputs")
     return {blobs[j]: keys[i] for j, i in used.items()}
+
+
+# what reading a broken reference `.npz` raises (empty file: EOFError; not a zip:
+# BadZipFile; a pickle: ValueError)
+REFERENCE_ERRORS = (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile)
 
 
 def find_reference(param_path: str) -> str | None:
