@@ -299,3 +299,24 @@ def test_cli_bad_inputs_exit_2(tmp_path):
     assert r.returncode == 2 and "x.pnnx.param" in r.stderr and "Traceback" not in r.stderr
     r = cli(param, "--reference", param, "--options", "warp=1")
     assert r.returncode == 2 and "unknown ncnn option" in r.stderr
+
+
+def test_cli_inputshape_and_html_page(tmp_path):
+    name = "talker_decoder.ported"
+    param = TINY / f"{name}.ncnn.param"
+    g = paramsurgery.load(param)
+    layer = plant_change(g, TINY / f"{name}.ncnn.bin", tmp_path / "x.ncnn.bin")
+    g.save(tmp_path / "x.ncnn.param")
+    page = tmp_path / "errors.html"
+    r = cli(tmp_path / "x.ncnn.param", "--reference", param, "--reference-bin",
+            TINY / f"{name}.ncnn.bin", "--inputshape", "in0=[T,64]", "in1=[T,T]", "in2=[T,16]",
+            "in3=[T,16]", "--at", "T=5", "--html", page, "--format", "json")
+    assert r.returncode == 1, r.stderr
+    data = json.loads(r.stdout)
+    assert data["first_divergence"]["layer"] == layer.name
+    assert next(b for b in data["blobs"] if b["blob"] == "in0")["shape"] == [5, 64]
+    html = page.read_text()
+    assert html.startswith("<!DOCTYPE html>") or "<html" in html
+    assert "rel 0" in html and layer.name in html
+    r = cli(param, "--reference", param, "--inputshape", "in0=[T,64]", "--at", "T")
+    assert r.returncode == 2 and "SYM=N" in r.stderr

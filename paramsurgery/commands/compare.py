@@ -42,6 +42,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "allowed; batch_index_<blob> scalars optional); reference outputs "
                         "out0…/output_* in it are checked too (--pnnx). Default: random "
                         "arrays at pnnx's traced shapes (X_ncnn.py / X.pnnx.param)")
+    from ..shapes.spec import add_inputshape_arg
+
+    add_inputshape_arg(p)
+    p.add_argument("--at", action="append", default=[], metavar="SYM=N",
+                   help="value of a symbol of --inputshape (default 16: the shape oracle's "
+                        "base value)")
     p.add_argument("--reference-inputs", metavar="NPZ",
                    help="inputs of --reference when a pass changed them (fuse-codebooks "
                         "packs ids): then inputs that differ pair with nothing (default: the "
@@ -54,6 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rtol", type=float, default=1e-3,
                    help="tolerance relative to the blob's max |value| (1e-3)")
     p.add_argument("--all", action="store_true", help="text: also list blobs not compared")
+    p.add_argument("--html", metavar="PAGE",
+                   help="also write an HTML page of the graph with each layer's relative "
+                        "error written in its box and drawn as its colour (the view page)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per run (600)")
     add_format_arg(p)
     p.set_defaults(run=run)
@@ -96,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     pnnx_path = args.pnnx or find_pnnx_param(args.param) or \
         (find_pnnx_param(args.reference) if args.reference else None)
     pnnx = read_pnnx_param(pnnx_path) if pnnx_path and os.path.isfile(pnnx_path) else None
-    feeds, _ = make_feeds(graph, args.param, pnnx, npz=args.inputs)
+    feeds, _ = make_feeds(graph, args.param, pnnx, npz=args.inputs,
+                          inputshape=_concrete_inputshape(args, graph))
     target = NcnnSide(args.param, binp, settings)
     if args.reference:
         ref_bin = _existing(args.reference_bin, "--reference-bin") or \
@@ -116,11 +126,63 @@ def run(args: argparse.Namespace) -> int:
         outputs = _reference_outputs(args.inputs, graph, pnnx)
         report = compare_torch(target, args.pnnx, feeds, reference_outputs=outputs,
                                atol=args.atol, rtol=args.rtol, timeout=args.timeout)
+    if args.html:
+        _write_html(args.html, graph, report)
     if args.format == "json":
         print_json(report.to_json())
     else:
         print(report.format_text(show_all=args.all))
     return 1 if report.first_divergence() is not None or report.status != "ok" else 0
+
+
+# a shape mismatch has no finite error: drawn as this relative error (the top of the scale)
+SHAPE_MISMATCH_REL = 1e6
+
+
+def _write_html(path: str, graph, report) -> None:  # noqa: ANN001 - Graph, Report
+    """The view page with the largest relative error of each layer's compared tops."""
+    from ..io import atomic_write
+    from ..view.page import values_page
+
+    per_layer: dict[str, float] = {}
+    for row in report.compared:
+        rel = row.error.rel if row.error is not None else 0.0
+        rel = SHAPE_MISMATCH_REL if rel == float("inf") else rel
+        per_layer[row.layer] = max(per_layer.get(row.layer, 0.0), rel)
+    fd = report.first_divergence()
+    summary = report.format_text().splitlines()[-1]
+    if fd is not None and fd.note:
+        summary += f"\n{fd.layer}: {fd.note}"
+    atomic_write(path, values_page(graph, per_layer, label="rel", summary=summary,
+                                   title=f"{report.target} vs {report.reference}"))
+
+
+def _concrete_inputshape(args: argparse.Namespace, graph) -> dict | None:  # noqa: ANN001
+    """`--inputshape` with its symbols bound by `--at` (default: the oracle's base value)."""
+    from ..shapes.affine import evaluate
+    from ..shapes.oracle import DEFAULT_VALUES
+    from ._common import inputshape_of
+
+    shapes = inputshape_of(args, graph)
+    if not shapes:
+        return None
+    env: dict[str, int] = {}
+    for item in args.at:
+        sym, eq, val = item.partition("=")
+        try:
+            env[sym.strip()] = int(val)
+        except ValueError:
+            raise ParamSurgeryError(f"--at {item!r}: expected SYM=N") from None
+        if not eq:
+            raise ParamSurgeryError(f"--at {item!r}: expected SYM=N")
+    out = {}
+    for blob, dims in shapes.items():
+        syms = [s for d in dims for s in getattr(d, "symbols", ())]
+        full = {s: env.get(s, DEFAULT_VALUES[0]) for s in syms}
+        out[blob] = tuple(evaluate(d, full) for d in dims)
+        if any(d <= 0 for d in out[blob]):
+            raise ParamSurgeryError(f"--inputshape {blob}: not positive at {full}")
+    return out
 
 
 def _reference_outputs(npz: str | None, graph, pnnx):  # noqa: ANN001, ANN202

@@ -76,15 +76,20 @@ def script_batch_axes(param_path: str | None) -> dict[str, int]:
 
 def make_feeds(graph: "Graph", param_path: str | None, pnnx: "PnnxGraph | None",
                npz: str | None = None, given: "Sequence[InputSpec] | None" = None,
-               seed: int = 0) -> tuple[dict[str, Feed], str]:
+               seed: int = 0, inputshape: "Mapping[str, Sequence[int]] | None" = None,
+               ) -> tuple[dict[str, Feed], str]:
     """Feeds for every input of `graph` and a phrase saying where they came from.
-    Raises ParamSurgeryError when there is nothing to make them from."""
-    from ..lint.conformance import Reference
+    `inputshape`: concrete numpy shapes by blob (`--inputshape`, symbols already bound),
+    fed without a batch axis. Generated values come from `shapes.feeds` (ids within the
+    Embed's range, causal masks, N(0, 1)). Raises ParamSurgeryError when there is nothing
+    to make them from."""
+    from ..lint.conformance import REFERENCE_ERRORS, Reference
+    from ..shapes.feeds import make_feeds as generate
 
     if npz is not None:
         try:
             specs = Reference.load(npz, graph, pnnx).inputs
-        except (OSError, ValueError, KeyError) as exc:
+        except REFERENCE_ERRORS as exc:
             why = str(exc)
             why = why[len(npz) + 2:] if why.startswith(f"{npz}: ") else why
             raise ParamSurgeryError(f"cannot read the inputs: {why}", file=npz) from None
@@ -92,24 +97,42 @@ def make_feeds(graph: "Graph", param_path: str | None, pnnx: "PnnxGraph | None",
             raise ParamSurgeryError(f"no array is named after an input blob of the graph "
                                     f"({', '.join(input_order(graph))})", file=npz)
         source = os.path.basename(npz)
+        arrays = {s.blob: s.make_array() for s in specs}
+    elif inputshape:
+        specs = [InputSpecLike(b, tuple(int(d) for d in shp), NO_BATCH)
+                 for b, shp in inputshape.items()]
+        arrays = generate(graph, {s.blob: s.shape for s in specs}, seed=seed)
+        source = "--inputshape"
     else:
-        specs, _ = traced_input_specs(graph, param_path, pnnx, given)
-        if specs is None:
+        traced, _ = traced_input_specs(graph, param_path, pnnx, given)
+        if traced is None:
             raise ParamSurgeryError("no inputs: give --inputs inputs.npz (keys = input blob "
-                                    "names), or keep pnnx's X_ncnn.py / X.pnnx.param next to "
-                                    "the file", file=param_path)
+                                    "names) or --inputshape, or keep pnnx's X_ncnn.py / "
+                                    "X.pnnx.param next to the file", file=param_path)
+        specs = traced
+        arrays = generate(graph, {s.blob: s.shape for s in specs}, seed=seed)
         source = "given shapes" if given else "traced shapes"
     axes = script_batch_axes(param_path)
     feeds: dict[str, Feed] = {}
-    for i, s in enumerate(specs):
+    for s in specs:
         b = s.batch_index if s.batch_index is not None else axes.get(s.blob)
         if b is None:
             b = s.effective_batch_index()
-        feeds[s.blob] = Feed(np.ascontiguousarray(s.make_array(seed + i)), b)
+        feeds[s.blob] = Feed(np.ascontiguousarray(arrays[s.blob]), b)
     for blob in input_order(graph):
         if blob not in feeds:
             feeds[blob] = Feed(np.zeros((0,), np.float32), NO_BATCH)
     return feeds, source
+
+
+class InputSpecLike:
+    """An `--inputshape` entry: a numpy shape fed as is (no batch axis)."""
+
+    def __init__(self, blob: str, shape: tuple[int, ...], batch_index: int) -> None:
+        self.blob, self.shape, self.batch_index = blob, shape, batch_index
+
+    def effective_batch_index(self) -> int:
+        return self.batch_index
 
 
 def largest_batch(feeds: "Mapping[str, FeedLike]") -> int:
