@@ -125,14 +125,21 @@ def test_repro_case_against_torch(tmp_path, case_id, variant):
         assert report.status == "load_param_failed"
         return
     fd = report.first_divergence()
-    assert coverage(report) >= 0.95, report.format_text(show_all=True)
+    if v.expected != "crash":  # a crash leaves the blobs after it uncomputed
+        assert coverage(report) >= 0.95, report.format_text(show_all=True)
     if v.expected == "right":
         assert fd is None, report.format_text()
         return
     assert fd is not None, report.format_text()
     text = exp.ncnn_param.read_text().splitlines()
     line = re.sub(r"\s+", " ", text[fd.line - 1])
-    if case.offending:
+    if "pnnx's own torch export" in (fd.note or ""):
+        # pnnx's trace already lost it (a static pad, a dropped slice): every layer agrees
+        # with pnnx's torch export and only the output disagrees with the model
+        assert fd.blob in paramsurgery.load(exp.ncnn_param).outputs
+        if case_id not in NAMED:
+            return
+    elif case.offending:
         assert any(re.search(p, line) for p in case.offending), (line, report.format_text())
     if case_id in NAMED:
         assert fd.type == NAMED[case_id]

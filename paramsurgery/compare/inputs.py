@@ -99,7 +99,9 @@ def make_feeds(graph: "Graph", param_path: str | None, pnnx: "PnnxGraph | None",
         source = os.path.basename(npz)
         arrays = {s.blob: s.make_array() for s in specs}
     elif inputshape:
-        specs = [InputSpecLike(b, tuple(int(d) for d in shp), NO_BATCH)
+        from ..lint.conformance import InputSpec
+
+        specs = [InputSpec(b, tuple(int(d) for d in shp), batch_index=NO_BATCH)
                  for b, shp in inputshape.items()]
         arrays = generate(graph, {s.blob: s.shape for s in specs}, seed=seed)
         source = "--inputshape"
@@ -123,16 +125,6 @@ def make_feeds(graph: "Graph", param_path: str | None, pnnx: "PnnxGraph | None",
         if blob not in feeds:
             feeds[blob] = Feed(np.zeros((0,), np.float32), NO_BATCH)
     return feeds, source
-
-
-class InputSpecLike:
-    """An `--inputshape` entry: a numpy shape fed as is (no batch axis)."""
-
-    def __init__(self, blob: str, shape: tuple[int, ...], batch_index: int) -> None:
-        self.blob, self.shape, self.batch_index = blob, shape, batch_index
-
-    def effective_batch_index(self) -> int:
-        return self.batch_index
 
 
 def largest_batch(feeds: "Mapping[str, FeedLike]") -> int:
