@@ -72,9 +72,10 @@ class Report:
 
     def first_divergence(self) -> BlobRow | None:
         """The earliest layer whose outputs differ while all its inputs agree - or, when
-        such a layer reads a blob that carries a torch axis in ncnn's batch axis (more
-        items than any input fed), the layer that moved it there: the values were right
-        until a layer computed across the items (pnnx's `Reshape ... 12=233 13=k`)."""
+        such a layer's output has the wrong shape and it reads a blob that carries a torch
+        axis in ncnn's batch axis (more items than any input fed), the layer that moved
+        it there: the values were right until a layer computed across the items (pnnx's
+        `Reshape ... 12=233 13=k`)."""
         found = self._first_differing()
         if found is None:
             return None
@@ -82,6 +83,10 @@ class Report:
         return found if mover is None else mover
 
     def _batch_mover(self, found: BlobRow) -> BlobRow | None:
+        if found.error is None or found.error.shape is None:
+            # wrong values in the right layout: that layer's own doing (a layer running
+            # per item on a batch pnnx made on purpose is fine)
+            return None
         rows = {r.blob: r for r in self.rows}
         limit = max(self.batch_fed, 1)
         start = [b for b in self.layer_inputs.get(found.layer, ())
