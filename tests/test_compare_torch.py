@@ -43,7 +43,8 @@ def export_and_compare(module, trace, trace2, run_inputs, outputs, work: Path, n
     _, export_with_pnnx = _export_tools()
     exp = export_with_pnnx(module, trace, work, name, example_inputs2=trace2,
                            keep_intermediates=True)
-    assert exp.ok, exp.stderr_tail()
+    if not exp.ok:
+        return exp, None
     arrays = {f"in{i}": np.asarray(a) for i, a in enumerate(run_inputs)}
     arrays.update({f"batch_index_in{i}": np.array(exp.input_batch_index.get(f"in{i}", 233))
                    for i in range(len(run_inputs))})
@@ -80,8 +81,9 @@ def test_small_model_all_blobs_agree(tmp_path):
     x = torch.rand(1, 11, 8)
     with torch.no_grad():
         out = m(x)
-    _, report = export_and_compare(m, (torch.rand(1, 5, 8),), (torch.rand(1, 7, 8),),
-                                   [x.numpy()], [out.numpy()], tmp_path)
+    exp, report = export_and_compare(m, (torch.rand(1, 5, 8),), (torch.rand(1, 7, 8),),
+                                     [x.numpy()], [out.numpy()], tmp_path)
+    assert report is not None, exp.stderr_tail()
     assert report.first_divergence() is None, report.format_text()
     assert coverage(report) == 1.0
     hows = {r.type: r.how for r in report.rows}
@@ -121,6 +123,7 @@ def test_repro_case_against_torch(tmp_path, case_id, variant):
     ex = [C.to_torch(x) for x in C.trace_inputs(case, v)]
     exp, report = export_and_compare(module, ex[0], ex[1] if len(ex) > 1 else None,
                                      run_inputs, ref, tmp_path)
+    assert report is not None, exp.stderr_tail()
     if v.expected == "load_fail":
         assert report.status == "load_param_failed"
         return
@@ -187,6 +190,9 @@ def test_qwen3_tts_tiny_exports_against_torch(tmp_path, module):
                                          [t.numpy() for t in spec.ref_inputs],
                                          [t.numpy() for t in outs], work, name)
         fixture = FIXTURES / "qwen3_tts" / "tiny" / f"{name}.ncnn.param"
+        if report is None:  # pnnx itself fails (codec_decoder.raw): the fixtures keep no graph
+            assert not fixture.exists(), exp.stderr_tail()
+            continue
         assert filecmp.cmp(exp.ncnn_param, fixture, shallow=False), name
         if report.status == "load_param_failed":
             assert spec.variant == "raw"
@@ -257,8 +263,9 @@ def test_random_chains_of_small_modules(tmp_path_factory):
         with torch.no_grad():
             out = model(x)
         work = tmp_path_factory.mktemp("chain")
-        _, report = export_and_compare(model, (torch.rand(1, 5, C),), (torch.rand(1, 7, C),),
-                                       [x.numpy()], [out.numpy()], work)
+        exp, report = export_and_compare(model, (torch.rand(1, 5, C),), (torch.rand(1, 7, C),),
+                                         [x.numpy()], [out.numpy()], work)
+        assert report is not None, exp.stderr_tail()
         assert report.first_divergence() is None, (picks, report.format_text())
         assert coverage(report) >= 0.90, (picks, report.format_text(show_all=True))
 
