@@ -17,6 +17,7 @@ from paramsurgery.compare import NcnnSide
 from paramsurgery.compare.against_torch import compare_torch
 from paramsurgery.compare.inputs import make_feeds
 from paramsurgery.compare.options import parse_options
+from paramsurgery.errors import ParamSurgeryError
 from paramsurgery.formats.pnnx_param import read_pnnx_param
 
 from conftest import FIXTURES, REPO
@@ -88,6 +89,15 @@ def test_small_model_all_blobs_agree(tmp_path):
     assert coverage(report) == 1.0
     hows = {r.type: r.how for r in report.rows}
     assert hows["Split"] == "split" and hows["Gemm"] in ("anchor", "op") and hows["Input"] == "input"
+
+
+def test_a_torch_export_that_does_not_run_is_an_input_error(tmp_path):
+    torch, _ = _export_tools()
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8)).eval()  # pnnx writes `self.0 = ...`
+    x = torch.rand(1, 6, 8)
+    with pytest.raises(ParamSurgeryError, match="did not run") as info:
+        export_and_compare(m, (torch.rand(1, 5, 8),), None, [x.numpy()], [], tmp_path)
+    assert info.value.file.endswith("model_pnnx.py")
 
 
 # ------------------------------------------------------------------ the repro catalogue
@@ -253,12 +263,20 @@ def test_random_chains_of_small_modules(tmp_path_factory):
               lambda: nn.LayerNorm(C), ConvT, Softmax, lambda: Affine(0.5, 1.0),
               lambda: Residual(nn.Linear(C, C)), lambda: Residual(nn.Sequential(nn.Linear(C, C), nn.GELU()))]
 
+    class Chain(nn.Module):  # not a bare Sequential: pnnx's X_pnnx.py would say `self.0 = ...`
+        def __init__(self, parts: list[nn.Module]) -> None:
+            super().__init__()
+            self.parts = nn.Sequential(*parts)
+
+        def forward(self, x):
+            return self.parts(x)
+
     @settings(max_examples=6, deadline=None, derandomize=True)
     @given(st.lists(st.integers(0, len(makers) - 1), min_size=1, max_size=6),
            st.integers(2, 12))
     def check(picks, length):
         torch.manual_seed(len(picks))
-        model = nn.Sequential(*[makers[i]() for i in picks]).eval()
+        model = Chain([makers[i]() for i in picks]).eval()
         x = torch.rand(1, length, C) - 0.5
         with torch.no_grad():
             out = model(x)

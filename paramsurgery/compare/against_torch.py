@@ -18,6 +18,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ..errors import ParamSurgeryError
 from ..formats.pnnx_param import Op, read_pnnx_param
 from ..io import load
 from ..runtime import Feed
@@ -55,7 +56,10 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
         status, message = run_torch(script, {b: feeds[b] for b in ins}, dtypes, scratch, timeout)
         report.reference_status = status
         if status != "ok":
-            report.notes.append(f"pnnx's torch export did not run: {status}: {message}")
+            # nothing to compare with (pnnx writes `self.0 = ...` for a bare nn.Sequential,
+            # which does not even parse)
+            raise ParamSurgeryError(f"pnnx's torch export did not run ({status}): {message}",
+                                    file=script)
         outcome = Outcome()
         with FrameFile(scratch) as torch_values:
             virtual: dict[str, np.ndarray] = {}
