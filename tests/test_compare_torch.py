@@ -205,7 +205,7 @@ def test_qwen3_tts_tiny_exports_against_torch(tmp_path, module):
             continue
         assert filecmp.cmp(exp.ncnn_param, fixture, shallow=False), name
         if report.status == "load_param_failed":
-            assert spec.variant == "raw"
+            assert spec.variant.startswith("raw")
             continue
         fd = report.first_divergence()
         if name.endswith("port_matmul"):
