@@ -7,7 +7,7 @@ import json
 
 import pytest
 from conftest import corpus_params
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from paramsurgery.cli import main
@@ -178,7 +178,8 @@ def small_graphs(draw):
         s = blobs[name]
         out = f"b{i}"
         op = draw(st.sampled_from(["conv", "pool", "reshape", "permute", "concat", "slice",
-                                   "crop", "gemm", "sdpa", "binary"]))
+                                   "crop", "gemm", "sdpa", "binary", "bcast", "expand",
+                                   "squeeze", "tile", "reduce", "flatten", "fc", "pad"]))
         line = None
         if op == "conv" and len(s) == 3:
             k, st_, p, d = (draw(st.integers(1, 3)), draw(st.integers(1, 2)),
@@ -225,14 +226,48 @@ def small_graphs(draw):
             line = f"SDPA l{i} 3 1 {name} {name} {name} {out}"
         elif op == "binary":
             line = f"BinaryOp l{i} 2 1 {name} {name} {out} 0=0"
+        elif op == "bcast":  # a 1-D constant against the outer or the inner axis
+            n = draw(st.sampled_from([s[0], s[-1], 1]))
+            lines.append(f"MemoryData m{i} 0 1 m{i} 0={n}")
+            line = f"BinaryOp l{i} 2 1 {name} m{i} {out} 0=2"
+        elif op == "expand" and len(s) < 4:
+            ax = draw(st.integers(-len(s) - 1, len(s)))
+            line = f"ExpandDims l{i} 1 1 {name} {out} -23303=1,{ax}"
+        elif op == "squeeze" and 1 in s and len(s) > 1:
+            ax = s.index(1)
+            line = f"Squeeze l{i} 1 1 {name} {out} -23303=1,{ax}"
+        elif op == "tile":
+            reps = [draw(st.integers(1, 3)) for _ in range(draw(st.integers(1, len(s))))]
+            line = f"Tile l{i} 1 1 {name} {out} -23302={len(reps)},{','.join(map(str, reps))}"
+        elif op == "reduce":
+            ax = draw(st.integers(0, len(s) - 1))
+            keep = draw(st.integers(0, 1))
+            line = f"Reduction l{i} 1 1 {name} {out} 0=0 1=0 -23303=1,{ax} 4={keep} 5=1"
+        elif op == "flatten":
+            line = f"Flatten l{i} 1 1 {name} {out}"
+        elif op == "fc":
+            n = draw(st.integers(1, 5))
+            k = s[-1] if len(s) == 2 else 1
+            for d in (s if len(s) != 2 else ()):
+                k *= d
+            line = f"InnerProduct l{i} 1 1 {name} {out} 0={n} 1=0 2={n * k}"
+        elif op == "pad" and len(s) == 3:
+            t, b, le, r = (draw(st.integers(0, 2)) for _ in range(4))
+            line = f"Padding l{i} 1 1 {name} {out} 0={t} 1={b} 2={le} 3={r}"
         if line is None:
             continue
         lines.append(line)
         g = loads(_param(lines))
+        if op == "bcast" and g.shapes().known(out) is None:
+            lines.pop()
+            lines.pop()
+            continue
         sm = g.shapes()
         tops = line.split()[4:4 + int(line.split()[3])]
         if any(sm.known(t) is None for t in tops):
             lines.pop()
+            if op == "bcast":
+                lines.pop()
             continue
         for t in tops:
             blobs[t] = sm.known(t)
@@ -250,13 +285,41 @@ def _param(lines: list[str]) -> str:
     return f"7767517\n{len(lines)} {len(blobs)}\n" + "\n".join(lines) + "\n"
 
 
+def ncnn_shapes_forked(g) -> dict | None:  # noqa: ANN001
+    """ncnn's shape of every blob, run in a forked child (cheap: nothing to re-import) so a
+    crash inside ncnn does not take pytest down; None when ncnn crashed. (ncnn 20261020
+    segfaults on some valid graphs, e.g. a 2x2 Convolution with dilation 2 over a 3x4
+    input with packing off.)"""
+    import os
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(r)
+            res = oracle_shapes(g, {}, isolated=False)
+            data = {b: list(s) for b, s in res.shapes.items()}
+            with os.fdopen(w, "w") as fh:
+                json.dump({"shapes": data, "notes": res.notes}, fh)
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as fh:
+        text = fh.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status) or not text:
+        return None
+    return json.loads(text)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(small_graphs())
 def test_random_graphs_static_equals_ncnn(g):
     static = g.shapes()
-    ncnn = oracle_shapes(g, {}, isolated=False)  # valid by construction: safe in-process
-    assert not ncnn.notes, (g.dumps(), ncnn.notes)
+    ncnn = ncnn_shapes_forked(g)
+    assume(ncnn is not None)  # ncnn itself crashed: nothing to compare with
+    assert not ncnn["notes"], (g.dumps(), ncnn["notes"])
     for blob in g.blob_names():
         s = static.known(blob)
         if s is not None:
-            assert ncnn.shape_of(blob) == s, (blob, g.dumps())
+            assert tuple(ncnn["shapes"].get(blob, ())) == s, (blob, g.dumps())

@@ -49,3 +49,11 @@ def test_real_talker_affine_shapes_equal_ncnn():
     """Real 0.6B layout, zero weights (ncnn's DataReaderFromEmpty): 1127 blobs."""
     real = FIXTURES / "qwen3_tts" / "real"
     assert check_decoder(real / "talker_decoder.ported.ncnn.param", 1024, 128) == 1127
+
+
+@pytest.mark.parametrize("form", ["talker_decoder.tile", "predictor_decoder.stack"])
+def test_gqa_expanded_decoders_affine_shapes_equal_ncnn(form):
+    """K/V expanded to all heads before SDPA (ExpandDims + Tile + Reshape: the layout of
+    ncnn's benchmark LLM params; or stack + Reshape), zero weights."""
+    n = check_decoder(FIXTURES / "fusions" / f"{form}.ncnn.param", 64, 16)
+    assert n in (99, 107)

@@ -116,6 +116,8 @@ def _conv_extent(x: MaybeDim, k: int, dil: int, stride: int, pa: int, pb: int) -
     """Output size along one axis of ncnn's Convolution (make_padding + the sliding window).
     -233/-234 pad: SAME-style, padded only when the needed pad is positive."""
     ext = dil * (k - 1) + 1
+    if stride <= 0:
+        return None  # ncnn would divide by zero
     if pa in (-233, -234) or pb in (-233, -234):
         if not isinstance(x, int):
             return None
@@ -164,6 +166,8 @@ def _conv2d(layer: Layer, ins: Shapes):
 def _same_pad_conv(n: int, x: Shape, k: tuple, dil: tuple, s: tuple, mode: int):
     # ncnn pads both axes together when either needs it (copy_make_border with wpad, hpad)
     h, w = x[1], x[2]
+    if s[0] <= 0 or s[1] <= 0:
+        return None
     if not isinstance(h, int) or not isinstance(w, int):
         return [(n, None, None)]
     ext_h, ext_w = dil[0] * (k[0] - 1) + 1, dil[1] * (k[1] - 1) + 1
@@ -251,6 +255,8 @@ def _deconv1d(layer: Layer, ins: Shapes):
 
 # --------------------------------------------------------------------------- pooling
 def _pool_extent(x: MaybeDim, k: int, s: int, pa: int, pb: int, mode: int) -> MaybeDim:
+    if s <= 0:
+        return None
     if mode == 0:  # full padding: the tail is padded so no input is dropped
         if not isinstance(x, int):
             if s != 1:
@@ -284,6 +290,8 @@ def _pooling(layer: Layer, ins: Shapes):
     pt = _i(layer, 13, pl)
     pb = _i(layer, 15, pt)
     mode = _i(layer, 5, 0)
+    if sw <= 0 or sh <= 0:
+        return None
     if mode in (2, 3):  # tf SAME: pad (both axes together) when needed
         if not isinstance(h, int) or not isinstance(w, int):
             return [(c, None, None)]
@@ -592,22 +600,14 @@ def _crop(layer: Layer, ins: Shapes):
                 end = add(L, en)
             out[ax] = sub(end, off)
         return [tuple(out)]
-    if len(ins) > 1:  # crop to a reference blob's size
+    if len(ins) > 1:  # crop to a reference blob's size: its w/h/d, and c when same rank
         ref = ins[1]
-        if ref is None:
+        if ref is None or rank > 4:
             return None
-        out = list(x)
-        k = min(rank, len(ref), min(3, rank))
-        names = {1: ["w"], 2: ["h", "w"], 3: ["c", "h", "w"], 4: ["c", "d", "h", "w"]}[rank]
-        for ax, nm in enumerate(names):
-            if nm == "c" and len(ref) != rank:
-                continue
-            ri = len(ref) - (rank - ax)
-            if ri < 0:
-                return None
-            out[ax] = ref[ri]
-        del k
-        return [tuple(out)]
+        r = _ncnn_axes(ref)
+        names = {1: "w", 2: "hw", 3: "chw", 4: "cdhw"}[rank]
+        return [tuple((r[nm] if (nm != "c" or len(ref) == rank) else x[ax])
+                      for ax, nm in enumerate(names))]
     names = {1: "w", 2: "hw", 3: "chw", 4: "cdhw"}.get(rank)
     if names is None:
         return None
@@ -733,14 +733,13 @@ def _expanddims(layer: Layer, ins: Shapes):
         return None
     axes = _ints(layer, 3)
     if not axes:
-        flags = [("c", _i(layer, 2, 0)), ("d", _i(layer, 11, 0)), ("h", _i(layer, 1, 0)),
-                 ("w", _i(layer, 0, 0))]
-        del flags
-        return None
+        return [x]  # ncnn reads only the axes (3=): none given, nothing is added
     n = len(x) + len(axes)
     if n > 4:
         return None
     where = {a + n if a < 0 else a for a in axes}
+    if len(where) != len(axes) or not all(0 <= a < n for a in where):
+        return None
     it = iter(x)
     return [tuple(1 if i in where else next(it) for i in range(n))]
 
@@ -888,7 +887,12 @@ def infer_layer(layer: Layer, ins: Shapes) -> list[Shape | None] | None:
     fn = RULES.get(layer.type)
     if fn is None:
         return None
-    out = fn(layer, ins)
+    try:
+        out = fn(layer, ins)
+    except IndexError:
+        # a layer given fewer bottoms than its type reads (a malformed file, e.g. a Split
+        # with none): no shape rather than an internal error; lint reports the layer
+        return None
     if out is None:
         return None
     if len(out) < len(layer.outputs):
