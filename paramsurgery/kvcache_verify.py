@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -226,16 +225,13 @@ def verify_kvcache(param: str | Path, bin: str | Path | None, *, n: int, m: int,
     with tempfile.TemporaryDirectory(prefix="paramsurgery-kv-") as tmp:
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps(spec))
-        from .runtime import child_env
+        from .runtime import run_module_child
 
-        proc = subprocess.run([sys.executable, "-m", "paramsurgery.kvcache_verify", str(spec_path)],
-                              capture_output=True, text=True, timeout=timeout, env=child_env())
         out_path = Path(tmp) / "result.json"
         report = ParityReport(n, m, tol)
-        if proc.returncode != 0 or not out_path.exists():
-            sig = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
-            tail = " ".join(proc.stderr.strip().splitlines()[-3:])
-            report.error = f"ncnn run failed ({sig}) {tail}".strip()
+        report.error = run_module_child("paramsurgery.kvcache_verify", spec_path, out_path,
+                                        timeout)
+        if report.error:
             return report
         data = json.loads(out_path.read_text())
     if data.get("error"):
@@ -283,18 +279,13 @@ def _verify_generic(g: Graph, param, bin, slots, n: int, m: int, io: DecoderIO, 
 
 
 def _run_child(spec: dict, tmp: Path, report: ParityReport, timeout: float) -> ParityReport:
-    from .runtime import child_env
+    from .runtime import run_module_child
 
     spec_path = tmp / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    proc = subprocess.run([sys.executable, "-m", "paramsurgery.kvcache_verify", str(spec_path)],
-                          check=False, capture_output=True, text=True, timeout=timeout,
-                          env=child_env())
     out_path = tmp / "result.json"
-    if proc.returncode != 0 or not out_path.exists():
-        sig = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
-        tail = " ".join(proc.stderr.strip().splitlines()[-3:])
-        report.error = f"ncnn run failed ({sig}) {tail}".strip()
+    report.error = run_module_child("paramsurgery.kvcache_verify", spec_path, out_path, timeout)
+    if report.error:
         return report
     data = json.loads(out_path.read_text())
     if data.get("error"):

@@ -227,3 +227,30 @@ def test_html_side_by_side(tmp_path, capsys):
 def test_corpus_self_diff(name):
     g = paramsurgery.load(FIXTURES / "ncnn_corpus" / name)
     assert diff_graphs(g, g.copy()).same
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_TALKER = paramsurgery.load(TINY / "talker_decoder.ported.ncnn.param")
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sets(st.sampled_from([lay.name for lay in _TALKER]), max_size=20),
+       st.sets(st.sampled_from([b for b in _TALKER.blob_names()]), max_size=10))
+def test_random_renames_are_exactly_the_renames(layers, blobs):
+    """Any set of renamed layers (and blobs) diffs as exactly those renames; a renamed
+    blob shows once, as a change of its producer's tops (or of an Input's)."""
+    h = _TALKER.copy()
+    for name in layers:
+        h.layer(name).name = f"{name}_x"
+    for b in blobs:
+        h.rename_blob(b, f"{b}_x")
+    d = diff_graphs(_TALKER, h)
+    assert not d.added and not d.removed
+    assert sorted(d.renamed) == sorted((n, f"{n}_x") for n in layers)
+    producers = {_TALKER.producer(b).name for b in blobs}
+    want = {f"{n}_x" if n in layers else n for n in producers}
+    assert {c.layer for c in d.changed} == want
+    assert all(c.inputs is None and c.params is None and c.type_change is None
+               for c in d.changed)

@@ -247,3 +247,43 @@ def test_fix_batch_reshape_golden_numbers_and_skip() -> None:
     other = LOSSY.replace('6="0n,1,1"', '6="0n,0w,1"')
     res = FixBatchReshape()(paramsurgery.loads(other, "m.param"))
     assert not res.modified and "is not static except one 0n" in res.format(explain=True)
+
+
+# dynamize --pair: a position table traced at T (rows = positions) is extended from the
+# paired export's longer table when its rows are exactly the first rows there
+TABLE = """7767517
+4 5
+Input in0 0 1 in0
+MemoryData tab 0 1 t 0=2 1={T}
+BinaryOp add_0 2 1 in0 t s 0=0
+ReLU relu 1 1 s out0
+"""
+
+
+def _table_graph(tmp_path, T: int, rows: np.ndarray, tag: str):  # noqa: ANN202
+    param = _write(tmp_path / f"{tag}.param", TABLE.format(T=T))
+    binp = tmp_path / f"{tag}.bin"
+    binp.write_bytes(rows.astype(np.float32).tobytes())
+    return paramsurgery.load(param, bin=binp)
+
+
+def test_dynamize_pair_extends_a_position_table(tmp_path) -> None:
+    from paramsurgery.passes.dynamize import Dynamize
+
+    rows = np.sin(np.arange(12, dtype=np.float32).reshape(6, 2))
+    g = _table_graph(tmp_path, 4, rows[:4], "a")
+    pair = _table_graph(tmp_path, 6, rows, "b")
+    res = Dynamize(4, pair=pair, pair_len=6)(g)
+    check_golden("rawfix/position_table.param", res.graph.dumps())
+    assert "position table: the paired export's 6 rows (its first 4 equal these)" in res.format()
+    res.graph.save(tmp_path / "y.param", tmp_path / "y.bin")
+    x = np.random.default_rng(6).standard_normal((5, 2)).astype(np.float32)
+    got = run((tmp_path / "y.param").read_text(), tmp_path / "y.bin", {"in0": Feed(x, 233)},
+              [Fetch("out0", 233)])["out0"]
+    assert np.array_equal(got.reshape(x.shape), np.maximum(x + rows[:5], 0))
+    other = rows.copy()
+    other[1, 0] += 1
+    with pytest.raises(PassRefused, match="not the first rows of the paired table"):
+        Dynamize(4, pair=_table_graph(tmp_path, 6, other, "c"), pair_len=6)(g)
+    with pytest.raises(PassRefused, match="the weights of both exports are needed"):
+        Dynamize(4, pair=paramsurgery.loads(TABLE.format(T=6)), pair_len=6)(g)

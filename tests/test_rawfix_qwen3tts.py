@@ -2,8 +2,9 @@
 against torch at the `ref.npz` length (no trace used it), with the manifest's `io`
 (batch_index) conventions; real-size raw params through the same repairs load in ncnn.
 
-Until `paramsurgery fix` runs every registered repair, the repairs are chained here through
-the Python API (`REPAIRS`), in the order `fix` runs them.
+Until `paramsurgery fix` runs every registered repair, the repairs are chained through the
+Python API in the order `fix` runs them (`tools/qwen3tts/rawfix.py`, which also prints the
+before/after table).
 """
 
 from __future__ import annotations
@@ -16,10 +17,7 @@ import numpy as np
 import pytest
 
 import paramsurgery
-from paramsurgery.passes.base import PassManager
-from paramsurgery.passes.fix_batch_reshape import FixBatchReshape
-from paramsurgery.passes.fold_gqa import FoldGQA
-from paramsurgery.passes.lower import Lower
+from paramsurgery.passes.dynamize import Dynamize
 from paramsurgery.weights.synth import synth_size, write_synth_bin
 
 from conftest import FIXTURES, REPO
@@ -27,6 +25,7 @@ from golden import check_golden
 
 sys.path.insert(0, str(REPO / "tools"))
 from qwen3tts.ncnn_check import check, check_loads  # noqa: E402
+from qwen3tts.rawfix import repair, static_codec  # noqa: E402
 
 QWEN = FIXTURES / "qwen3_tts"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
@@ -34,18 +33,6 @@ RAW_TINY = {r["module"]: r for r in MANIFEST["qwen3_tts"]["exports"]
             if r["size"] == "tiny" and r["variant"] == "raw" and "io" in r}
 RAW_REAL = sorted(p for p in (QWEN / "real").glob("*.raw.ncnn.param"))
 NEEDS_REPAIR = ("talker_decoder", "predictor_decoder", "mimi_encoder")
-
-
-def repairs(g: paramsurgery.Graph, traced: Path | None) -> list:
-    gqa = [FoldGQA()] if g.by_type("SDPA") else []  # fold-gqa refuses graphs without SDPA
-    return gqa + [Lower(traced=traced), FixBatchReshape()]
-
-
-def repair(param: Path, bin_path: Path | None):  # noqa: ANN201
-    traced = param.with_name(param.name.replace(".ncnn.param", ".pnnx.param"))
-    g = paramsurgery.load(param, bin=bin_path)
-    current, results, failures = PassManager(repairs(g, traced), early_stop=False).run(g)
-    return current, results, failures
 
 
 RUNNABLE = sorted(m for m in RAW_TINY if m != "speaker_encoder")
@@ -77,6 +64,30 @@ def test_raw_tiny_repaired_runs_right_at_untraced_length(module: str, tmp_path: 
 SYNTH_LIMIT = 400 << 20  # real-size params whose synth-bin is smaller get one (lower's tables)
 
 
+def test_raw_codec_decoder_static_export_fixed_and_dynamized(tmp_path: Path) -> None:
+    """pnnx aborts re-tracing the raw decoder at a second shape; its static trace at T=25
+    fails to load (Slice 1=-233 of the codes' level axis). fix-slice makes it load; dynamize
+    --pair with the T=50 trace (position tables from the weights) makes it run at T=13."""
+    recs = {r["variant"]: r for r in MANIFEST["qwen3_tts"]["exports"]
+            if r["module"] == "codec_decoder" and r["size"] == "tiny"}
+    assert recs["raw"]["status"]["kind"] == "pnnx_failed"
+    assert recs["raw_static"]["status"]["kind"] == "load_fails"
+    assert (recs["raw_static"]["lengths"]["trace"], recs["raw_static_pair"]["lengths"]["trace"],
+            recs["raw_static"]["lengths"]["reference"]) == (25, 50, 13)
+    pnnx = QWEN / "tiny" / "codec_decoder.raw_static.pnnx.param"
+    res = Dynamize(25, pair=static_codec("raw_static_pair"), pair_len=50, traced=pnnx,
+                   pair_traced=QWEN / "tiny" / "codec_decoder.raw_static_pair.pnnx.param"
+                   )(static_codec("raw_static"))
+    check_golden("rawfix/codec_decoder.param", res.graph.dumps())
+    assert res.format().count("position table") == 2
+    out = tmp_path / "y.param"
+    res.graph.save(out, tmp_path / "y.bin")
+    arrays = dict(np.load(QWEN / "tiny" / "codec_decoder.raw_static.ref.npz"))
+    io = recs["raw_static"]["io"]
+    st = check(out, tmp_path / "y.bin", io["inputs"], io["outputs"], arrays)
+    assert st["kind"] == "runs_right", st
+
+
 REFUSED = {"speaker_encoder": "frozen at the traced length"}  # ECAPA length mask: see below
 
 
@@ -94,7 +105,12 @@ def test_raw_speaker_encoder_refused_naming_the_frozen_length() -> None:
     assert "Tensor.masked_fill 'Tensor.masked_fill_38' (select): ncnn has no select" in msg
 
 
-@pytest.mark.parametrize("param", RAW_REAL, ids=lambda p: p.name.split(".")[0])
+FAST_REAL = ("mimi_encoder", "speaker_encoder")  # the rest: -m slow (10-20 s each)
+
+
+@pytest.mark.parametrize("param", [p if p.name.split(".")[0] in FAST_REAL
+                                   else pytest.param(p, marks=pytest.mark.slow)
+                                   for p in RAW_REAL], ids=lambda p: p.name.split(".")[0])
 def test_raw_real_params_repaired_load(param: Path, tmp_path: Path) -> None:
     """No weights are kept at real size: synth-bin's stand in where a repair writes weights
     (arange's position table) and the graph is small enough; otherwise the param alone."""
@@ -112,4 +128,14 @@ def test_raw_real_params_repaired_load(param: Path, tmp_path: Path) -> None:
     assert failures == []
     out = tmp_path / "y.param"
     out.write_text(g.dumps())
+    assert check_loads(out)["kind"] == "loads"
+
+
+def test_raw_codec_decoder_real_static_export_fixed_loads(tmp_path: Path) -> None:
+    """Real size (no weights kept): fix-slice makes the static trace load; dynamizing it
+    needs both exports' real weights (the position tables are compared value by value)."""
+    real = QWEN / "real"
+    assert check_loads(real / "codec_decoder.raw_static.ncnn.param")["kind"] == "load_fails"
+    out = tmp_path / "y.param"
+    out.write_text(static_codec("raw_static", real).dumps())
     assert check_loads(out)["kind"] == "loads"

@@ -49,7 +49,7 @@ def test_small_svg_golden():
     assert 'class="box layer unknown" data-name="custom0"' in svg
     assert 'class="box missing missing" data-name="ghost"' in svg
     assert 'class="box output io" data-name="out0"' in svg
-    assert ">c1 (4,8,8)</text>" in svg  # the -23330 hint as a shape label
+    assert ">c1 [4,8,8]</text>" in svg  # the shapes analysis, from the -23330 hints
     assert ">num_output=4 kernel_w=3 pad_left=1</text>" in svg  # defaults left out
     assert ">bias_term=1 weight_data_size=108</text>" in svg
     assert "\n-23330=4,3,8,8,4 0=4 1=3 4=1 5=1 6=108\n" in svg  # all of it in the tooltip
@@ -174,6 +174,13 @@ def test_report_on_pass_commands(tmp_path, capsys):
     assert main(["extract", str(TINY / "predictor_heads.ported.ncnn.param"), "--outputs",
                  "out3", "-o", str(tmp_path / "ex"), "--report", str(page3)]) == 0
     assert "15 removed" in page3.read_text()
+    # fuse-codebooks stages its outputs in a directory and moves them: still reported
+    page4 = tmp_path / "f.html"
+    assert main(["fuse-codebooks", str(TINY / "predictor_embeds.unfused.ncnn.param"),
+                 str(TINY / "predictor_embeds.unfused.ncnn.bin"), "-o", str(tmp_path / "fz"),
+                 "--no-verify", "--report", str(page4)]) == 0
+    assert "(2 added, 56 removed, 2 changed, 2 renamed)" in capsys.readouterr().out
+    assert "-&gt; fz.param</title>" in page4.read_text()
 
 
 def test_report_refusals_write_nothing(tmp_path, capsys):
@@ -187,15 +194,86 @@ def test_report_refusals_write_nothing(tmp_path, capsys):
     assert not page.exists() and not (tmp_path / "o.param").exists()
     assert main(["add-kvcache", str(src), "-o", str(tmp_path / "o.param"), "--report",
                  str(src)]) == 2
+    assert main(["add-kvcache", str(src), "-o", str(tmp_path / "o.param"), "--report",
+                 str(tmp_path / "o.param")]) == 2
+    assert "--report names the output file" in capsys.readouterr().err
+    assert not (tmp_path / "o.param").exists()
 
 
 @pytest.mark.parametrize("cmd", ["add-kvcache", "fold-gqa", "fix", "fmt", "set-param", "lower",
                                  "remove-passthrough", "merge-inputs", "rename-blobs", "insert",
                                  "dynamize", "fix-slice", "fix-reduction",
                                  "fold-explicit-cache", "fuse-codebooks", "extract",
-                                 "add-conv-cache"])
+                                 "add-conv-cache", "shapes", "fix-batch-reshape"])
 def test_every_graph_writing_command_takes_report(cmd):
     from paramsurgery.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert "--report" in sub.choices[cmd]._option_string_actions
+
+
+def test_inputshape_labels_every_blob(tmp_path, capsys):
+    """--inputshape: the shapes analysis labels every blob, symbolically; the shapes agree
+    with pnnx's trace wherever it has one (ncnn dims: pnnx's batch axis dropped)."""
+    src = TINY / "talker_decoder.ported.ncnn.param"
+    out = tmp_path / "s.html"
+    spec = ["in0=[T,64]", "in1=[1,T,T]", "in2=[T,16]", "in3=[T,16]"]
+    assert main(["view", str(src), "--inputshape", *spec, "-o", str(out)]) == 0
+    html = out.read_text()
+    g = paramsurgery.load(src)
+    # each wire's (or long edge's) tooltip: "blob [dims]"
+    labels = dict(re.findall(r'data-blob="([^"]*)"[^>]*>(?:<g [^>]*>)?<title>\S+ (\[[0-9T,]+\])',
+                             html))
+    assert set(labels) == {b for b in g.blob_names() if g.producer(b) is not None}
+    assert labels["in0"] == "[T,64]" and labels["in1"] == "[1,T,T]"
+    from paramsurgery.view.labels import blob_shapes
+    from paramsurgery.shapes import ShapeMap
+
+    traced = blob_shapes(g, analysis=ShapeMap())  # pnnx's trace only
+    assert len(traced) == 41
+    for blob, text in traced.items():
+        want = ["T" if d == "?" else d for d in text.strip("()").split(",")]
+        if len(want) > 1 and want[0] == "1":  # pnnx's batch axis, not an ncnn dim
+            want = want[1:]
+        assert labels[blob] == "[" + ",".join(want) + "]", blob
+    assert main(["view", str(src), "--inputshape", "nosuch=[3]", "-o", str(out)]) == 2
+    assert "--inputshape names blob 'nosuch'" in capsys.readouterr().err
+
+
+def test_oracle_shapes_from_ncnn(tmp_path):
+    """--oracle: the labels come from ncnn itself (a run with lightmode off)."""
+    src = TINY / "talker_decoder.ported.ncnn.param"
+    out = tmp_path / "o.html"
+    assert main(["view", str(src), "--inputshape", "in0=[7,64] in1=[1,7,7] in2=[7,16] "
+                 "in3=[7,16]", "--oracle", "-o", str(out)]) == 0
+    html = out.read_text()
+    assert "ncnn as the oracle" in html
+    assert ">in0 [7,64]</text>" in html and ">35 [4,7,16]</text>" in html
+
+
+def test_diff_page_of_large_graphs_draws_around_the_changes():
+    from paramsurgery.passes.kvcache import AddKVCache
+    from paramsurgery.view import diff_graphs, diff_page
+
+    g = paramsurgery.load(REAL_TALKER)
+    kv = AddKVCache()(g).graph
+    d = diff_graphs(g, kv)
+    assert len(d.changed) == 28 and [lay.name for lay in d.added] == ["kv_cache_in"]
+    html = diff_page(g, kv, d, max_layers=500, context=1)
+    assert "the graphs are large (850 and 851 layers): drawn are the layers within 1 hops" in html
+    panes = html.split('<svg id="g1"')
+    a_boxes = re.findall(r'class="box layer[^"]*" data-name="([^"]*)"', panes[0])
+    b_boxes = re.findall(r'class="box layer[^"]*" data-name="([^"]*)"', panes[1])
+    # every SDPA, its readers and writers; nothing farther
+    assert {n for n in a_boxes if n.startswith("sdpa_")} == {
+        lay.name for lay in g.by_type("SDPA")}
+    assert len(a_boxes) < 250 and "kv_cache_in" in b_boxes and "kv_cache_in" not in a_boxes
+    assert not any(n.startswith("gemm_") for n in a_boxes)  # 2 hops from an SDPA
+
+
+def test_a_graph_out_of_order_is_drawn_with_the_fault_marked():
+    g = paramsurgery.loads("7767517\n3 3\nInput in 0 1 x\nReLU r 1 1 y z\nReLU s 1 1 x y\n")
+    svg = render_svg(build_scene(g))
+    assert '<g id="g0-n1" class="box missing missing" data-name="y"' in svg
+    assert ">written later: y</text>" in svg
+    assert "blob y is written by ReLU s, after this layer in the file" in svg

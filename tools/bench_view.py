@@ -63,8 +63,8 @@ def main() -> int:
         big.write_text(residual_chain(100000))
         cases.append(("chain 100000 --around conv_20000 --depth 10", big, "conv_20000"))
         for name, path, around in cases:
-            t_ours, page = best(lambda: page_of(path, around), args.repeat)
-            t_ncnn, _ = best(lambda: ncnn_load(path), args.repeat)
+            t_ours, page = best(lambda p=path, a=around: page_of(p, a), args.repeat)
+            t_ncnn, _ = best(lambda p=path: ncnn_load(p), args.repeat)
             row = {"graph": name, "layers": len(paramsurgery.load(path)), "page_s": t_ours,
                    "ncnn_load_param_s": t_ncnn, "ratio": t_ours / t_ncnn if t_ncnn else None,
                    "page_bytes": len(page)}

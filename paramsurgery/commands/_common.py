@@ -100,9 +100,13 @@ def add_pass_args(parser: argparse.ArgumentParser, tag: str) -> None:
     add_format_arg(parser)
 
 
-def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str) -> int:
+def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str,
+                   verify: Any = None) -> int:
     """Load, run one pass (on a copy), write the result atomically, print the report.
-    Exit 0 when the pass ran (changed or not); a refusal raises PassRefused (exit 2)."""
+    Exit 0 when the pass ran (changed or not); a refusal raises PassRefused (exit 2).
+    `verify(result)`, when given and the pass changed something, returns a report with
+    `.ok`, `.format()` and `.to_json()`; a failed proof writes nothing (VerificationError)."""
+    from ..errors import VerificationError
     from ..io import atomic_write, load
 
     if args.output is None and not args.in_place:
@@ -111,6 +115,11 @@ def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str) -> int:
     g = load(args.param)
     result = run_pass_located(pass_obj, g, args.param)
     data = result.graph.dump_bytes()
+    proof = verify(result) if verify is not None and result.modified else None
+    if proof is not None and not proof.ok:
+        print(proof.format(), file=sys.stderr)
+        raise VerificationError("the rewrite could not be proven; nothing written",
+                                file=args.param)
     if out == "-":
         sys.stdout.buffer.write(data)
     elif result.modified or out != args.param:
@@ -118,10 +127,14 @@ def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str) -> int:
     if args.format == "json":
         print_json({"pass": result.pass_name, "output": out, "modified": result.modified,
                     "changes": [c.__dict__ for c in result.changes],
-                    "skipped": [s.__dict__ for s in result.skipped], "notes": result.notes})
+                    "skipped": [s.__dict__ for s in result.skipped], "notes": result.notes,
+                    "contract_changes": result.contract_changes,
+                    **({"verify": proof.to_json()} if proof is not None else {})})
         return 0
     stream = sys.stderr if out == "-" else sys.stdout
     print(result.format(args.explain), file=stream)
+    if proof is not None:
+        print(proof.format(), file=stream)
     if out != "-":
         print(f"wrote {out}" if (result.modified or out != args.param) else f"{out} unchanged",
               file=stream)

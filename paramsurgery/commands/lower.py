@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ._common import add_pass_args
+from ._withbin import run_with_bin
 from .set_param import run_located
 
 
@@ -42,35 +43,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     traced = args.pnnx or companion_pnnx(args.param)
     if args.bin:
-        return _run_with_bin(args, Lower(rules, traced=traced, partial=args.partial))
+        return run_with_bin(args, Lower(rules, traced=traced, partial=args.partial),
+                            "lowered")
     return run_located(args, lambda: Lower(rules, traced=traced, partial=args.partial),
                        "lowered")
-
-
-def _run_with_bin(args: argparse.Namespace, pass_obj) -> int:  # noqa: ANN001
-    """Load param + weights, lower, write `<output>` and `<output>.bin` together."""
-    import os
-
-    from ..errors import ParamSurgeryError
-    from ..io import load
-    from ._common import derived_output, output_path
-
-    if args.output is None and not args.in_place:
-        args.output = derived_output(args.param, "lowered")
-    out = output_path(args, args.param)
-    if out == "-":
-        raise ParamSurgeryError("--bin writes <output>.bin next to the output: give -o FILE")
-    try:
-        result = pass_obj(load(args.param, bin=args.bin))
-    except ParamSurgeryError as exc:
-        if exc.file is None:
-            exc.file = args.param
-        raise
-    stem = out[:-len(".param")] if out.endswith(".param") else out
-    bin_out = stem + ".bin"
-    if os.path.abspath(bin_out) == os.path.abspath(args.bin) and not args.in_place:
-        raise ParamSurgeryError(f"{bin_out} is the input weights; choose another -o")
-    result.graph.save(out, bin_out)
-    print(result.format(args.explain))
-    print(f"wrote {out} and {bin_out}")
-    return 0

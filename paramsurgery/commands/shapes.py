@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._common import add_format_arg, output_path, print_json
+from ._common import add_format_arg, add_report_arg, output_path, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "whose output shapes are known; -o / --in-place")
     p.add_argument("-o", "--output", metavar="PATH", help="--write-hints: output .param")
     p.add_argument("--in-place", action="store_true", help="--write-hints: overwrite the input")
+    add_report_arg(p)
     add_format_arg(p)
     p.set_defaults(run=run)
 

@@ -66,6 +66,23 @@ def _expand_feeds_attention(ctx: "LintContext", expand: "Layer") -> bool:
     return False
 
 
+def _feeds_pad(ctx: "LintContext", layer: "Layer") -> bool:
+    """Shape arithmetic (through casts and further expressions) that ends in an F.pad's pad
+    bottom: Encodec/Mimi extra padding (`ceil(...)` -> `.long()` -> `[K-S, extra]`)."""
+    work, seen = list(layer.outputs), set()
+    while work:
+        b = work.pop()
+        if b in seen:
+            continue
+        seen.add(b)
+        for c in ctx.through_splits(b):
+            if c.type == "F.pad":
+                return True
+            if c.type in ("pnnx.Expression", "Tensor.to", "Tensor.long", "Tensor.int"):
+                work.extend(c.outputs)
+    return False
+
+
 def _repeat_kv_expr(ctx: "LintContext", layer: "Layer") -> bool:
     return any(c.type == "Tensor.expand" and _expand_feeds_attention(ctx, c)
                for b in layer.outputs for c in ctx.through_splits(b))
@@ -93,7 +110,8 @@ SHAPE_PAD_FIX = ("pad a constant `S-1` on the right, `F.pad(x, (K-S, S-1))`: out
 CONSTRUCTS: tuple[Construct, ...] = (
     Construct(("pnnx.Expression",), REPEAT_KV, REPEAT_KV_FIX, "fold-gqa", _repeat_kv_expr, "1"),
     Construct(("Tensor.expand",), REPEAT_KV, REPEAT_KV_FIX, "fold-gqa", _repeat_kv_expand, "1"),
-    Construct(("pnnx.Expression",), SHAPE_PAD, SHAPE_PAD_FIX, "lower", _reads_type("F.pad"), "5"),
+    Construct(("pnnx.Expression", "Tensor.to"), SHAPE_PAD, SHAPE_PAD_FIX, "lower", _feeds_pad,
+              "5"),
     Construct(("F.pad",), SHAPE_PAD, SHAPE_PAD_FIX, "lower", _fed_by("pnnx.Expression"), "5"),
     Construct(("pnnx.Expression",),
               "positions or a mask (causal or length mask) built in the graph from the "
@@ -116,7 +134,7 @@ CONSTRUCTS: tuple[Construct, ...] = (
               "(int codes `(K, T)`, `codes.transpose(0, 1)` in an RVQ decode, or timm-style "
               "fused qkv `.permute(2, 0, 3, 1, 4).unbind(0)`)",
               "unbind a non-batch axis (give the codes a leading 1: `(1, K, T).unbind(1)`), "
-              "index `codes[:, i]`, or `qkv.chunk(3, -1)`", None, None, "2a/2c"),
+              "index `codes[:, i]`, or `qkv.chunk(3, -1)`", "fix-slice", None, "2a/2c"),
     Construct(("Tensor.select",),
               "`x[i]` / `select` along pnnx's inferred batch axis",
               "index a non-batch axis (keep a leading 1), or feed one input per part",

@@ -87,12 +87,7 @@ class LintContext:
 
     def source_of(self, blob: str) -> "Layer | None":
         """The producer of `blob`, looking back through `Split` copies."""
-        p = self.graph.producer(blob)
-        hops = 0
-        while p is not None and p.type == "Split" and p.inputs and hops < 1000:
-            p = self.graph.producer(p.inputs[0])
-            hops += 1
-        return p
+        return self.graph.producer(self.graph.above_splits(blob))
 
     # ------------------------------------------------------------------ shared analyses
     @cached_property

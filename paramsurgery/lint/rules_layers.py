@@ -583,7 +583,9 @@ def separate_codebook_embeds(ctx: "LintContext") -> Iterator[Hit]:
 
     def back(b: str) -> "Layer | None":
         p = g.producer(b)
-        while p is not None and p.type in _PASS_THROUGH and p.inputs:
+        passed: set[int] = set()  # a layer reading its own top (PS105) ends the walk
+        while p is not None and p.type in _PASS_THROUGH and p.inputs and p.id not in passed:
+            passed.add(p.id)
             p = g.producer(p.inputs[0])
         return p
 

@@ -79,6 +79,9 @@ class PassResult:
     notes: list[str] = field(default_factory=list)
     pass_name: str = ""
     data: dict = field(default_factory=dict)  # pass-specific facts (e.g. cache blob names)
+    # what a caller must now do differently: an input or output whose meaning changed
+    # although its name did not (e.g. a past input that now wants ncnn's opaque cache)
+    contract_changes: list[str] = field(default_factory=list)
 
     def format(self, explain: bool = False) -> str:
         lines = []
@@ -89,6 +92,7 @@ class PassResult:
         else:
             lines.append(f"{head}nothing to change")
         lines.extend("  note: " + n for n in self.notes)
+        lines.extend("  contract change: " + c for c in self.contract_changes)
         if explain and self.skipped:
             lines.append(f"  left alone ({len(self.skipped)}):")
             lines.extend("    " + s.format() for s in self.skipped)

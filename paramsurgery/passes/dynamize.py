@@ -364,7 +364,7 @@ class Dynamize(Pass):
             extra = f", {self._fit(s.value, s.other)}" if s.other is not None else ""
             result.changes.append(Change(s.layer.name, f"{what} ({how}{extra})", s.value, new,
                                          s.layer.source_line))
-        result.modified = bool(plan)
+        result.modified = bool(plan) or bool(tables)
         return result
 
     # ------------------------------------------------------------------ position tables
@@ -422,11 +422,7 @@ class Dynamize(Pass):
 
     @staticmethod
     def _root(g: Graph, blob: str) -> str:
-        p = g.producer(blob)
-        while p is not None and p.type == "Split":
-            blob = p.inputs[0]
-            p = g.producer(blob)
-        return blob
+        return g.above_splits(blob)
 
     def _apply_table(self, g: Graph, layer: Layer, ss: list[_Site], result: PassResult) -> None:
         from ..weights import set_weights

@@ -148,9 +148,9 @@ class FoldGQA(Pass):
 
     # ------------------------------------------------------------------ matching
     def _above_splits(self, g: Graph, blob: str) -> tuple[str, list[Layer]]:
-        splits = []
+        splits: list[Layer] = []
         p = g.producer(blob)
-        while p is not None and p.type == "Split" and len(p.inputs) == 1:
+        while p is not None and p.type == "Split" and len(p.inputs) == 1 and p not in splits:
             splits.append(p)
             blob = p.inputs[0]
             p = g.producer(blob)
@@ -161,8 +161,12 @@ class FoldGQA(Pass):
         out: list[tuple[Layer, int]] = []
         splits: list[Layer] = []
         stack = [blob]
+        seen: set[str] = set()  # a Split reading its own top is a cycle (PS105): stop there
         while stack:
             b = stack.pop()
+            if b in seen:
+                continue
+            seen.add(b)
             for layer, slot in g.consumers(b):
                 if layer.type == "Split":
                     splits.append(layer)

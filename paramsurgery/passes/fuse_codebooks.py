@@ -291,9 +291,13 @@ def _add_tree(g: Graph, root: Layer) -> tuple[list[Layer], list[str]]:
     adds: list[Layer] = []
     leaves: list[str] = []
     stack: list[str | Layer] = [root]
+    taken: set[int] = set()  # an add reading its own top (a cycle, PS105) is taken once
     while stack:
         item = stack.pop()
         if isinstance(item, Layer):
+            if item.id in taken:
+                continue
+            taken.add(item.id)
             adds.append(item)
             for b in reversed(item.inputs):
                 stack.append(b)

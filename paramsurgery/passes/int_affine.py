@@ -219,11 +219,7 @@ class ShapeArith:
 
     def root(self, blob: str) -> str:
         """The blob above any Splits (a size symbol names the tensor, not its copy)."""
-        prod = self.g.producer(blob)
-        while prod is not None and prod.type == "Split":
-            blob = prod.inputs[0]
-            prod = self.g.producer(blob)
-        return blob
+        return self.g.above_splits(blob)
 
     def op_of(self, layer: Layer):  # noqa: ANN201 - Op | None
         op = self._ops.get(layer.name)

@@ -93,9 +93,7 @@ class Site:
     def constant(self, slot: int) -> object:
         """The value of a constant `pnnx.Expression` feeding bottom `slot` (through Splits)."""
         blob = self.input(slot)
-        prod = self.g.producer(blob)
-        while prod is not None and prod.type == "Split":
-            prod = self.g.producer(prod.inputs[0])
+        prod = self.g.producer(self.g.above_splits(blob))
         if prod is None or prod.type != "pnnx.Expression" or prod.inputs:
             raise Declined(f"bottom {slot} ({blob!r}) is a tensor, not a constant")
         if self.pnnx is None:
@@ -114,9 +112,7 @@ class Site:
         raise Declined(f"{self.traced_path} has no pnnx.Expression named {prod.name!r}")
 
     def is_constant(self, slot: int) -> bool:
-        prod = self.g.producer(self.input(slot))
-        while prod is not None and prod.type == "Split":
-            prod = self.g.producer(prod.inputs[0])
+        prod = self.g.producer(self.g.above_splits(self.input(slot)))
         return prod is not None and prod.type == "pnnx.Expression" and not prod.inputs
 
     def number(self, slot: int, what: str) -> float:

@@ -118,9 +118,7 @@ def compare(s: Site) -> str:
     why = ("a boolean mask built in the graph: ncnn has no comparison or select layer; "
            "pass the mask (additive 0/-inf) as an input")
     for b in s.layer.inputs:
-        prod = s.g.producer(b)
-        while prod is not None and prod.type == "Split":
-            prod = s.g.producer(prod.inputs[0])
+        prod = s.g.producer(s.g.above_splits(b))
         if prod is not None and prod.type == "MemoryData" and prod.name.startswith("pnnx_fold"):
             value = ""
             if prod.weights is not None and len(prod.weights) and prod.weights[0].count == 1:

@@ -887,7 +887,12 @@ def infer_layer(layer: Layer, ins: Shapes) -> list[Shape | None] | None:
     fn = RULES.get(layer.type)
     if fn is None:
         return None
-    out = fn(layer, ins)
+    try:
+        out = fn(layer, ins)
+    except IndexError:
+        # a layer given fewer bottoms than its type reads (a malformed file, e.g. a Split
+        # with none): no shape rather than an internal error; lint reports the layer
+        return None
     if out is None:
         return None
     if len(out) < len(layer.outputs):

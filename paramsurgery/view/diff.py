@@ -189,10 +189,10 @@ def diff_graphs(a: "Graph", b: "Graph", *, a_path: str | None = None,
     d.added = [lay for lay in b if lay.id not in paired_b]
     b_id_to_a = {v: k for k, v in pairs.items()}
     for lb in b:
-        a_id = b_id_to_a.get(lb.id)
-        if a_id is None:
+        paired = b_id_to_a.get(lb.id)
+        if paired is None:
             continue
-        la = a.layer(a_id)
+        la = a.layer(paired)
         if la.name != lb.name:
             d.renamed.append((la.name, lb.name))
         change = _compare(la, lb, b, a_to_b_blob)

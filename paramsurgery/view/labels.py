@@ -1,7 +1,7 @@
 """What a picture says about a layer and a blob: the box text (type, name, the params that
 differ from ncnn's defaults, weight bytes and dtype) and the shape of each blob when it is
-known (pnnx's traced shapes from the `X.pnnx.param` beside the graph, or ncnn's own
-`-23330=` top shape hints)."""
+known (the shapes analysis, `paramsurgery.shapes`, then pnnx's traced shapes from the
+`X.pnnx.param` beside the graph)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from ..layer_types import is_converter_leftover, is_ncnn_layer
 if TYPE_CHECKING:
     from ..graph import Graph
     from ..layer import Layer
+    from ..shapes import ShapeMap
 
 SHAPE_HINTS = 30  # the generic `-23330=` param: top shape hints (net.cpp)
 MAX_LINE = 40  # characters of a box line; the full text is in the tooltip
@@ -76,13 +77,20 @@ def layer_lines(layer: "Layer") -> tuple[list[str], list[str], str]:
     return lines, classes, title
 
 
-def blob_shapes(graph: "Graph", pnnx_param: str | None = None) -> dict[str, str]:
-    """Blob name → shape text, from the `-23330=` hints in the graph and from pnnx's traced
-    shapes (`pnnx_param`, default: the `.pnnx.param` beside the graph file, if any)."""
-    shapes: dict[str, str] = {}
-    for layer in graph:
-        if SHAPE_HINTS in layer.params:
-            shapes.update(_hint_shapes(layer))
+def blob_shapes(graph: "Graph", pnnx_param: str | None = None, *,
+                analysis: "ShapeMap | None" = None) -> dict[str, str]:
+    """Blob name → shape text: `[c,h,w]` (ncnn's dims, numpy order of the Mat, symbols such
+    as `T` kept) from the shapes analysis (`analysis`, default: the static one, from the
+    Input layers' params, `-23330=` hints and the per-layer rules), then pnnx's traced torch
+    shapes `(1,?,64)` for the blobs it leaves unknown (`pnnx_param`, default: the
+    `.pnnx.param` beside the graph file, if any)."""
+    from ..shapes import infer_shapes
+    from ..shapes.affine import dim_str
+
+    sm = analysis if analysis is not None else infer_shapes(graph)
+    shapes = {blob: "[" + ",".join(dim_str(d) for d in shape) + "]"
+              for blob, shape in sm.shapes.items()
+              if shape is not None and any(d is not None for d in shape)}
     path = pnnx_param
     if path is None and graph.source.path:
         from ..formats.pnnx_param import find_pnnx_param
@@ -100,30 +108,6 @@ def blob_shapes(graph: "Graph", pnnx_param: str | None = None) -> dict[str, str]
             if operand.shape is not None and blob not in shapes:
                 shapes[blob] = operand.shape_text()
     return shapes
-
-
-def _hint_shapes(layer: "Layer") -> dict[str, str]:
-    """ncnn's hint layout: per top `dims,w,h,c` (4 ints) or `dims,w,h,d,c` (5 ints); shown
-    as ncnn's (c,d,h,w) with the unused axes dropped."""
-    vals = layer.params.get(SHAPE_HINTS)
-    if not isinstance(vals, (list, tuple)) or not layer.outputs:
-        return {}
-    step = len(vals) // len(layer.outputs)
-    if step not in (4, 5):
-        return {}
-    out = {}
-    for i, blob in enumerate(layer.outputs):
-        v = [int(x) for x in vals[i * step:(i + 1) * step]]
-        dims = v[0]
-        if step == 4:
-            w, h, c = v[1], v[2], v[3]
-            d = 1
-        else:
-            w, h, d, c = v[1], v[2], v[3], v[4]
-        axes = {1: [w], 2: [h, w], 3: [c, h, w], 4: [c, d, h, w]}.get(dims)
-        if axes and all(a > 0 for a in axes):
-            out[blob] = "(" + ",".join(map(str, axes)) + ")"
-    return out
 
 
 def human_bytes(n: int) -> str:

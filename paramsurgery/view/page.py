@@ -5,7 +5,7 @@ opens offline and from an email attachment.
 
 `#search=NAME` (or `?search=NAME`) in the page's URL runs a search on load; the result is in
 `#status` and in `data-hits` / `data-first` of `<body>`, which is how the browser test reads
-it.
+it. `#whole` opens on the whole graph instead of its readable top.
 
 Builders: `graph_page` (view), `diff_page` (diff --html, --report), `values_page` (a value
 per layer along the graph: compare's error per layer), and `render_page` for any panes.
@@ -18,12 +18,14 @@ from html import escape
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .labels import blob_shapes
-from .scene import Scene, build_scene
+from .scene import MAX_LAYERS, Scene, around_layers, build_scene
 from .svg import render_svg
 
 if TYPE_CHECKING:
     from ..graph import Graph
     from .diff import GraphDiff
+
+CONTEXT = 3  # hops drawn around each change when a diff's graphs are too large to draw
 
 LEGEND = {
     "io": "Input / output",
@@ -98,7 +100,10 @@ document.querySelectorAll('svg.graph').forEach(function(svg){
 function scale(p){var r=p.svg.getBoundingClientRect();return Math.min(r.width/p.vb.w,r.height/p.vb.h)||1;}
 function set(p,vb){p.vb=vb;p.svg.setAttribute('viewBox',vb.x+' '+vb.y+' '+vb.w+' '+vb.h);}
 function home(p){var r=p.svg.getBoundingClientRect(),a=(r.height||600)/(r.width||800),f=p.full;
-  var w=Math.min(f.w,Math.max((r.width||800)*1.4,f.h/a));set(p,{x:f.x,y:f.y,w:w,h:w*a});}
+  var w=f.h/a<=f.w?f.w:Math.min(f.w,(r.width||800)*1.25),c=+(p.svg.getAttribute('data-top-x')||f.w/2);
+  set(p,{x:Math.max(f.x,Math.min(c-w/2,f.x+f.w-w)),y:f.y,w:w,h:w*a});}
+function whole(p){var r=p.svg.getBoundingClientRect(),a=(r.height||600)/(r.width||800),f=p.full,
+  w=Math.max(f.w,f.h/a);set(p,{x:f.x-(w-f.w)/2,y:f.y,w:w,h:w*a});}
 function box(el){var m=/translate\\(([-\\d.]+),([-\\d.]+)\\)/.exec(el.getAttribute('transform')||'');
   var rc=el.querySelector('rect');return m&&rc?{x:+m[1],y:+m[2],w:+rc.getAttribute('width'),h:+rc.getAttribute('height')}:null;}
 function show(p,el){var b=box(el);if(!b)return;var r=p.svg.getBoundingClientRect(),a=(r.height||600)/(r.width||800);
@@ -123,10 +128,9 @@ var q=document.getElementById('q');
 q.addEventListener('input',function(){search(q.value);});
 q.addEventListener('keydown',function(e){if(e.key==='Enter'&&hits.length){at++;focus();}});
 document.getElementById('home').addEventListener('click',function(){panes.forEach(home);});
-document.getElementById('all').addEventListener('click',function(){panes.forEach(function(p){
-  var r=p.svg.getBoundingClientRect(),a=(r.height||600)/(r.width||800),f=p.full,w=Math.max(f.w,f.h/a);
-  set(p,{x:f.x-(w-f.w)/2,y:f.y,w:w,h:w*a});});});
-var m=/[#?&]search=([^&]*)/.exec(location.hash+'&'+location.search);
+document.getElementById('all').addEventListener('click',function(){panes.forEach(whole);});
+var args=location.hash+'&'+location.search,m=/[#?&]search=([^&]*)/.exec(args);
+if(/[#?&]whole(&|$)/.test(args))panes.forEach(whole);
 if(m){q.value=decodeURIComponent(m[1]);search(q.value);}
 })();
 """
@@ -196,15 +200,30 @@ def values_page(graph: "Graph", values: Mapping[str, float], *, label: str = "er
 
 
 def diff_page(a: "Graph", b: "Graph", diff: "GraphDiff", *, title: str | None = None,
-              a_caption: str | None = None, b_caption: str | None = None) -> str:
+              a_caption: str | None = None, b_caption: str | None = None,
+              max_layers: int = MAX_LAYERS, context: int = CONTEXT) -> str:
     """Both graphs side by side: removed / changed / renamed layers marked in A, added /
-    changed / renamed in B; the text diff as the summary."""
-    a_shapes = blob_shapes(a)
+    changed / renamed in B; the text diff as the summary. A graph larger than `max_layers`
+    is drawn only around what changed (`context` hops), and the summary says so."""
     b_to_a = {v: k for k, v in diff.pairs.items()}
     changed_b = {c.layer for c in diff.changed}
-    a_scene = build_scene(a, shapes=a_shapes)
-    b_scene = build_scene(b, shapes=_carried_shapes(a, b, a_shapes, b_to_a, changed_b))
     renamed_b = {n for _, n in diff.renamed}
+    a_part = b_part = None
+    summary = diff.format()
+    if max(len(a), len(b)) > max_layers:
+        b_touched = [lay.id for lay in b if lay.name in changed_b or lay.name in renamed_b
+                     or lay.id not in b_to_a]
+        a_touched = [lay.id for lay in diff.removed] + [b_to_a[i] for i in b_touched
+                                                        if i in b_to_a]
+        a_part = around_layers(a, a_touched[:max_layers], context)
+        b_part = around_layers(b, b_touched[:max_layers], context)
+        summary = (f"the graphs are large ({len(a)} and {len(b)} layers): drawn are the "
+                   f"layers within {context} hops of a change ({len(a_part)} and "
+                   f"{len(b_part)})\n" + summary)
+    a_shapes = blob_shapes(a)
+    a_scene = build_scene(a, layers=a_part, shapes=a_shapes)
+    b_scene = build_scene(b, layers=b_part,
+                          shapes=_carried_shapes(a, b, a_shapes, b_to_a, changed_b, b_part))
     b_marks = {lay.id: "added" for lay in diff.added}
     a_marks = {lay.id: "removed" for lay in diff.removed}
     for lay in b:
@@ -220,15 +239,15 @@ def diff_page(a: "Graph", b: "Graph", diff: "GraphDiff", *, title: str | None = 
     return render_page(title or f"{diff.a_path} -> {diff.b_path}",
                        [Pane(a_caption or f"before: {diff.a_path}", a_scene),
                         Pane(b_caption or f"after: {diff.b_path}", b_scene)],
-                       summary=diff.format())
+                       summary=summary)
 
 
 def _carried_shapes(a: "Graph", b: "Graph", a_shapes: dict[str, str], b_to_a: dict[int, int],
-                    changed_b: set[str]) -> dict[str, str]:
+                    changed_b: set[str], layers: set[int] | None) -> dict[str, str]:
     """B's known shapes, plus A's shape of each blob B's unchanged layers still write under
     the same name (a pass output has no traced shapes of its own)."""
     shapes = blob_shapes(b)
-    for lay in b:
+    for lay in b if layers is None else (b.layer(i) for i in layers):
         if lay.id not in b_to_a or lay.name in changed_b:
             continue
         for blob in lay.outputs:

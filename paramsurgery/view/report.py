@@ -4,8 +4,9 @@ One mechanism for all commands: `add_report_arg` (called where the output argume
 added) declares the flag, and the CLI runs a command given `--report` through
 `run_with_report`, which keeps the input graph as it was before the command ran (so
 `--in-place` is covered), watches which `.param` files the command writes (every output
-goes through `paramsurgery.io`'s atomic writers, which tell the watchers), and afterwards
-draws the input and the first graph written side by side with the semantic diff. A command
+goes through `paramsurgery.io`'s atomic writers, which tell the watchers; the first graph is
+read as soon as it is written, so outputs staged and moved later count too), and afterwards
+draws the input and that graph side by side with the semantic diff. A command
 that fails writes no report; a report is written atomically like every output.
 """
 
@@ -43,19 +44,33 @@ def run_with_report(args: argparse.Namespace, run: Callable[[argparse.Namespace]
     if os.path.exists(report) and any(os.path.exists(p) and os.path.samefile(report, p)
                                       for p in (source, getattr(args, "bin", None) or "")):
         raise ParamSurgeryError("--report names an input file", file=source)
+    out = getattr(args, "output", None)
+    if out and os.path.abspath(out) == os.path.abspath(report):
+        raise ParamSurgeryError("--report names the output file", file=source)
     before = load(source)
-    written: list[str] = []
-    io.WRITE_WATCHERS.append(written)
+    graphs: list[tuple[str, bytes]] = []
+
+    def keep_graph(path: str) -> None:
+        # read at once: a command may stage its outputs and move them afterwards
+        if not graphs and path.endswith(GRAPH_SUFFIXES):
+            graphs.append((path, io.read_bytes(path)))
+
+    io.WRITE_WATCHERS.append(keep_graph)
     try:
         code = run(args)
     finally:
-        io.WRITE_WATCHERS.remove(written)
+        io.WRITE_WATCHERS.remove(keep_graph)
     if code != 0:
         return code
-    graphs = [p for p in written if p.endswith(GRAPH_SUFFIXES)]
-    after = load(graphs[0]) if graphs else before
-    d = diff_graphs(before, after, a_path=source, b_path=graphs[0] if graphs else source)
-    title = f"{args.command}: {source} -> {graphs[0] if graphs else '(nothing written)'}"
+    if graphs:
+        path, data = graphs[0]
+        if not os.path.exists(path):  # staged: name it by its file name
+            path = os.path.basename(path)
+        after = io.loads(data, path)
+    else:
+        path, after = "(nothing written)", before
+    d = diff_graphs(before, after, a_path=source, b_path=path)
+    title = f"{args.command}: {source} -> {path}"
     atomic_write(report, diff_page(before, after, d, title=title))
     if getattr(args, "format", "text") == "text":
         print(f"wrote {report} ({len(d.added)} added, {len(d.removed)} removed, "

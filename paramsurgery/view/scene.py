@@ -21,9 +21,11 @@ LINE_H = 14.0
 PAD = 7.0
 MIN_W = 64.0
 LABEL_CHAR_W = 6.2  # width of one character of the 9px blob labels, plus spacing
-MAX_PORT_W = 600.0
+MAX_STUB_LABELS = 6  # a box with more tops than this is not widened for their labels, and
+# its long-edge stubs are labelled in their tooltips only (56 rope-table reads would overprint)
 
 LAYER, OUTPUT, MISSING, CUT = "layer", "output", "missing", "cut"
+MAX_LAYERS = 5000  # more boxes than this make an unreadable page: draw a part
 
 
 @dataclass
@@ -108,10 +110,18 @@ def build_scene(graph: "Graph", *, layers: Iterable[int] | None = None,
                 ins.append((box_of[prod.id], slot, len(prod.outputs), blob))
                 continue
             if blob not in pill_in:
-                kind = MISSING if ps is None else CUT
-                text = f"no producer: {blob}" if ps is None else f"… {blob}"
-                title = (f"blob {blob} is read but nothing writes it" if ps is None
-                         else f"blob {blob} from {ps[0].type} {ps[0].name} (outside the view)")
+                later = ps is not None and (keep is None or ps[0].id in keep)
+                kind = MISSING if ps is None or later else CUT
+                if ps is None:
+                    text, title = f"no producer: {blob}", f"blob {blob} is read but nothing " \
+                                                          f"writes it"
+                elif later:
+                    text, title = f"written later: {blob}", (
+                        f"blob {blob} is written by {ps[0].type} {ps[0].name}, after this layer "
+                        f"in the file (ncnn needs the layers in topological order)")
+                else:
+                    text, title = f"… {blob}", (f"blob {blob} from {ps[0].type} {ps[0].name} "
+                                                f"(outside the view)")
                 pill_in[blob] = len(boxes)
                 boxes.append(Box(kind, blob, [clip(_with_shape(text, blob, shapes))], title,
                                  kind))
@@ -126,9 +136,9 @@ def build_scene(graph: "Graph", *, layers: Iterable[int] | None = None,
         for slot, blob in enumerate(layer.outputs):
             if blob not in scene.blob_labels:
                 scene.blob_labels[blob] = _with_shape(blob, blob, shapes)
-        if len(layer.outputs) > 1:  # one label per top side by side: make room
-            boxes[me].port_width = min(MAX_PORT_W, (len(layer.outputs) + 1) * max(
-                len(scene.blob_labels[b]) for b in layer.outputs) * LABEL_CHAR_W)
+        if 1 < len(layer.outputs) <= MAX_STUB_LABELS:  # labels side by side: make room
+            boxes[me].port_width = (len(layer.outputs) + 1) * max(
+                len(scene.blob_labels[b]) for b in layer.outputs) * LABEL_CHAR_W
         for slot, blob in enumerate(layer.outputs):
             readers = graph.consumer_layers(blob)
             if readers and (keep is None or any(r.id in keep for r in readers)):
@@ -162,8 +172,14 @@ def neighbourhood(graph: "Graph", center: str, depth: int) -> set[int]:
         if producer is None:
             raise ParamSurgeryError(f"--around {center!r}: no layer or blob of that name")
         start = producer
-    seen = {start.id: 0}
-    todo = deque([start])
+    return around_layers(graph, [start.id], depth)
+
+
+def around_layers(graph: "Graph", start: Iterable[int], depth: int) -> set[int]:
+    """Ids of the layers within `depth` blob hops of any layer in `start` (breadth first,
+    both directions)."""
+    seen = dict.fromkeys(start, 0)
+    todo = deque(graph.layer(i) for i in seen)
     while todo:
         layer = todo.popleft()
         d = seen[layer.id]

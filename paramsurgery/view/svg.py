@@ -13,9 +13,10 @@ from __future__ import annotations
 import math
 from html import escape
 
-from .scene import LINE_H, PAD, Scene
+from .scene import LINE_H, MAX_STUB_LABELS, PAD, Scene
 
 Point = tuple[float, float]
+TOP_RANKS = 3  # the page opens centred on the boxes of the first ranks
 
 
 def render_svg(scene: Scene, *, svg_id: str = "g0", caption: str = "") -> str:
@@ -29,9 +30,11 @@ def render_svg(scene: Scene, *, svg_id: str = "g0", caption: str = "") -> str:
     out: list[str] = []
     w, h = placed.width, placed.height + (24 if caption else 0)
     top = 24.0 if caption else 0.0
+    first = [i for i, r in enumerate(placed.rank) if r <= TOP_RANKS]
+    top_x = sum(xs[i] for i in first) / len(first) if first else w / 2
     out.append(f'<svg id="{svg_id}" class="graph" viewBox="0 {-int(top)} {w:.0f} {h:.0f}" '
                f'width="{w:.0f}" height="{h:.0f}" data-boxes="{len(boxes)}" '
-               f'data-wires="{len(scene.wires)}">')
+               f'data-wires="{len(scene.wires)}" data-top-x="{top_x:.0f}">')
     out.append('<g class="viewport">')
     if caption:
         out.append(f'<text class="caption" x="{PAD:.0f}" y="-8">{escape(caption)}</text>')
@@ -50,7 +53,7 @@ def render_svg(scene: Scene, *, svg_id: str = "g0", caption: str = "") -> str:
         if not route:  # a jump: a stub under the producer, one over the consumer
             jumps.append(_jump(svg_id, wire.src, wire.dst, sx, sy, dx, dy, blob, label,
                                src.name, dst.name, 10.0 * (wire.src_slot % 3),
-                               10.0 * (wire.dst_slot % 3)))
+                               10.0 * (wire.dst_slot % 3), wire.src_slots <= MAX_STUB_LABELS))
             continue
         pts = [(sx, sy), *route[1:-1], (dx, dy)]
         back = dy <= sy
@@ -96,14 +99,15 @@ def render_svg(scene: Scene, *, svg_id: str = "g0", caption: str = "") -> str:
 
 def _jump(svg_id: str, src: int, dst: int, sx: float, sy: float, dx: float, dy: float,
           blob: str, label: str, src_name: str, dst_name: str, stagger: float,
-          stagger_in: float) -> str:
+          stagger_in: float, out_label: bool) -> str:
     """A long edge as two stubs; clicking one end shows the other (data-to). Labels of
     neighbouring tops are staggered so they do not overprint."""
     return (f'<g class="jump" data-blob="{blob}">'
             f'<g class="jump-out" data-to="{svg_id}-n{dst}"><title>{escape(label)} to '
             f'{escape(dst_name)} (click to go there)</title>'
             f'<path class="wire jump" d="M{sx:.1f},{sy:.1f}v{18 + stagger:.0f}"/>'
-            f'<text class="jump" x="{sx + 3:.1f}" y="{sy + 24 + stagger:.1f}">→ {escape(dst_name)}</text>'
+            + (f'<text class="jump" x="{sx + 3:.1f}" y="{sy + 24 + stagger:.1f}">→ '
+               f'{escape(dst_name)}</text>' if out_label else "") +
             f'</g><g class="jump-in" data-to="{svg_id}-n{src}"><title>{escape(label)} from '
             f'{escape(src_name)} (click to go there)</title>'
             f'<path class="wire jump" d="M{dx:.1f},{dy - 18 - stagger_in:.1f}'

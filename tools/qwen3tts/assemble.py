@@ -11,7 +11,8 @@
 | text / codec embeds, heads, speaker | `ported` nets as exported | -- |
 
 `variant="raw"`: every module that has a raw export is first run through `paramsurgery
-fix` (the CLI, as a user would) and `fold-gqa`, and must load in ncnn; the raw graphs keep
+fix` (the CLI, as a user would), then the repairs `fix` does not chain yet (fold-gqa, lower
+with pnnx's traced IR, fix-batch-reshape), and must load in ncnn; the raw graphs keep
 their own I/O conventions (the manifest `io` and reference shapes say how to feed them). A
 module that has no raw export or that ncnn still cannot load stops the assembly with
 `RawNotReady` naming it, or with `raw_fallback` keeps its ported graph. The predictor's
@@ -183,6 +184,20 @@ def _fix_takes_bin() -> bool:
     return "--bin" in proc.stdout
 
 
+def _repairs_fix_does_not_run_yet(g: Graph, traced: Path) -> tuple[Graph, list[tuple[str, str]]]:
+    """fold-gqa, lower (with pnnx's traced IR) and fix-batch-reshape, the repairs the raw
+    modules need beyond what this `paramsurgery fix` runs (as tests/test_rawfix_qwen3tts.py
+    chains them); each refusal is kept, the others still apply."""
+    from paramsurgery.passes.base import PassManager
+    from paramsurgery.passes.fix_batch_reshape import FixBatchReshape
+    from paramsurgery.passes.lower import Lower
+
+    passes = ([FoldGQA()] if g.by_type("SDPA") else []) + \
+        [Lower(traced=traced if traced.exists() else None), FixBatchReshape()]
+    current, _, failures = PassManager(passes, early_stop=False).run(g)
+    return current, failures
+
+
 def _fix_raw(module: str, rec: dict[str, Any], work: Path) -> tuple[Path, Path | None]:
     """`paramsurgery fix` on a raw export, then an ncnn load check in a child process."""
     param, binp = _fixture(rec, "ncnn_param"), _fixture(rec, "ncnn_bin")
@@ -201,19 +216,22 @@ def _fix_raw(module: str, rec: dict[str, Any], work: Path) -> tuple[Path, Path |
         raise RawNotReady(module, "paramsurgery fix wrote nothing: " + " | ".join(tail))
     fixed_bin = out.with_suffix(".bin")
     binp = fixed_bin if fixed_bin.exists() else binp
-    g = load(out)
-    if g.by_type("SDPA"):          # the pipeline folds GQA on every decoder (README)
-        try:
-            res = FoldGQA()(g)
-            if res.modified:
-                res.graph.save(out)
-        except PassRefused:
-            pass
+    traced = param.with_name(param.name.replace(".ncnn.param", ".pnnx.param"))
+    g, failures = _repairs_fix_does_not_run_yet(load(out, bin=binp), traced)
+    out_bin = work / f"{module}.raw.fixed.bin"
+    if binp is not None:
+        g.save(out, bin=out_bin)
+        binp = out_bin
+    else:
+        g.save(out)
     check = run_isolated(out, binp, {}, [])
     if check.status != "ok":
         left = _left_types(proc.stdout + proc.stderr, load(out))
-        raise RawNotReady(module, f"ncnn cannot load it after fix + fold-gqa "
-                                  f"({check.describe()}); left: {left}")
+        refused = "; ".join(f"{name} refused: {msg.splitlines()[0][:160]}"
+                            for name, msg in failures)
+        raise RawNotReady(module, f"ncnn cannot load it after fix + fold-gqa + lower + "
+                                  f"fix-batch-reshape ({check.describe()}); left: {left}"
+                                  + (f"; {refused}" if refused else ""))
     return out, binp
 
 
@@ -280,7 +298,7 @@ def assemble(size: str, variant: str, work: Path, bins: dict[str, Path] | None =
         else:
             src_param = _fixture(rec, "ncnn_param")
             src_bin = bins.get(f"{module}.{var}") or _fixture(rec, "ncnn_bin")
-        item_log: list[str] = ["paramsurgery fix + fold-gqa: loads in ncnn"] if var == "raw" else []
+        item_log: list[str] = ["fix + fold-gqa + lower + fix-batch-reshape: loads in ncnn"] if var == "raw" else []
         extra: dict[str, Any] = {}
         if part in ("talker", "predictor"):
             g = _decoder_with_cache(load(src_param), item_log)

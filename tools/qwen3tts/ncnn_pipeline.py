@@ -83,9 +83,11 @@ class CachedDecoder:
         self.part = part
         self.net = load_net(part.param, part.bin, options)
         self.slots = part.extra["slots"]
-        self.names = [i["blob"] for i in part.io["inputs"]]    # embeds, mask, cos, sin
-        self.rope_shapes = part.ref_shapes[2:4]
-        self.rope_batch = [i["batch_index"] for i in part.io["inputs"][2:4]]
+        by_name = {i["name"]: (k, i) for k, i in enumerate(part.io["inputs"])}
+        order = [by_name[n] for n in ("embeds", "mask", "cos", "sin")]
+        self.names = [i["blob"] for _, i in order]
+        self.rope_shapes = [part.ref_shapes[k] for k, _ in order[2:]]
+        self.rope_batch = [i["batch_index"] for _, i in order[2:]]
         self.head_dim, self.theta = head_dim, theta
         self.reset()
 
