@@ -11,7 +11,8 @@
 | text / codec embeds, heads, speaker | `ported` nets as exported | -- |
 
 `variant="raw"`: every module that has a raw export is first run through `paramsurgery
-fix` (the CLI, as a user would) and `fold-gqa`, and must load in ncnn; the raw graphs keep
+fix` (the CLI, as a user would), then the repairs `fix` does not chain yet (fold-gqa, lower
+with pnnx's traced IR, fix-batch-reshape), and must load in ncnn; the raw graphs keep
 their own I/O conventions (the manifest `io` and reference shapes say how to feed them). A
 module that has no raw export or that ncnn still cannot load stops the assembly with
 `RawNotReady` naming it, or with `raw_fallback` keeps its ported graph. The predictor's
