@@ -56,12 +56,14 @@ def test_small_svg_golden():
 
 
 def test_real_talker_every_layer_and_blob_fast(tmp_path):
-    t0 = time.perf_counter()
-    g = paramsurgery.load(REAL_TALKER)
     from paramsurgery.view.labels import blob_shapes
 
+    # CPU time of this process: the machine running the suite may be shared (wall time is
+    # what tools/bench_view.py reports)
+    t0 = time.process_time()
+    g = paramsurgery.load(REAL_TALKER)
     page = graph_page(g, shapes=blob_shapes(g))
-    elapsed = time.perf_counter() - t0
+    elapsed = time.process_time() - t0
     assert elapsed < 2.0, f"{elapsed:.2f} s"
     names = set(re.findall(r'<g id="g0-n\d+" class="box layer [^"]*" data-name="([^"]*)"', page))
     assert names == {lay.name for lay in g} and len(g) == 850
