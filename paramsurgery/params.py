@@ -20,6 +20,29 @@ if TYPE_CHECKING:
 TOKEN_RE = re.compile(r'([^\s=]+)=("[^"\r\n]*"|\S+)')
 
 
+# Parsed tokens by their text: a graph repeats the same few hundred `k=v` tokens across
+# thousands of layers, and `Value`s are immutable, so each distinct token is parsed once.
+# Bounded so a long-running process loading many files does not grow without limit.
+_PARSED: dict[str, tuple[int, Value]] = {}
+_PARSED_MAX = 1 << 16
+
+
+def _tokens(text: str) -> list[tuple[str, str, str]]:
+    """(token, key, value text) of every `k=v` token, as TOKEN_RE finds them; a plain
+    whitespace split when every token has that shape and no quoted string (which may hold
+    spaces) is involved."""
+    if '"' not in text:
+        out = []
+        for token in text.split():
+            key, _, value = token.partition("=")
+            if not key or not value:
+                break
+            out.append((token, key, value))
+        else:
+            return out
+    return [(m.group(0), m.group(1), m.group(2)) for m in TOKEN_RE.finditer(text)]
+
+
 class _Entry:
     __slots__ = ("pid", "value", "text")
 
@@ -51,16 +74,22 @@ class Params:
         entries = self._entries
         if entries is None:
             entries = {}
-            for m in TOKEN_RE.finditer(self._text):
-                try:
-                    pid, value = parse_value(m.group(1), m.group(2))
-                except ValueError_ as exc:  # the loader validated the syntax; this is semantic
-                    raise _located(self, m.group(0), len(m.group(1)) + 1 + exc.offset,
-                                   str(exc)) from None
+            for token, key, text in _tokens(self._text):
+                parsed = _PARSED.get(token)
+                if parsed is None:
+                    try:
+                        parsed = parse_value(key, text)
+                    except ValueError_ as exc:  # the loader validated the syntax; semantic
+                        raise _located(self, token, len(key) + 1 + exc.offset,
+                                       str(exc)) from None
+                    if len(_PARSED) >= _PARSED_MAX:
+                        _PARSED.clear()
+                    _PARSED[token] = parsed
+                pid, value = parsed
                 old = entries.pop(pid, None)
                 if old is not None:
                     self._dupes.append(old)
-                entries[pid] = _Entry(pid, value, m.group(0))
+                entries[pid] = _Entry(pid, value, token)
             self._entries = entries
         return entries
 
@@ -103,6 +132,15 @@ class Params:
 
     def to_dict(self) -> dict[int, PyValue]:
         return dict(self.items())
+
+    def source_text(self) -> str | None:
+        """The text these params were read from, while it still states them exactly (nothing
+        edited since); None for edited params or ones built in memory. Layers of one type
+        with the same source text have the same params, so a verdict about one holds for
+        all (lint parses each distinct line once)."""
+        if self.edited or (self._entries and not self._text.strip()):
+            return None
+        return self._text
 
     @property
     def has_duplicates(self) -> bool:
@@ -192,6 +230,8 @@ class Params:
     # ------------------------------------------------------------------ writing
     def tokens(self) -> list[str]:
         """The `k=v` tokens as they will be written (original text where unedited)."""
+        if self.source_text() is not None:
+            return [token for token, _, _ in _tokens(self._text)]  # no need to parse values
         entries = self._load()
         if not self._dupes:
             return [e.render() for e in entries.values()]

@@ -60,6 +60,26 @@ class LintContext:
         """Layer id → position in file order."""
         return {layer.id: i for i, layer in enumerate(self.layers)}
 
+    @cached_property
+    def layers_by_params(self) -> list[list["Layer"]]:
+        """Layers grouped by type and unedited param text (first appearance order): what a
+        rule concludes from one layer's params holds for its whole group, so per-param rules
+        parse each distinct line once instead of every layer's."""
+        groups: dict[tuple[str, str], list["Layer"]] = {}
+        out: list[list["Layer"]] = []
+        for layer in self.layers:
+            text = layer.params.source_text()
+            if text is None:
+                out.append([layer])
+                continue
+            key = (layer.type, text)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = []
+                out.append(group)
+            group.append(layer)
+        return out
+
     def producer(self, blob: str) -> "Layer | None":
         return self.graph.producer(blob)
 
@@ -95,7 +115,7 @@ class LintContext:
     # ------------------------------------------------------------------ shared analyses
     @cached_property
     def validate_findings(self) -> list[Finding]:
-        return self.graph.validate()
+        return self.graph.validate()  # cached on the graph: free after the caller's validate
 
     @cached_property
     def conformance(self) -> "Conformance":

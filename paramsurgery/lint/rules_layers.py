@@ -457,41 +457,47 @@ def param_kind(ctx: "LintContext") -> Iterator[Hit]:
     - the same id twice: ncnn keeps the last (warning).
 
     Ids the layer does not read are PS013."""
-    for layer in ctx.layers:
-        t = layer.type
-        table = LAYER_PARAMS.get(t)
-        if table is None:
+    for group in ctx.layers_by_params:
+        first = group[0]
+        if first.type not in LAYER_PARAMS or not len(first.params):
             continue
-        params = layer.params
-        if not len(params):
+        hits = list(_param_kind_hits(first))
+        if hits:  # layers with the same params have the same problems (under their names)
+            yield from hits
+            for layer in group[1:]:
+                yield from _param_kind_hits(layer)
+
+
+def _param_kind_hits(layer: "Layer") -> Iterator[Hit]:
+    t = layer.type
+    params = layer.params
+    for pid, value in params.values_typed():
+        info = param_info(t, pid)
+        if is_mixed(value):
+            yield Hit(layer, f"{t} {layer.name!r} param {pid} mixes ints and floats in one "
+                             f"array: ncnn reinterprets the bits of some elements")
             continue
-        for pid, value in params.values_typed():
-            info = param_info(t, pid)
-            if is_mixed(value):
-                yield Hit(layer, f"{t} {layer.name!r} param {pid} mixes ints and floats in one "
-                                 f"array: ncnn reinterprets the bits of some elements")
-                continue
-            if info is None:
-                continue  # PS013
-            problem = _kind_problem(info.kind, value.kind)
-            if problem is None:
-                continue
-            if info.kind is Kind.FLOAT and value.kind is Kind.INT and value.value == 0:
-                continue  # int 0 and float 0.0 have the same bits: harmless everywhere
-            sev, why = problem
-            if info.kind is Kind.FLOATS and value.kind is Kind.INTS and _float_bits(value.value):
-                floats = ", ".join(f"{x:g}" for x in _float_bits(value.value)[:4])
-                why = (f"the ints are float32 bit patterns ({floats}, …): ncnn builds with the "
-                       f"untyped ParamDict read those floats, a typed ParamDict may convert "
-                       f"the integers instead; write the floats")
-            shown = "[]" if value.kind.is_array and not value.value else value.python
-            yield Hit(layer, f"{t} {layer.name!r} param {pid} ({info.name}) is written as "
-                             f"{value.kind.value} {shown!r} but ncnn reads a {info.kind.value}: "
-                             f"{why}", severity=sev)
-        if params.has_duplicates:
-            dup = sorted({d.pid for d in params._dupes})
-            yield Hit(layer, f"{t} {layer.name!r} writes param(s) {', '.join(map(str, dup))} "
-                             f"more than once: ncnn keeps the last", severity=WARNING)
+        if info is None:
+            continue  # PS013
+        problem = _kind_problem(info.kind, value.kind)
+        if problem is None:
+            continue
+        if info.kind is Kind.FLOAT and value.kind is Kind.INT and value.value == 0:
+            continue  # int 0 and float 0.0 have the same bits: harmless everywhere
+        sev, why = problem
+        if info.kind is Kind.FLOATS and value.kind is Kind.INTS and _float_bits(value.value):
+            floats = ", ".join(f"{x:g}" for x in _float_bits(value.value)[:4])
+            why = (f"the ints are float32 bit patterns ({floats}, …): ncnn builds with the "
+                   f"untyped ParamDict read those floats, a typed ParamDict may convert "
+                   f"the integers instead; write the floats")
+        shown = "[]" if value.kind.is_array and not value.value else value.python
+        yield Hit(layer, f"{t} {layer.name!r} param {pid} ({info.name}) is written as "
+                         f"{value.kind.value} {shown!r} but ncnn reads a {info.kind.value}: "
+                         f"{why}", severity=sev)
+    if params.has_duplicates:
+        dup = sorted({d.pid for d in params._dupes})
+        yield Hit(layer, f"{t} {layer.name!r} writes param(s) {', '.join(map(str, dup))} "
+                         f"more than once: ncnn keeps the last", severity=WARNING)
 
 
 @rule("PS012", "load-rejects-params", ERROR, "params ncnn's load_param rejects")
@@ -549,14 +555,16 @@ def unread_param(ctx: "LintContext") -> Iterator[Hit]:
     """ncnn ignores a param id its layer does not read (e.g. pnnx writes `7=group` on a
     Convolution1D, which has no groups: a grouped 1-D convolution is
     ConvolutionDepthWise1D). Harmless; listed so a misspelt id does not go unnoticed."""
-    for layer in ctx.layers:
-        t = layer.type
-        if t not in LAYER_PARAMS or not len(layer.params):
+    for group in ctx.layers_by_params:
+        t = group[0].type
+        if t not in LAYER_PARAMS or not len(group[0].params):
             continue
-        unread = [pid for pid in layer.params if param_info(t, pid) is None]
-        if unread:
-            yield Hit(layer, f"{t} {layer.name!r} has param(s) {', '.join(map(str, unread))}, "
-                             f"which {t} does not read (ncnn ignores them)")
+        unread = [pid for pid in group[0].params if param_info(t, pid) is None]
+        if unread:  # the same ids for the whole group
+            for layer in group:
+                yield Hit(layer, f"{t} {layer.name!r} has param(s) "
+                                 f"{', '.join(map(str, unread))}, which {t} does not read "
+                                 f"(ncnn ignores them)")
 
 
 # =========================================================================== codebooks
@@ -580,6 +588,8 @@ def separate_codebook_embeds(ctx: "LintContext") -> Iterator[Hit]:
     one Embed over ids pre-offset by `level × vocab` on the host (the Qwen3-TTS port's form).
     Not a bug: an optimisation, reported as info."""
     g = ctx.graph
+    if g.types().get("Embed", 0) < 2:
+        return  # nothing to fuse: skip the walk over every sum (a residual chain has many)
 
     def back(b: str) -> "Layer | None":
         p = g.producer(b)
