@@ -38,18 +38,18 @@ STEPS = ("load", "validate", "lint", "edit", "emit")
 def workload(path: Path, ignore: list[str]) -> tuple[dict[str, float], bytes]:
     """One pass of the workload; seconds per step and the emitted text."""
     t: dict[str, float] = {}
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     g = paramsurgery.load(path)
-    t1 = time.perf_counter()
+    t1 = time.process_time()
     findings = g.validate()
-    t2 = time.perf_counter()
+    t2 = time.process_time()
     lint = lint_graph(g, run=False, path=str(path), ignore=ignore or None)
-    t3 = time.perf_counter()
+    t3 = time.process_time()
     for layer in g:
         layer.name = layer.name + "_e"
-    t4 = time.perf_counter()
+    t4 = time.process_time()
     out = g.dump_bytes()
-    t5 = time.perf_counter()
+    t5 = time.process_time()
     assert not findings, findings[:3]
     assert not [f for f in lint if f.severity == "error"], lint[:3]
     t.update(load=t1 - t0, validate=t2 - t1, lint=t3 - t2, edit=t4 - t3, emit=t5 - t4)
@@ -64,9 +64,9 @@ def rule_times(path: Path) -> list[tuple[float, str]]:
     for r in select_rules(None, None):
         if any(not have[n] for n in r.needs):
             continue
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         list(r.check(ctx))
-        out.append((time.perf_counter() - t0, r.code))
+        out.append((time.process_time() - t0, r.code))
     return sorted(out, reverse=True)
 
 
@@ -74,9 +74,9 @@ def ncnn_load_param(path: Path) -> float:
     import ncnn
 
     net = ncnn.Net()
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     ret = net.load_param(str(path))
-    dt = time.perf_counter() - t0
+    dt = time.process_time() - t0
     assert ret == 0, f"ncnn cannot load {path}"
     return dt
 

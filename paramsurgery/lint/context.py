@@ -65,20 +65,12 @@ class LintContext:
         """Layers grouped by type and unedited param text (first appearance order): what a
         rule concludes from one layer's params holds for its whole group, so per-param rules
         parse each distinct line once instead of every layer's."""
-        groups: dict[tuple[str, str], list["Layer"]] = {}
-        out: list[list["Layer"]] = []
-        for layer in self.layers:
-            text = layer.params.source_text()
-            if text is None:
-                out.append([layer])
-                continue
-            key = (layer.type, text)
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = []
-                out.append(group)
-            group.append(layer)
-        return out
+        return _group_by_params(self.layers)
+
+    def param_groups(self, *types: str) -> list[list["Layer"]]:
+        """`layers_by_params` restricted to some layer types (read through the type index,
+        so a rule about Gemm does not visit the other layers)."""
+        return _group_by_params(self.graph.by_type(*types))
 
     def producer(self, blob: str) -> "Layer | None":
         return self.graph.producer(blob)
@@ -126,3 +118,20 @@ class LintContext:
     @property
     def can_run(self) -> bool:
         return self.options.run is not False
+
+
+def _group_by_params(layers: Sequence["Layer"]) -> list[list["Layer"]]:
+    groups: dict[tuple[str, str], list["Layer"]] = {}
+    out: list[list["Layer"]] = []
+    for layer in layers:
+        text = layer.params.source_text()
+        if text is None:  # edited: its own group
+            out.append([layer])
+            continue
+        key = (layer.type, text)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = []
+            out.append(group)
+        group.append(layer)
+    return out

@@ -513,41 +513,64 @@ def load_rejects_params(ctx: "LintContext") -> Iterator[Hit]:
     - Gemm with a constant A/B but a zero M, N or K; Gemm quantize_term 4, 5 or 6;
     - Crop in expression mode (`19`, `20`) without `21` axes_expr: the wheel ignores the
       failed evaluation and segfaults."""
-    g = ctx.graph
-    for layer in g.by_type("Reduction"):
-        if _ints(layer, 3) and _int(layer, 5, 0) != 1:
-            yield Hit(layer, f"Reduction {layer.name!r} has axes but no 5=1: ncnn's load_param "
-                             f"fails ('param is too old, please regenerate!')")
-    for layer in g.by_type("Softmax"):
-        if _int(layer, 0, 0) != 0 and _int(layer, 1, 0) != 1:
-            yield Hit(layer, f"Softmax {layer.name!r} has axis {_int(layer, 0, 0)} but no 1=1: "
-                             f"ncnn's load_param fails")
-    for layer in g.by_type("MultiHeadAttention"):
-        e, h = _int(layer, 0, 0), _int(layer, 1, 1)
-        if h <= 0 or e % h:
-            yield Hit(layer, f"MultiHeadAttention {layer.name!r}: embed_dim {e} is not a "
-                             f"multiple of num_heads {h}: ncnn's load_param fails")
-    for layer in g.by_type("GroupNorm"):
-        grp, ch = _int(layer, 0, 1), _int(layer, 1, 0)
-        if grp <= 0 or ch % grp:
-            yield Hit(layer, f"GroupNorm {layer.name!r}: {ch} channels are not a multiple of "
-                             f"{grp} groups: ncnn's load_param fails")
-    for layer in g.by_type("Gemm"):
-        m, n, k = _int(layer, 7, 0), _int(layer, 8, 0), _int(layer, 9, 0)
-        if _int(layer, 4, 0) and (m == 0 or k == 0):
-            yield Hit(layer, f"Gemm {layer.name!r} has a constant A but M={m}, K={k}: ncnn's "
-                             f"load_param fails")
-        if _int(layer, 5, 0) and (n == 0 or k == 0):
-            yield Hit(layer, f"Gemm {layer.name!r} has a constant B but N={n}, K={k}: ncnn's "
-                             f"load_param fails")
-        if _int(layer, 18, 0) in (4, 5, 6):
-            yield Hit(layer, f"Gemm {layer.name!r} quantize_term {_int(layer, 18, 0)} is "
-                             f"rejected by ncnn's load_param")
-    for layer in g.by_type("Crop"):
-        has_expr = bool(layer.params.get(19)) or bool(layer.params.get(20))
-        if has_expr and not layer.params.get(21):
-            yield Hit(layer, f"Crop {layer.name!r} uses starts/ends expressions (19/20) without "
-                             f"axes (21): ncnn leaves the crop uninitialised and crashes")
+    for group in ctx.param_groups(*_LOAD_REJECTS):
+        check = _LOAD_REJECTS[group[0].type]
+        hits = list(check(group[0]))
+        if hits:  # the same params fail the same way in every layer of the group
+            yield from hits
+            for layer in group[1:]:
+                yield from check(layer)
+
+
+def _reduction_rejected(layer: "Layer") -> Iterator[Hit]:
+    if _ints(layer, 3) and _int(layer, 5, 0) != 1:
+        yield Hit(layer, f"Reduction {layer.name!r} has axes but no 5=1: ncnn's load_param "
+                         f"fails ('param is too old, please regenerate!')")
+
+
+def _softmax_rejected(layer: "Layer") -> Iterator[Hit]:
+    if _int(layer, 0, 0) != 0 and _int(layer, 1, 0) != 1:
+        yield Hit(layer, f"Softmax {layer.name!r} has axis {_int(layer, 0, 0)} but no 1=1: "
+                         f"ncnn's load_param fails")
+
+
+def _mha_rejected(layer: "Layer") -> Iterator[Hit]:
+    e, h = _int(layer, 0, 0), _int(layer, 1, 1)
+    if h <= 0 or e % h:
+        yield Hit(layer, f"MultiHeadAttention {layer.name!r}: embed_dim {e} is not a "
+                         f"multiple of num_heads {h}: ncnn's load_param fails")
+
+
+def _groupnorm_rejected(layer: "Layer") -> Iterator[Hit]:
+    grp, ch = _int(layer, 0, 1), _int(layer, 1, 0)
+    if grp <= 0 or ch % grp:
+        yield Hit(layer, f"GroupNorm {layer.name!r}: {ch} channels are not a multiple of "
+                         f"{grp} groups: ncnn's load_param fails")
+
+
+def _gemm_rejected(layer: "Layer") -> Iterator[Hit]:
+    m, n, k = _int(layer, 7, 0), _int(layer, 8, 0), _int(layer, 9, 0)
+    if _int(layer, 4, 0) and (m == 0 or k == 0):
+        yield Hit(layer, f"Gemm {layer.name!r} has a constant A but M={m}, K={k}: ncnn's "
+                         f"load_param fails")
+    if _int(layer, 5, 0) and (n == 0 or k == 0):
+        yield Hit(layer, f"Gemm {layer.name!r} has a constant B but N={n}, K={k}: ncnn's "
+                         f"load_param fails")
+    if _int(layer, 18, 0) in (4, 5, 6):
+        yield Hit(layer, f"Gemm {layer.name!r} quantize_term {_int(layer, 18, 0)} is "
+                         f"rejected by ncnn's load_param")
+
+
+def _crop_rejected(layer: "Layer") -> Iterator[Hit]:
+    has_expr = bool(layer.params.get(19)) or bool(layer.params.get(20))
+    if has_expr and not layer.params.get(21):
+        yield Hit(layer, f"Crop {layer.name!r} uses starts/ends expressions (19/20) without "
+                         f"axes (21): ncnn leaves the crop uninitialised and crashes")
+
+
+_LOAD_REJECTS = {"Reduction": _reduction_rejected, "Softmax": _softmax_rejected,
+                 "MultiHeadAttention": _mha_rejected, "GroupNorm": _groupnorm_rejected,
+                 "Gemm": _gemm_rejected, "Crop": _crop_rejected}
 
 
 @rule("PS013", "unread-param", INFO, "a param id the layer type does not read")
