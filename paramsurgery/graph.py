@@ -833,6 +833,12 @@ class Graph:
 
     def copy(self) -> "Graph":
         """An independent copy (for rollback): same layers, params, raw text and weights."""
+        from ._gc import paused_gc
+
+        with paused_gc():  # allocation-heavy: collections would make it superlinear
+            return self._copy()
+
+    def _copy(self) -> "Graph":
         layers = []
         for layer in self:
             new = Layer(layer._type, layer._name, list(layer._inputs), list(layer._outputs),
@@ -862,9 +868,8 @@ def _source_counts(g: Graph) -> tuple:
 
 
 def _copy_params(params: Params, owner: Layer) -> Params:
-    if params._entries is None and not params.edited:
-        p = Params(params._text, owner)
-        return p
+    if params.source_text() is not None:  # unedited: the text says it all, parse on demand
+        return Params(params._text, owner)
     p = params.copy(owner)
     p._text = params._text
     p.edited = params.edited
