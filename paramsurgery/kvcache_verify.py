@@ -186,21 +186,19 @@ def verify_kvcache(param: str | Path, bin: str | Path | None, *, n: int, m: int,
             "rope": rope,
             "reference_param": None if reference_param is None else str(reference_param),
             "slots": [[s.k_in, s.v_in, s.k_out, s.v_out] for s in slots]}
+    report = ParityReport(n, m, tol)
+    # The two sides run one after the other, each in its own child process: only one net's
+    # weights are resident at a time, and only the compared outputs come back.
     with tempfile.TemporaryDirectory(prefix="paramsurgery-kv-") as tmp:
-        spec_path = Path(tmp) / "spec.json"
-        spec_path.write_text(json.dumps(spec))
-        from .runtime import child_env
-
-        proc = subprocess.run([sys.executable, "-m", "paramsurgery.kvcache_verify", str(spec_path)],
-                              capture_output=True, text=True, timeout=timeout, env=child_env())
-        out_path = Path(tmp) / "result.json"
-        report = ParityReport(n, m, tol)
-        if proc.returncode != 0 or not out_path.exists():
-            sig = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
-            tail = " ".join(proc.stderr.strip().splitlines()[-3:])
-            report.error = f"ncnn run failed ({sig}) {tail}".strip()
-            return report
-        data = json.loads(out_path.read_text())
+        data = _run_child({**spec, "role": "candidate"}, Path(tmp), timeout)
+        if data.get("error") is None and reference_param is not None:
+            ref = _run_child({**spec, "role": "reference", "param": str(reference_param)},
+                             Path(tmp), timeout)
+            if ref.get("error") is not None:
+                data = ref
+            else:
+                full = np.load(Path(tmp) / "candidate.npy")
+                data["reference_rel"] = _rel(full, np.load(Path(tmp) / "reference.npy"))[1]
     if data.get("error"):
         report.error = data["error"]
         return report
@@ -208,6 +206,23 @@ def verify_kvcache(param: str | Path, bin: str | Path | None, *, n: int, m: int,
                     for s in data["steps"]]
     report.reference_rel = data.get("reference_rel")
     return report
+
+
+def _run_child(spec: dict, tmp: Path, timeout: float) -> dict:
+    """One side of the check in a child process; its result (or {"error": ...})."""
+    from .runtime import child_env
+
+    role = spec["role"]
+    spec_path = tmp / f"{role}.json"
+    spec_path.write_text(json.dumps(spec))
+    out_path = tmp / f"{role}.result.json"
+    proc = subprocess.run([sys.executable, "-m", "paramsurgery.kvcache_verify", str(spec_path)],
+                          capture_output=True, text=True, timeout=timeout, env=child_env())
+    if proc.returncode != 0 or not out_path.exists():
+        sig = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
+        tail = " ".join(proc.stderr.strip().splitlines()[-3:])
+        return {"error": f"ncnn run failed ({sig}) {tail}".strip()}
+    return json.loads(out_path.read_text())
 
 
 # --------------------------------------------------------------------------- child process
@@ -226,7 +241,8 @@ def _child(spec_path: Path) -> int:
     from .runtime import NcnnRunError, RunOptions, load_net
 
     spec = json.loads(spec_path.read_text())
-    out_path = spec_path.parent / "result.json"
+    role = spec.get("role", "candidate")
+    out_path = spec_path.parent / f"{role}.result.json"
     io = spec["io"]
     n, m = spec["n"], spec["m"]
     total = n + m
@@ -276,7 +292,13 @@ def _child(spec_path: Path) -> int:
         return result, new
 
     try:
+        if role == "reference":  # the graph without cache: only its full prefill
+            ref, _ = call(net, 0, total, 0, None)
+            np.save(spec_path.parent / "reference.npy", ref)
+            out_path.write_text(json.dumps({"steps": []}))
+            return 0
         full, _ = call(net, 0, total, 0, {})
+        np.save(spec_path.parent / "candidate.npy", full)
         steps = []
         pre, caches = call(net, 0, n, 0, {})
         d, r = _rel(pre, full[:n])
@@ -287,10 +309,6 @@ def _child(spec_path: Path) -> int:
             steps.append({"label": f"step {t - n + 1}", "positions": [t, t + 1], "max_abs": d,
                           "max_rel": r})
         result = {"steps": steps}
-        if spec.get("reference_param"):
-            ref_net = load_net(spec["reference_param"], spec["bin"], RunOptions())
-            ref, _ = call(ref_net, 0, total, 0, None)
-            result["reference_rel"] = _rel(full, ref)[1]
     except (RuntimeError, NcnnRunError) as exc:
         result = {"error": str(exc)}
     out_path.write_text(json.dumps(result))
