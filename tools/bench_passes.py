@@ -80,10 +80,8 @@ def paramless_slices(sites: int) -> Graph:
 
 
 def codebook_sum(sites: int) -> Graph:
-    """`sites` Embeds, one id input each, summed by a chain of adds (with weights: the pass
-    concatenates the tables)."""
-    import numpy as np
-
+    """`sites` Embeds, one id input each, summed by a chain of BinaryOp adds (one group: the
+    pass fuses them into one Embed over the concatenated tables)."""
     rows, prev = [], None
     for i in range(sites):
         rows += [f"Input ids{i} 0 1 ids{i}", f"Embed emb_{i} 1 1 ids{i} e{i} 0=4 1=8 2=0 3=32"]
@@ -92,29 +90,61 @@ def codebook_sum(sites: int) -> Graph:
             prev = f"s{i}"
         else:
             prev = f"e{i}"
-    g = paramsurgery.loads(_text(rows))
-    from paramsurgery.weights import attach_synthetic  # type: ignore[attr-defined]
+    return paramsurgery.loads(_text(rows))
 
-    attach_synthetic(g, np.random.default_rng(0))
-    return g
+
+STATIC_LEN = 10  # the traced length of the static export dynamize rewrites
+
+
+def static_crops(sites: int) -> Graph:
+    """A static export's `x[..., :L-1]` per site: Crop with an absolute end at the traced
+    length (what dynamize makes relative to the end)."""
+    rows = []
+    for i in range(sites):
+        rows += [f"Input in{i} 0 1 in{i}",
+                 f"Crop crop_{i} 1 1 in{i} out{i} -23310=1,{STATIC_LEN - 1} -23311=1,1 "
+                 f"-23309=1,0"]
+    return paramsurgery.loads(_text(rows))
+
+
+def static_crops_traced(sites: int) -> list:
+    """pnnx's traced ops for `static_crops` (what `X.pnnx.param` would give)."""
+    from paramsurgery.passes._traced import PnnxOp
+
+    shape = ((1, 3, STATIC_LEN), "f32")
+    ops = []
+    for i in range(sites):
+        ops.append(PnnxOp("pnnx.Input", f"in{i}", [], [f"x{i}"], {}, {f"x{i}": shape}))
+        ops.append(PnnxOp("Tensor.slice", f"Tensor.slice_{i}", [f"x{i}"], [f"y{i}"],
+                          {"dim": "2", "start": "0", "end": str(STATIC_LEN - 1)},
+                          {f"x{i}": shape}))
+    return ops
 
 
 def cases() -> dict[str, tuple[Callable[[int], Graph], Callable[[Graph, int], Pass]]]:
+    from paramsurgery.passes.dynamize import Dynamize
     from paramsurgery.passes.extract import Extract
     from paramsurgery.passes.fix_reduction import FixReduction
     from paramsurgery.passes.fix_slice import FixSlice
     from paramsurgery.passes.fold_gqa import FoldGQA
+    from paramsurgery.passes.fuse_codebooks import FuseCodebooks
     from paramsurgery.passes.io_edits import RenameBlobs
     from paramsurgery.passes.kvcache import AddKVCache
+    from paramsurgery.passes.lower import Lower
     from paramsurgery.passes.passthrough import RemovePassthrough
 
     return {
         "add-kvcache": (decoder_graph, lambda g, n: AddKVCache()),
         "fold-gqa": (gqa_expanded, lambda g, n: FoldGQA()),
+        "fuse-codebooks": (codebook_sum, lambda g, n: FuseCodebooks()),
         "fix-reduction": (stacked_reductions, lambda g, n: FixReduction()),
         "fix-slice": (paramless_slices, lambda g, n: FixSlice()),
         "remove-passthrough": (lambda n: paramsurgery.loads(relu_chain(n, "Noop")),
                                lambda g, n: RemovePassthrough()),
+        "dynamize": (static_crops,
+                     lambda g, n: Dynamize(STATIC_LEN, traced=static_crops_traced(n))),
+        "lower": (lambda n: paramsurgery.loads(relu_chain(n, "F.softsign")),
+                  lambda g, n: Lower()),
         "rename-blobs": (lambda n: paramsurgery.loads(relu_chain(n)),
                          lambda g, n: RenameBlobs({f"b{i}": f"r{i}" for i in range(n)})),
         "extract": (lambda n: paramsurgery.loads(relu_chain(n + 10)),
