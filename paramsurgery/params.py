@@ -25,31 +25,49 @@ TOKEN_RE = re.compile(r'([^\s=]+)=("[^"\r\n]*"|\S+)')
 # Bounded so a long-running process loading many files does not grow without limit.
 _PARSED: dict[str, tuple[int, Value]] = {}
 _PARSED_MAX = 1 << 16
+_PARSED_TOKEN_MAX = 128  # longer tokens (long arrays) are rare and would pin big strings
 
 
-def _tokens(text: str) -> list[tuple[str, str, str]]:
-    """(token, key, value text) of every `k=v` token, as TOKEN_RE finds them; a plain
+def _tokens(text: str) -> list[tuple[int, int, str, str]]:
+    """(start, end, key, value text) of every `k=v` token, as TOKEN_RE finds them; a plain
     whitespace split when every token has that shape and no quoted string (which may hold
     spaces) is involved."""
     if '"' not in text:
         out = []
+        pos = 0
         for token in text.split():
             key, _, value = token.partition("=")
             if not key or not value:
                 break
-            out.append((token, key, value))
+            start = text.find(token, pos)
+            pos = start + len(token)
+            out.append((start, pos, key, value))
         else:
             return out
-    return [(m.group(0), m.group(1), m.group(2)) for m in TOKEN_RE.finditer(text)]
+    return [(m.start(), m.end(), m.group(1), m.group(2)) for m in TOKEN_RE.finditer(text)]
 
 
 class _Entry:
-    __slots__ = ("pid", "value", "text")
+    __slots__ = ("pid", "value", "_text", "_src", "_start", "_end")
 
-    def __init__(self, pid: int, value: Value, text: str | None) -> None:
+    def __init__(self, pid: int, value: Value, text: str | None, src: str | None = None,
+                 start: int = 0, end: int = 0) -> None:
         self.pid = pid
         self.value = value
-        self.text = text  # the original `k=v` token, None once edited
+        # the original `k=v` token, None once edited; read from the param text on demand
+        # (`src[start:end]`) so a long array's text is held once
+        self._text = text
+        self._src, self._start, self._end = src, start, end
+
+    @property
+    def text(self) -> str | None:
+        if self._src is not None:
+            return self._src[self._start:self._end]
+        return self._text
+
+    @text.setter
+    def text(self, value: str | None) -> None:
+        self._text, self._src = value, None
 
     def render(self) -> str:
         return self.text if self.text is not None else format_value(self.pid, self.value)
@@ -74,22 +92,25 @@ class Params:
         entries = self._entries
         if entries is None:
             entries = {}
-            for token, key, text in _tokens(self._text):
-                parsed = _PARSED.get(token)
+            src = self._text
+            for start, end, key, text in _tokens(src):
+                token = src[start:end] if end - start <= _PARSED_TOKEN_MAX else None
+                parsed = _PARSED.get(token) if token is not None else None
                 if parsed is None:
                     try:
                         parsed = parse_value(key, text)
                     except ValueError_ as exc:  # the loader validated the syntax; semantic
-                        raise _located(self, token, len(key) + 1 + exc.offset,
+                        raise _located(self, src[start:end], len(key) + 1 + exc.offset,
                                        str(exc)) from None
-                    if len(_PARSED) >= _PARSED_MAX:
-                        _PARSED.clear()
-                    _PARSED[token] = parsed
+                    if token is not None:
+                        if len(_PARSED) >= _PARSED_MAX:
+                            _PARSED.clear()
+                        _PARSED[token] = parsed
                 pid, value = parsed
                 old = entries.pop(pid, None)
                 if old is not None:
                     self._dupes.append(old)
-                entries[pid] = _Entry(pid, value, token)
+                entries[pid] = _Entry(pid, value, None, src, start, end)
             self._entries = entries
         return entries
 
@@ -190,6 +211,18 @@ class Params:
             self._touch()
         return self
 
+    def move_first(self, pid: int) -> "Params":
+        """Put param `pid` first on the line (ncnnoptimize writes `-23330=` hints there)."""
+        entries = self._load()
+        if pid in entries and next(iter(entries)) != pid:
+            first = entries.pop(pid)
+            rest = list(entries.values())
+            entries.clear()
+            entries[pid] = first
+            entries.update((e.pid, e) for e in rest)
+            self._touch()
+        return self
+
     def __delitem__(self, pid: int) -> None:
         if pid not in self._load():
             raise KeyError(pid)
@@ -231,7 +264,8 @@ class Params:
     def tokens(self) -> list[str]:
         """The `k=v` tokens as they will be written (original text where unedited)."""
         if self.source_text() is not None:
-            return [token for token, _, _ in _tokens(self._text)]  # no need to parse values
+            text = self._text  # no need to parse values
+            return [text[start:end] for start, end, _, _ in _tokens(text)]
         entries = self._load()
         if not self._dupes:
             return [e.render() for e in entries.values()]

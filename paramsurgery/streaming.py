@@ -217,7 +217,8 @@ def output_paths(out: str) -> tuple[str, str, str, str]:
 
 
 def convert(param: str | os.PathLike, bin: str | os.PathLike | None, out: str, *,
-            time_axis: Any = None, graph: Any = None) -> Converted:
+            time_axis: Any = None, graph: Any = None,
+            inputshape: Mapping[str, tuple] | None = None) -> Converted:
     """Load, run `add-conv-cache`, write out.param, out.bin, out.json (+ out.start.param when
     the stream has start trims) atomically, all renamed into place together."""
     from .io import atomic_write_many, load
@@ -229,7 +230,7 @@ def convert(param: str | os.PathLike, bin: str | os.PathLike | None, out: str, *
     if not os.path.isdir(directory):
         raise ParamSurgeryError("no such directory", file=directory)
     g = graph if graph is not None else load(param, bin=bin)
-    result = AddConvCache(time_axis)(g)
+    result = AddConvCache(time_axis, inputshape=inputshape)(g)
     start = result.data["start_graph"]
     manifest = dict(result.data["manifest"])
     manifest["param"] = os.path.basename(p_path)

@@ -98,7 +98,7 @@ RAW = {
     "speaker_encoder": (["Tensor.expand", "Tensor.masked_fill", "Tensor.repeat", "Tensor.to",
                          "pnnx.Expression", "torch.arange", "torch.eq", "torch.lt"],
                         "refused: length-mask arithmetic (arange/lt/masked_fill) in the graph"),
-    "mimi_encoder": (["F.pad", "Tensor.to", "pnnx.Expression", "torch.arange"],
+    "mimi_encoder": (["F.pad", "Reshape", "Tensor.to", "pnnx.Expression", "torch.arange"],
                      "refused: extra padding from the traced length (case 5), replicate F.pad, "
                      "in-graph positions"),
 }

@@ -21,6 +21,23 @@ def add_output_args(parser: argparse.ArgumentParser, what: str = "output .param"
                         help=f"{what} (written atomically; '-' for stdout)")
     parser.add_argument("--in-place", action="store_true",
                         help="overwrite the input file (atomically)")
+    add_report_arg(parser)
+
+
+def add_report_arg(parser: argparse.ArgumentParser) -> None:
+    """`--report PAGE` (the before/after page): every graph-writing command takes it."""
+    from ..view.report import add_report_arg as add
+
+    add(parser)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed command; with `--report`, through the before/after page."""
+    if getattr(args, "report", None):
+        from ..view.report import run_with_report
+
+        return run_with_report(args, args.run)
+    return args.run(args)
 
 
 def output_path(args: argparse.Namespace, input_path: str, *, required: bool = True) -> str | None:
@@ -83,17 +100,26 @@ def add_pass_args(parser: argparse.ArgumentParser, tag: str) -> None:
     add_format_arg(parser)
 
 
-def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str) -> int:
+def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str,
+                   verify: Any = None) -> int:
     """Load, run one pass (on a copy), write the result atomically, print the report.
-    Exit 0 when the pass ran (changed or not); a refusal raises PassRefused (exit 2)."""
+    Exit 0 when the pass ran (changed or not); a refusal raises PassRefused (exit 2).
+    `verify(result)`, when given and the pass changed something, returns a report with
+    `.ok`, `.format()` and `.to_json()`; a failed proof writes nothing (VerificationError)."""
+    from ..errors import VerificationError
     from ..io import atomic_write, load
 
     if args.output is None and not args.in_place:
         args.output = derived_output(args.param, tag)
     out = output_path(args, args.param)
     g = load(args.param)
-    result = pass_obj(g)
+    result = run_pass_located(pass_obj, g, args.param)
     data = result.graph.dump_bytes()
+    proof = verify(result) if verify is not None and result.modified else None
+    if proof is not None and not proof.ok:
+        print(proof.format(), file=sys.stderr)
+        raise VerificationError("the rewrite could not be proven; nothing written",
+                                file=args.param)
     if out == "-":
         sys.stdout.buffer.write(data)
     elif result.modified or out != args.param:
@@ -101,11 +127,49 @@ def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str) -> int:
     if args.format == "json":
         print_json({"pass": result.pass_name, "output": out, "modified": result.modified,
                     "changes": [c.__dict__ for c in result.changes],
-                    "skipped": [s.__dict__ for s in result.skipped], "notes": result.notes})
+                    "skipped": [s.__dict__ for s in result.skipped], "notes": result.notes,
+                    "contract_changes": result.contract_changes,
+                    **({"verify": proof.to_json()} if proof is not None else {})})
         return 0
     stream = sys.stderr if out == "-" else sys.stdout
     print(result.format(args.explain), file=stream)
+    if proof is not None:
+        print(proof.format(), file=stream)
     if out != "-":
         print(f"wrote {out}" if (result.modified or out != args.param) else f"{out} unchanged",
               file=stream)
     return 0
+
+
+def run_pass_located(pass_obj: Any, g: Any, path: str) -> Any:
+    """Run a pass; a refusal that names no file names `path` (not `<input>`)."""
+    from ..errors import PassRefused
+
+    try:
+        return pass_obj(g)
+    except PassRefused as exc:
+        if exc.file is None:
+            exc.file = path
+        raise
+
+
+def add_inputshape_args(parser: argparse.ArgumentParser, *, inputs: bool = True) -> None:
+    """`--inputshape` (shapes of input blobs, symbolic dims allowed) and, for commands that
+    run the graph, `--inputs inputs.npz` (arrays keyed by input blob name)."""
+    from ..shapes.spec import add_inputshape_arg
+
+    add_inputshape_arg(parser)
+    if inputs:
+        parser.add_argument("--inputs", metavar="NPZ",
+                            help="input arrays for runs (keys = input blob names); replaces "
+                                 "the generated ones")
+
+
+def inputshape_of(args: argparse.Namespace, g: Any = None) -> dict:
+    """The parsed `--inputshape` (checked against `g`'s blobs when given)."""
+    from ..shapes.spec import check_blobs, inputshape_from_args
+
+    shapes = inputshape_from_args(args)
+    if g is not None:
+        check_blobs(g, shapes, getattr(args, "param", None))
+    return shapes

@@ -8,7 +8,7 @@ import sys
 import tempfile
 
 from ..errors import ParamSurgeryError
-from ._common import add_format_arg, print_json
+from ._common import add_format_arg, add_report_arg, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,7 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default 1,3,2,1)")
     p.add_argument("--tol", type=float, default=1e-5, help="--verify: relative tolerance")
     p.add_argument("--explain", action="store_true", help="list every change")
+    from ._common import add_inputshape_args
+
+    add_inputshape_args(p, inputs=False)
     add_format_arg(p)
+    add_report_arg(p)
     p.set_defaults(run=run)
 
 
@@ -68,7 +72,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"{args.param}: refusing to write {paths[0]}: the streamed output differs "
                   f"from the offline output", file=sys.stderr)
             return 1
-    conv = convert(args.param, args.bin, out, time_axis=args.time_axis)
+    from ._common import inputshape_of
+
+    conv = convert(args.param, args.bin, out, time_axis=args.time_axis,
+                   inputshape=inputshape_of(args) or None)
     man = conv.manifest
     result = conv.result
     written = [conv.param, conv.bin, conv.manifest_path] + ([conv.start_param]

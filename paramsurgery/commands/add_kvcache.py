@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     from .verify_kvcache import add_decoder_io_args
 
     add_decoder_io_args(p)
+    from ._common import add_inputshape_args
+
+    add_inputshape_args(p)
     add_format_arg(p)
     p.set_defaults(run=run)
 
@@ -72,11 +75,13 @@ def run(args: argparse.Namespace) -> int:
             candidate = os.path.join(tmp, "candidate.param")
             with open(candidate, "wb") as fh:
                 fh.write(data)
+            from ._common import inputshape_of
             from .verify_kvcache import decoder_io_from_args
 
             parity = verify_kvcache(candidate, args.bin, n=args.n, m=args.m, tol=args.tol,
                                     io=decoder_io_from_args(args), seed=args.seed,
-                                    reference_param=args.param)
+                                    reference_param=args.param,
+                                    inputshape=inputshape_of(args) or None, inputs=args.inputs)
         if not parity.ok:
             if args.format == "text":
                 print(result.format(args.explain))

@@ -29,6 +29,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pnnx", metavar="PNNX_PARAM",
                    help="pnnx's IR with traced shapes (default: X.pnnx.param next to "
                         "X.ncnn.param)")
+    p.add_argument("--bin", metavar="BIN",
+                   help="the weights (with --pair-bin: position tables traced at T are "
+                        "extended from the paired export's); writes <output>.bin")
+    p.add_argument("--pair-bin", metavar="OTHER_BIN", help="the weights of --pair")
+    p.add_argument("--pair-pnnx", metavar="OTHER_PNNX_PARAM",
+                   help="pnnx's IR of --pair (default: next to it)")
+    from ._common import add_inputshape_args
+
+    add_inputshape_args(p, inputs=False)
     p.set_defaults(run=run)
 
 
@@ -39,7 +48,27 @@ def run(args: argparse.Namespace) -> int:
 
     if args.traced_len is None and args.pair is None:
         raise ParamSurgeryError("give --traced-len T or --pair OTHER.param", file=args.param)
+    from ._common import inputshape_of
+
     traced = args.pnnx or companion_pnnx(args.param)
-    p = Dynamize(args.traced_len, pair=args.pair, pair_len=args.pair_len, axis=args.axis,
-                 reshape_axes=args.reshape_axes, layers=args.layers, traced=traced)
+    shapes = inputshape_of(args)
+    if shapes and any(not isinstance(d, int) for s in shapes.values() for d in s):
+        raise ParamSurgeryError("dynamize: --inputshape gives the traced shapes: numbers only "
+                                "(e.g. in0=[4,20] for --traced-len 20)", file=args.param)
+    pair = args.pair
+    if args.pair_bin:
+        from ..io import load
+
+        if not (args.pair and args.bin):
+            raise ParamSurgeryError("--pair-bin goes with --pair and --bin", file=args.param)
+        pair = load(args.pair, bin=args.pair_bin)
+    p = Dynamize(args.traced_len, pair=pair, pair_len=args.pair_len, axis=args.axis,
+                 reshape_axes=args.reshape_axes, layers=args.layers, traced=traced,
+                 inputshape=shapes,
+                 pair_traced=args.pair_pnnx or (companion_pnnx(args.pair) if args.pair_bin
+                                                else None))
+    if args.bin:
+        from ._withbin import run_with_bin
+
+        return run_with_bin(args, p, "dynamic")
     return run_param_pass(args, p, "dynamic")

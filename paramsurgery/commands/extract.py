@@ -8,7 +8,7 @@ import sys
 
 from ..errors import ParamSurgeryError
 from ..io import atomic_write, load
-from ._common import add_format_arg, print_json
+from ._common import add_format_arg, add_report_arg, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--feeds", metavar="NPZ", help="--verify: arrays for the graph inputs, keyed "
                    "by blob name (numpy shape = ncnn (c,h,w), no batch axis; ids int32)")
     add_format_arg(p)
+    add_report_arg(p)
     p.set_defaults(run=run)
 
 

@@ -41,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     from .verify_kvcache import add_decoder_io_args
 
     add_decoder_io_args(p)
+    from ._common import add_inputshape_args
+
+    add_inputshape_args(p)
     add_format_arg(p)
     p.set_defaults(run=run)
 
@@ -54,11 +57,15 @@ def run(args: argparse.Namespace) -> int:
     out = output_path(args, args.param)
     # with --bin, check the weights match the param first (a mismatch names the layer)
     g = load(args.param, bin=args.bin) if args.bin else load(args.param)
-    result = FoldGQA(only=args.only, skip=args.skip)(g)
+    from ._common import inputshape_of, run_pass_located
+
+    shapes = inputshape_of(args, g)
+    result = run_pass_located(FoldGQA(only=args.only, skip=args.skip, inputshape=shapes), g,
+                              args.param)
     data = result.graph.dump_bytes()
     check = None
     if args.verify and result.modified:
-        if not args.bin:
+        if not args.bin and not (shapes or args.inputs):
             raise ParamSurgeryError("--verify needs the weights (--bin model.bin)", file=args.param)
         from .verify_kvcache import decoder_io_from_args
 
@@ -66,10 +73,22 @@ def run(args: argparse.Namespace) -> int:
             cand = os.path.join(tmp, "folded.param")
             with open(cand, "wb") as fh:
                 fh.write(data)
-            check = verify_fold(cand, args.bin, args.reference or args.param,
-                                lengths=[int(x) for x in args.lengths.split(",") if x.strip()],
-                                io=decoder_io_from_args(args), tol=args.tol, seed=args.seed,
-                                reference_bin=args.reference_bin)
+            if shapes or args.inputs:  # generic: any graph, from the input spec
+                from ..equivalence import verify_equivalent
+
+                lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+                syms = {getattr(d, "symbols", ())[0] for s in shapes.values() for d in s
+                        if getattr(d, "symbols", ())}
+                check = verify_equivalent(cand, args.reference or args.param, bin=args.bin,
+                                          reference_bin=args.reference_bin, inputshape=shapes,
+                                          values={sym: lengths for sym in syms},
+                                          inputs=args.inputs, tol=args.tol, seed=args.seed)
+            else:
+                check = verify_fold(cand, args.bin, args.reference or args.param,
+                                    lengths=[int(x) for x in args.lengths.split(",")
+                                             if x.strip()],
+                                    io=decoder_io_from_args(args), tol=args.tol,
+                                    seed=args.seed, reference_bin=args.reference_bin)
             check.reference = args.reference or args.param
         if not check.ok:
             print(result.format(args.explain), file=sys.stderr)

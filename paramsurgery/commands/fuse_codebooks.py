@@ -10,7 +10,7 @@ import tempfile
 
 from ..errors import ParamSurgeryError, VerificationError
 from ..io import load
-from ._common import add_format_arg, print_json
+from ._common import add_format_arg, add_report_arg, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,7 +43,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tol", type=float, default=1e-6, help="relative tolerance (default 1e-6)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random codes")
     p.add_argument("--explain", action="store_true", help="say why candidates were left alone")
+    from ._common import add_inputshape_args
+
+    add_inputshape_args(p, inputs=False)
     add_format_arg(p)
+    add_report_arg(p)
     p.set_defaults(run=run)
 
 
@@ -78,8 +82,11 @@ def run(args: argparse.Namespace) -> int:
             if src and os.path.exists(path) and os.path.samefile(path, src):
                 raise ParamSurgeryError(f"output {path} would overwrite the input", file=src)
     g = load(args.param, bin=args.bin)
+    from ._common import inputshape_of
+
     result = FuseCodebooks(mode="split" if args.split else "sum", embeds=args.embeds,
-                           input_name=args.input_name, name=args.name)(g)
+                           input_name=args.input_name, name=args.name,
+                           inputshape=inputshape_of(args, g))(g)
     fused = result.graph
     manifest = result.data["manifest"]
     manifest.param = os.path.basename(param_out)

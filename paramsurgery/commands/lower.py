@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ._common import add_pass_args
+from ._withbin import run_with_bin
 from .set_param import run_located
 
 
@@ -21,6 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partial", action="store_true",
                    help="lower what can be and keep (and list) the rest instead of refusing")
     p.add_argument("--list-rules", action="store_true", help="print the rules and exit")
+    p.add_argument("--bin", metavar="BIN",
+                   help="the weights: needed by rules that add constants (arange's position "
+                        "table); the output's weights are written next to it (<output>.bin)")
     p.set_defaults(run=run)
 
 
@@ -38,5 +42,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{r.name:12} {', '.join(r.types):40} {r.doc}")
         return 0
     traced = args.pnnx or companion_pnnx(args.param)
+    if args.bin:
+        return run_with_bin(args, Lower(rules, traced=traced, partial=args.partial),
+                            "lowered")
     return run_located(args, lambda: Lower(rules, traced=traced, partial=args.partial),
                        "lowered")
