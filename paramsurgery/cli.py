@@ -20,7 +20,11 @@ from .errors import ParamSurgeryError
 from .io import Terminated, signals_raise
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser. Given the command line, only the command it names is imported and
+    registered (command `foo-bar` lives in `commands/foo_bar.py`): starting the CLI costs
+    one command module, not all of them (`--version` none). Without one (help, a typo) every
+    command is."""
     parser = argparse.ArgumentParser(
         prog="paramsurgery",
         description="Exact, verified graph surgery on ncnn models (.param / .param.bin / .bin).")
@@ -28,18 +32,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     from . import commands
 
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{commands.__name__}.{info.name}")
-        module.register(sub)
+    names = sorted(info.name for info in pkgutil.iter_modules(commands.__path__)
+                   if not info.name.startswith("_"))
+    word = next((a for a in argv or () if not a.startswith("-")), None)
+    wanted = word.replace("-", "_") if word is not None else None
+    if wanted in names and argv is not None and argv[0] == word:
+        names = [wanted]
+    elif word is None and argv and "--version" in argv and not {"-h", "--help"} & set(argv):
+        names = []  # argparse prints the version before it would look at a command
+    for name in names:
+        importlib.import_module(f"{commands.__name__}.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None,
          parser: argparse.ArgumentParser | None = None) -> int:
     """Run one command; `parser` (from build_parser) may be reused across calls."""
-    parser = parser or build_parser()
+    parser = parser or build_parser(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 import os
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping, Sequence, Union
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar, Union
 
 import networkx as nx
 
@@ -30,6 +30,7 @@ _GAP = 1 << 20  # spacing of order keys, so inserts rarely renumber
 
 ParamsLike = Union[Params, Mapping[int, object], str, None]
 LayerRef = Union[Layer, str, int]
+T = TypeVar("T")
 
 
 @dataclass
@@ -80,6 +81,8 @@ class Graph:
         self._consumers: dict[str, list[tuple[int, int]]] = {}
         self._by_name: dict[str, list[int]] = {}
         self._by_type: dict[str, dict[int, None]] = {}
+        self._version = 0  # bumped by every edit: the key of the analysis cache
+        self._analyses: dict[str, tuple[int, object]] = {}
         self._modified = False
         self._ids_in_order = True  # layer ids increase along the file order (until a reorder)
         self._blob_count: int | None = None  # cached distinct blob names; None = recount
@@ -181,6 +184,33 @@ class Graph:
     @property
     def modified(self) -> bool:
         return self._modified
+
+    @property
+    def _modified(self) -> bool:
+        return self._modified_flag
+
+    @_modified.setter
+    def _modified(self, value: bool) -> None:
+        # every edit path sets this (directly or through Layer._mark_edited), so it is where
+        # the edit version moves and cached analyses go stale
+        self._modified_flag = value
+        self._version += 1
+
+    @property
+    def version(self) -> int:
+        """A number that changes with every edit (layers, wiring, params, order)."""
+        return self._version
+
+    def analysis(self, key: str, compute: Callable[["Graph"], T]) -> T:
+        """`compute(self)`, computed once per edit version and shared by every caller (lint
+        rules, passes, validate): the way to avoid per-layer walks that rescan the graph.
+        `key` names the analysis; the result must not be mutated by callers."""
+        hit = self._analyses.get(key)
+        if hit is not None and hit[0] == self._version:
+            return hit[1]  # type: ignore[return-value]
+        value = compute(self)
+        self._analyses[key] = (self._version, value)
+        return value
 
     def layer(self, ref: LayerRef) -> Layer:
         """A layer by object, id or name (the first with that name, in file order)."""
@@ -375,6 +405,10 @@ class Graph:
                     self._nx_add_edge(u, c, blob, us, s)
         if not p:
             del self._producers[blob]
+
+    def _retype_layer(self, layer: Layer, new: str) -> None:
+        del self._by_type[layer._type][layer.id]
+        self._by_type.setdefault(new, {})[layer.id] = None
 
     def _rename_layer(self, layer: Layer, new: str) -> None:
         ids = self._by_name[layer._name]
@@ -807,12 +841,20 @@ class Graph:
         return infer_shapes(self, inputshape, **options)  # type: ignore[arg-type]
 
     def validate(self) -> list[Finding]:
-        """Every structural invariant ncnn relies on; see `paramsurgery.validate`."""
+        """Every structural invariant ncnn relies on; see `paramsurgery.validate`. Computed
+        once per edit version (lint reuses the result of an earlier call)."""
         from ._gc import paused_gc
         from .validate import validate_graph
 
-        with paused_gc():
-            return validate_graph(self)
+        def compute(g: "Graph") -> tuple[tuple, list[Finding]]:
+            with paused_gc():
+                return _source_counts(g), validate_graph(g)
+
+        counts, findings = self.analysis("validate", compute)
+        if counts != _source_counts(self):  # the header facts changed without an edit
+            self._analyses.pop("validate", None)
+            counts, findings = self.analysis("validate", compute)
+        return list(findings)
 
     def dump_bytes(self) -> bytes:
         from .formats.param_text import write_param
@@ -832,6 +874,12 @@ class Graph:
 
     def copy(self) -> "Graph":
         """An independent copy (for rollback): same layers, params, raw text and weights."""
+        from ._gc import paused_gc
+
+        with paused_gc():  # allocation-heavy: collections would make it superlinear
+            return self._copy()
+
+    def _copy(self) -> "Graph":
         layers = []
         for layer in self:
             new = Layer(layer._type, layer._name, list(layer._inputs), list(layer._outputs),
@@ -855,10 +903,14 @@ class Graph:
             (f" from {self.source.path}>" if self.source.path else ">")
 
 
+def _source_counts(g: Graph) -> tuple:
+    src = g.source
+    return id(src), src.declared_layers, src.declared_blobs, src.ignored_lines
+
+
 def _copy_params(params: Params, owner: Layer) -> Params:
-    if params._entries is None and not params.edited:
-        p = Params(params._text, owner)
-        return p
+    if params.source_text() is not None:  # unedited: the text says it all, parse on demand
+        return Params(params._text, owner)
     p = params.copy(owner)
     p._text = params._text
     p.edited = params.edited

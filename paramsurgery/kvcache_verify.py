@@ -223,24 +223,7 @@ def verify_kvcache(param: str | Path, bin: str | Path | None, *, n: int, m: int,
             "reference_param": None if reference_param is None else str(reference_param),
             "slots": [[s.k_in, s.v_in, s.k_out, s.v_out] for s in slots]}
     with tempfile.TemporaryDirectory(prefix="paramsurgery-kv-") as tmp:
-        spec_path = Path(tmp) / "spec.json"
-        spec_path.write_text(json.dumps(spec))
-        from .runtime import run_module_child
-
-        out_path = Path(tmp) / "result.json"
-        report = ParityReport(n, m, tol)
-        report.error = run_module_child("paramsurgery.kvcache_verify", spec_path, out_path,
-                                        timeout)
-        if report.error:
-            return report
-        data = json.loads(out_path.read_text())
-    if data.get("error"):
-        report.error = data["error"]
-        return report
-    report.steps = [StepResult(s["label"], tuple(s["positions"]), s["max_abs"], s["max_rel"])
-                    for s in data["steps"]]
-    report.reference_rel = data.get("reference_rel")
-    return report
+        return _run_child(spec, Path(tmp), ParityReport(n, m, tol), timeout)
 
 
 def _verify_generic(g: Graph, param, bin, slots, n: int, m: int, io: DecoderIO,  # noqa: ANN001
@@ -279,15 +262,17 @@ def _verify_generic(g: Graph, param, bin, slots, n: int, m: int, io: DecoderIO, 
 
 
 def _run_child(spec: dict, tmp: Path, report: ParityReport, timeout: float) -> ParityReport:
-    from .runtime import run_module_child
-
-    spec_path = tmp / "spec.json"
-    spec_path.write_text(json.dumps(spec))
-    out_path = tmp / "result.json"
-    report.error = run_module_child("paramsurgery.kvcache_verify", spec_path, out_path, timeout)
-    if report.error:
-        return report
-    data = json.loads(out_path.read_text())
+    """The check's two sides, one after the other, each in its own child process: only one
+    net's weights are resident at a time, and only the compared outputs come back."""
+    data = _run_side({**spec, "role": "candidate"}, tmp, timeout)
+    if data.get("error") is None and spec.get("reference_param"):
+        ref = _run_side({**spec, "role": "reference", "param": spec["reference_param"]}, tmp,
+                        timeout)
+        if ref.get("error") is not None:
+            data = ref
+        else:
+            data["reference_rel"] = _rel(np.load(tmp / "candidate.npy"),
+                                         np.load(tmp / "reference.npy"))[1]
     if data.get("error"):
         report.error = data["error"]
         return report
@@ -295,6 +280,18 @@ def _run_child(spec: dict, tmp: Path, report: ParityReport, timeout: float) -> P
                     for s in data["steps"]]
     report.reference_rel = data.get("reference_rel")
     return report
+
+
+def _run_side(spec: dict, tmp: Path, timeout: float) -> dict:
+    """One side in a child process: its result, or {"error": what went wrong}."""
+    from .runtime import run_module_child
+
+    role = spec["role"]
+    spec_path = tmp / f"{role}.json"
+    spec_path.write_text(json.dumps(spec))
+    out_path = tmp / f"{role}.result.json"
+    error = run_module_child("paramsurgery.kvcache_verify", spec_path, out_path, timeout)
+    return {"error": error} if error else json.loads(out_path.read_text())
 
 
 def _slice_step(arr: np.ndarray, plan: list[str], start: int, stop: int) -> np.ndarray:
@@ -319,7 +316,8 @@ def _child(spec_path: Path) -> int:
     from .runtime import NcnnRunError, RunOptions, load_net
 
     spec = json.loads(spec_path.read_text())
-    out_path = spec_path.parent / "result.json"
+    role = spec.get("role", "candidate")
+    out_path = spec_path.parent / f"{role}.result.json"
     io = spec["io"]
     n, m = spec["n"], spec["m"]
     total = n + m
@@ -382,7 +380,13 @@ def _child(spec_path: Path) -> int:
         return result, new
 
     try:
+        if role == "reference":  # the graph without cache: only its full prefill
+            ref, _ = call(net, 0, total, 0, None)
+            np.save(spec_path.parent / "reference.npy", ref)
+            out_path.write_text(json.dumps({"steps": []}))
+            return 0
         full, _ = call(net, 0, total, 0, {})
+        np.save(spec_path.parent / "candidate.npy", full)
         steps = []
         pre, caches = call(net, 0, n, 0, {})
         d, r = _rel(pre, full[:n])
@@ -393,10 +397,6 @@ def _child(spec_path: Path) -> int:
             steps.append({"label": f"step {t - n + 1}", "positions": [t, t + 1], "max_abs": d,
                           "max_rel": r})
         result = {"steps": steps}
-        if spec.get("reference_param"):
-            ref_net = load_net(spec["reference_param"], spec["bin"], RunOptions())
-            ref, _ = call(ref_net, 0, total, 0, None)
-            result["reference_rel"] = _rel(full, ref)[1]
     except (RuntimeError, NcnnRunError) as exc:
         result = {"error": str(exc)}
     out_path.write_text(json.dumps(result))

@@ -47,6 +47,8 @@ class Layer:
     def type(self, value: str) -> None:
         _check_token(value, "layer type")
         if value != self._type:
+            if self.graph is not None:
+                self.graph._retype_layer(self, value)
             self._type = value
             self._mark_edited()
 
@@ -119,6 +121,8 @@ class Layer:
 def _check_token(value: str, what: str) -> None:
     if not isinstance(value, str) or not value:
         raise ValueError(f"{what} must be a non-empty string")
+    if len(value) <= 63 and value.isprintable() and " " not in value:
+        return  # the common case, checked in C: every other whitespace is unprintable
     if any(c.isspace() for c in value):
         raise ValueError(f"{what} {value!r} contains whitespace")
     if len(value.encode("utf-8", "surrogateescape")) > 255:

@@ -20,6 +20,33 @@ if TYPE_CHECKING:
 TOKEN_RE = re.compile(r'([^\s=]+)=("[^"\r\n]*"|\S+)')
 
 
+# Parsed tokens by their text: a graph repeats the same few hundred `k=v` tokens across
+# thousands of layers, and `Value`s are immutable, so each distinct token is parsed once.
+# Bounded so a long-running process loading many files does not grow without limit.
+_PARSED: dict[str, tuple[int, Value]] = {}
+_PARSED_MAX = 1 << 16
+_PARSED_TOKEN_MAX = 128  # longer tokens (long arrays) are rare and would pin big strings
+
+
+def _tokens(text: str) -> list[tuple[int, int, str, str]]:
+    """(start, end, key, value text) of every `k=v` token, as TOKEN_RE finds them; a plain
+    whitespace split when every token has that shape and no quoted string (which may hold
+    spaces) is involved."""
+    if '"' not in text:
+        out = []
+        pos = 0
+        for token in text.split():
+            key, _, value = token.partition("=")
+            if not key or not value:
+                break
+            start = text.find(token, pos)
+            pos = start + len(token)
+            out.append((start, pos, key, value))
+        else:
+            return out
+    return [(m.start(), m.end(), m.group(1), m.group(2)) for m in TOKEN_RE.finditer(text)]
+
+
 class _Entry:
     __slots__ = ("pid", "value", "_text", "_src", "_start", "_end")
 
@@ -65,16 +92,25 @@ class Params:
         entries = self._entries
         if entries is None:
             entries = {}
-            for m in TOKEN_RE.finditer(self._text):
-                try:
-                    pid, value = parse_value(m.group(1), m.group(2))
-                except ValueError_ as exc:  # the loader validated the syntax; this is semantic
-                    raise _located(self, m.group(0), len(m.group(1)) + 1 + exc.offset,
-                                   str(exc)) from None
+            src = self._text
+            for start, end, key, text in _tokens(src):
+                token = src[start:end] if end - start <= _PARSED_TOKEN_MAX else None
+                parsed = _PARSED.get(token) if token is not None else None
+                if parsed is None:
+                    try:
+                        parsed = parse_value(key, text)
+                    except ValueError_ as exc:  # the loader validated the syntax; semantic
+                        raise _located(self, src[start:end], len(key) + 1 + exc.offset,
+                                       str(exc)) from None
+                    if token is not None:
+                        if len(_PARSED) >= _PARSED_MAX:
+                            _PARSED.clear()
+                        _PARSED[token] = parsed
+                pid, value = parsed
                 old = entries.pop(pid, None)
                 if old is not None:
                     self._dupes.append(old)
-                entries[pid] = _Entry(pid, value, None, self._text, m.start(), m.end())
+                entries[pid] = _Entry(pid, value, None, src, start, end)
             self._entries = entries
         return entries
 
@@ -117,6 +153,15 @@ class Params:
 
     def to_dict(self) -> dict[int, PyValue]:
         return dict(self.items())
+
+    def source_text(self) -> str | None:
+        """The text these params were read from, while it still states them exactly (nothing
+        edited since); None for edited params or ones built in memory. Layers of one type
+        with the same source text have the same params, so a verdict about one holds for
+        all (lint parses each distinct line once)."""
+        if self.edited or (self._entries and not self._text.strip()):
+            return None
+        return self._text
 
     @property
     def has_duplicates(self) -> bool:
@@ -218,6 +263,9 @@ class Params:
     # ------------------------------------------------------------------ writing
     def tokens(self) -> list[str]:
         """The `k=v` tokens as they will be written (original text where unedited)."""
+        if self.source_text() is not None:
+            text = self._text  # no need to parse values
+            return [text[start:end] for start, end, _, _ in _tokens(text)]
         entries = self._load()
         if not self._dupes:
             return [e.render() for e in entries.values()]

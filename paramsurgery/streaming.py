@@ -387,14 +387,26 @@ def noise_floor(param: str | os.PathLike, bin: str | os.PathLike | None,
     n = frames[m["inputs"][0]["name"]].shape[m["inputs"][0]["numpy_axis"]]
     if n < 2 or emitted_after({**m, "stream_start": {"buffer_frames": 0}}, n - 1) == 0:
         return None
-    net = load_net(param, bin, options)
-    full = run_net(net, frames, [o["name"]])[o["name"]]
+    full = run_offline(param, bin, frames, [o["name"]], options)[o["name"]]
     short = {k: np.take(v, np.arange(n - 1), axis=_axis(m, k)) for k, v in frames.items()}
-    part = run_net(net, short, [o["name"]])[o["name"]]
+    part = run_offline(param, bin, short, [o["name"]], options)[o["name"]]
     k = part.shape[o["numpy_axis"]]
     head = np.take(full, np.arange(k), axis=o["numpy_axis"])
     scale = float(np.max(np.abs(full))) or 1.0
     return float(np.max(np.abs(head - part))) / scale
+
+
+def run_offline(param: str | os.PathLike, bin: str | os.PathLike | None,
+                frames: Mapping[str, np.ndarray], outputs: Sequence[str],
+                options: RunOptions | None = None) -> dict[str, np.ndarray]:
+    """The graph run once on all frames, in a child process: its weights are never resident
+    next to the streaming nets', and only the outputs come back."""
+    from .runtime import NcnnRunError, run_isolated
+
+    res = run_isolated(param, bin, frames, list(outputs), options)
+    if not res.ok:
+        raise NcnnRunError(res.status, res.describe())
+    return res.outputs
 
 
 def _axis(m: Mapping[str, Any], name: str) -> int:
@@ -418,12 +430,16 @@ def check_stream(param: str | os.PathLike, bin: str | os.PathLike | None,
         out = os.path.join(workdir or tmp, Path(os.fspath(param)).name.replace(".param", "")
                            + ".stream")
         conv = convert(param, bin, out, time_axis=time_axis)
-        runner = StreamingRunner(conv.param, conv.bin, conv.manifest,
-                                 start_param=conv.start_param, num_threads=num_threads)
         frames = random_frames(conv.manifest, sum(chunks), seed, shapes)
         opts = RunOptions(num_threads=num_threads)
+        # the offline side first, in child processes; then the streaming nets in this one
+        offline = run_offline(param, bin, frames, [o["name"] for o in conv.manifest["outputs"]],
+                              opts)
+        noise = noise_floor(param, bin, conv.manifest, frames, opts) if floor else None
+        runner = StreamingRunner(conv.param, conv.bin, conv.manifest,
+                                 start_param=conv.start_param, num_threads=num_threads)
         report = stream_compare(param, bin, runner, frames, [int(c) for c in chunks], tol=tol,
-                                options=opts)
+                                offline=offline, options=opts)
         if floor:
-            report.noise_floor = noise_floor(param, bin, conv.manifest, frames, opts)
+            report.noise_floor = noise
         return report, conv.manifest

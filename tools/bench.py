@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""Benchmark: paramsurgery load / validate / save of synthetic graphs against ncnn's own
-`Net.load_param` on the same files, in one run.
+"""Benchmark: the whole workload a user runs — load + validate + static lint + an edit of
+every layer (so every line is re-rendered) + emit — against ncnn's own `Net.load_param` on
+the same file, measured in the same run.
 
-    python tools/bench.py [--sizes 10000,50000,100000] [--repeat 3] [--json out.json]
+    python tools/bench.py [--shapes chain,decoder] [--sizes 10000,100000] [--repeat 3]
+                          [--rules] [--json out.json]
 
-Graphs are residual chains (Split → Convolution → BinaryOp add per block), the shape of the
-conv/attention stacks pnnx writes. Reported: best-of-N seconds per step, ncnn's time, the
-ratio ncnn / ours (load+validate+save), and our scaling t(largest)/t(smallest).
+Graph shapes (tools/bench_graphs.py): `chain`, a residual chain (Split → Convolution →
+BinaryOp add per block); `decoder`, Qwen3-style decoder blocks with numeric blob names and
+fan-out Splits of the mask, cos and sin. Reported per shape and size: best-of-N seconds per
+step, our total, ncnn's load_param, the ratio ncnn / ours, and t(largest)/t(smallest) per
+step. `--rules` adds the slowest lint rules at the largest size. The emitted text is checked
+to load in ncnn (outside the timing).
 """
 
 from __future__ import annotations
@@ -20,87 +25,134 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import paramsurgery  # noqa: E402
+from bench_graphs import SHAPES  # noqa: E402
+from paramsurgery.lint import lint_graph, select_rules  # noqa: E402
+from paramsurgery.lint.context import LintContext  # noqa: E402
+
+STEPS = ("load", "validate", "lint", "edit", "emit")
 
 
-def residual_chain(n_layers: int) -> str:
-    rows = ["%-24s %-24s 0 1 in0" % ("Input", "in0")]
-    prev, i = "in0", 0
-    while len(rows) < n_layers:
-        s0, s1, c, o = f"{prev}_s0", f"{prev}_s1", f"c{i}", f"a{i}"
-        rows.append("%-24s %-24s 1 2 %s %s %s" % ("Split", f"splitncnn_{i}", prev, s0, s1))
-        rows.append("%-24s %-24s 1 1 %s %s 0=16 1=3 11=3 2=1 12=1 3=1 13=1 4=1 14=1 5=1 6=2304"
-                    % ("Convolution", f"conv_{i}", s0, c))
-        rows.append("%-24s %-24s 2 1 %s %s %s 0=0" % ("BinaryOp", f"add_{i}", s1, c, o))
-        prev, i = o, i + 1
-    rows = rows[:n_layers]
-    blobs = set()
-    for r in rows:
-        t = r.split()
-        blobs.update(t[4:4 + int(t[2]) + int(t[3])])
-    return f"7767517\n{len(rows)} {len(blobs)}\n" + "\n".join(rows) + "\n"
+def workload(path: Path, ignore: list[str]) -> tuple[dict[str, float], bytes]:
+    """One pass of the workload; seconds per step and the emitted text."""
+    t: dict[str, float] = {}
+    t0 = time.process_time()
+    g = paramsurgery.load(path)
+    t1 = time.process_time()
+    findings = g.validate()
+    t2 = time.process_time()
+    lint = lint_graph(g, run=False, path=str(path), ignore=ignore or None)
+    t3 = time.process_time()
+    for layer in g:
+        layer.name = layer.name + "_e"
+    t4 = time.process_time()
+    out = g.dump_bytes()
+    t5 = time.process_time()
+    assert not findings, findings[:3]
+    assert not [f for f in lint if f.severity == "error"], lint[:3]
+    t.update(load=t1 - t0, validate=t2 - t1, lint=t3 - t2, edit=t4 - t3, emit=t5 - t4)
+    return t, out
 
 
-def best(fn, repeat: int) -> tuple[float, object]:
-    times, result = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), result
+def rule_times(path: Path) -> list[tuple[float, str]]:
+    g = paramsurgery.load(path)
+    ctx = LintContext(g, path=str(path))
+    have = {"bin": False, "pnnx": False, "run": False}
+    out = []
+    for r in select_rules(None, None):
+        if any(not have[n] for n in r.needs):
+            continue
+        t0 = time.process_time()
+        list(r.check(ctx))
+        out.append((time.process_time() - t0, r.code))
+    return sorted(out, reverse=True)
 
 
-def bench(sizes: list[int], repeat: int) -> list[dict]:
+def ncnn_load_param(path: Path) -> float:
     import ncnn
 
+    net = ncnn.Net()
+    t0 = time.process_time()
+    ret = net.load_param(str(path))
+    dt = time.process_time() - t0
+    assert ret == 0, f"ncnn cannot load {path}"
+    return dt
+
+
+def ncnn_loads(text: bytes, tmp: str) -> bool:
+    import ncnn
+
+    p = Path(tmp) / "emitted.param"
+    p.write_bytes(text)
+    return ncnn.Net().load_param(str(p)) == 0
+
+
+def bench(shape: str, sizes: list[int], repeat: int, ignore: list[str], rules: bool,
+          tmp: str) -> list[dict]:
     rows = []
-    with tempfile.TemporaryDirectory(prefix="paramsurgery-bench-") as tmp:
-        for n in sizes:
-            path = Path(tmp) / f"chain{n}.param"
-            path.write_text(residual_chain(n))
-            t_load, g = best(lambda: paramsurgery.load(path), repeat)
-            t_val, findings = best(g.validate, repeat)
-            assert not findings, findings[:3]
-            out = Path(tmp) / "out.param"
-            t_save, _ = best(lambda: g.save(out), repeat)
-            assert out.read_bytes() == path.read_bytes()
-
-            def ncnn_load():
-                net = ncnn.Net()
-                ret = net.load_param(str(path))
-                assert ret == 0
-                return net
-
-            t_ncnn, _ = best(ncnn_load, 1 if n >= 50000 else repeat)
-            ours = t_load + t_val + t_save
-            rows.append({"layers": n, "load_s": t_load, "validate_s": t_val, "save_s": t_save,
-                         "ours_total_s": ours, "ncnn_load_param_s": t_ncnn,
-                         "speedup_vs_ncnn": t_ncnn / ours})
+    for n in sizes:
+        path = Path(tmp) / f"{shape}{n}.param"
+        path.write_text(SHAPES[shape](n))
+        best: dict[str, float] = {}
+        out = b""
+        for _ in range(repeat):
+            t, out = workload(path, ignore)
+            for k, v in t.items():
+                best[k] = min(best.get(k, v), v)
+        if n == sizes[0]:
+            assert ncnn_loads(out, tmp), "ncnn rejects the emitted graph"
+        t_ncnn = min(ncnn_load_param(path) for _ in range(1 if n >= 50000 else repeat))
+        ours = sum(best[s] for s in STEPS)
+        row = {"shape": shape, "layers": n, **{f"{s}_s": best[s] for s in STEPS},
+               "ours_total_s": ours, "ncnn_load_param_s": t_ncnn, "speedup_vs_ncnn": t_ncnn / ours}
+        if rules and n == sizes[-1]:
+            row["slowest_rules"] = rule_times(path)[:5]
+        rows.append(row)
     return rows
+
+
+def print_rows(rows: list[dict]) -> None:
+    print(f"{'shape':>8} {'layers':>8} " + " ".join(f"{s:>9}" for s in STEPS)
+          + f" {'ours':>8} {'ncnn':>8} {'ncnn/ours':>10}")
+    for r in rows:
+        print(f"{r['shape']:>8} {r['layers']:>8} "
+              + " ".join(f"{r[s + '_s']:9.3f}" for s in STEPS)
+              + f" {r['ours_total_s']:8.3f} {r['ncnn_load_param_s']:8.3f}"
+              f" {r['speedup_vs_ncnn']:9.1f}x")
+        if "slowest_rules" in r:
+            print("         slowest lint rules: "
+                  + ", ".join(f"{c} {t:.3f}s" for t, c in r["slowest_rules"]))
+    first, last = rows[0], rows[-1]
+    if len(rows) > 1:
+        k = last["layers"] / first["layers"]
+        print(f"{'':>8} scaling t({last['layers']})/t({first['layers']}) for {k:.0f}x the layers: "
+              + ", ".join(f"{s} {last[s + '_s'] / first[s + '_s']:.1f}" for s in STEPS)
+              + f", total {last['ours_total_s'] / first['ours_total_s']:.1f}"
+              + f" (ncnn {last['ncnn_load_param_s'] / first['ncnn_load_param_s']:.1f})")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="10000,50000,100000")
+    ap.add_argument("--shapes", default="chain,decoder")
+    ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--ignore", action="append", default=[],
+                    help="lint codes to skip (e.g. PS203 to measure without it)")
+    ap.add_argument("--rules", action="store_true", help="time each lint rule at the largest size")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    rows = bench(sizes, args.repeat)
-    print(f"{'layers':>8} {'load':>8} {'validate':>9} {'save':>8} {'ours':>8} "
-          f"{'ncnn':>8} {'ncnn/ours':>10}")
-    for r in rows:
-        print(f"{r['layers']:>8} {r['load_s']:8.3f} {r['validate_s']:9.3f} {r['save_s']:8.3f} "
-              f"{r['ours_total_s']:8.3f} {r['ncnn_load_param_s']:8.3f} "
-              f"{r['speedup_vs_ncnn']:9.1f}x")
-    if len(rows) > 1:
-        print(f"scaling: t({rows[-1]['layers']})/t({rows[0]['layers']}) = "
-              f"{rows[-1]['ours_total_s'] / rows[0]['ours_total_s']:.1f} "
-              f"for {rows[-1]['layers'] / rows[0]['layers']:.0f}x the layers")
+    all_rows = []
+    with tempfile.TemporaryDirectory(prefix="paramsurgery-bench-") as tmp:
+        for shape in args.shapes.split(","):
+            rows = bench(shape, sizes, args.repeat, args.ignore, args.rules, tmp)
+            print_rows(rows)
+            all_rows.extend(rows)
     print(f"machine: {os.cpu_count()} cpus, python {sys.version.split()[0]}")
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+        Path(args.json).write_text(json.dumps(all_rows, indent=2))
     return 0
 
 

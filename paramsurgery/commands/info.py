@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from ..io import load
-from ..summary import format_summary, summarize
 from ._common import add_format_arg, print_json
 
 
@@ -18,6 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..summary import format_summary, summarize
+
     results = []
     for path in args.param:
         g = load(path, bin=args.bin if len(args.param) == 1 else None)

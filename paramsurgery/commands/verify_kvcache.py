@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
-from ..kvcache_verify import DecoderIO, verify_kvcache
 from ._common import add_format_arg, print_json
+
+if TYPE_CHECKING:  # imported when the command runs: registering it stays cheap (CLI start)
+    from ..kvcache_verify import DecoderIO
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,7 +43,9 @@ def add_decoder_io_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
-def decoder_io_from_args(args: argparse.Namespace) -> DecoderIO:
+def decoder_io_from_args(args: argparse.Namespace) -> "DecoderIO":
+    from ..kvcache_verify import DecoderIO
+
     io = DecoderIO()
     if args.manifest:
         with open(args.manifest) as fh:
@@ -56,6 +61,8 @@ def decoder_io_from_args(args: argparse.Namespace) -> DecoderIO:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..kvcache_verify import verify_kvcache
+
     io = decoder_io_from_args(args)
     from ._common import inputshape_of
 

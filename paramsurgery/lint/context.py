@@ -62,6 +62,18 @@ class LintContext:
         """Layer id → position in file order."""
         return {layer.id: i for i, layer in enumerate(self.layers)}
 
+    @cached_property
+    def layers_by_params(self) -> list[list["Layer"]]:
+        """Layers grouped by type and unedited param text (first appearance order): what a
+        rule concludes from one layer's params holds for its whole group, so per-param rules
+        parse each distinct line once instead of every layer's."""
+        return _group_by_params(self.layers)
+
+    def param_groups(self, *types: str) -> list[list["Layer"]]:
+        """`layers_by_params` restricted to some layer types (read through the type index,
+        so a rule about Gemm does not visit the other layers)."""
+        return _group_by_params(self.graph.by_type(*types))
+
     def producer(self, blob: str) -> "Layer | None":
         return self.graph.producer(blob)
 
@@ -100,7 +112,7 @@ class LintContext:
 
     @cached_property
     def validate_findings(self) -> list[Finding]:
-        return self.graph.validate()
+        return self.graph.validate()  # cached on the graph: free after the caller's validate
 
     @cached_property
     def conformance(self) -> "Conformance":
@@ -111,3 +123,20 @@ class LintContext:
     @property
     def can_run(self) -> bool:
         return self.options.run is not False
+
+
+def _group_by_params(layers: Sequence["Layer"]) -> list[list["Layer"]]:
+    groups: dict[tuple[str, str], list["Layer"]] = {}
+    out: list[list["Layer"]] = []
+    for layer in layers:
+        text = layer.params.source_text()
+        if text is None:  # edited: its own group
+            out.append([layer])
+            continue
+        key = (layer.type, text)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = []
+            out.append(group)
+        group.append(layer)
+    return out

@@ -457,41 +457,47 @@ def param_kind(ctx: "LintContext") -> Iterator[Hit]:
     - the same id twice: ncnn keeps the last (warning).
 
     Ids the layer does not read are PS013."""
-    for layer in ctx.layers:
-        t = layer.type
-        table = LAYER_PARAMS.get(t)
-        if table is None:
+    for group in ctx.layers_by_params:
+        first = group[0]
+        if first.type not in LAYER_PARAMS or not len(first.params):
             continue
-        params = layer.params
-        if not len(params):
+        hits = list(_param_kind_hits(first))
+        if hits:  # layers with the same params have the same problems (under their names)
+            yield from hits
+            for layer in group[1:]:
+                yield from _param_kind_hits(layer)
+
+
+def _param_kind_hits(layer: "Layer") -> Iterator[Hit]:
+    t = layer.type
+    params = layer.params
+    for pid, value in params.values_typed():
+        info = param_info(t, pid)
+        if is_mixed(value):
+            yield Hit(layer, f"{t} {layer.name!r} param {pid} mixes ints and floats in one "
+                             f"array: ncnn reinterprets the bits of some elements")
             continue
-        for pid, value in params.values_typed():
-            info = param_info(t, pid)
-            if is_mixed(value):
-                yield Hit(layer, f"{t} {layer.name!r} param {pid} mixes ints and floats in one "
-                                 f"array: ncnn reinterprets the bits of some elements")
-                continue
-            if info is None:
-                continue  # PS013
-            problem = _kind_problem(info.kind, value.kind)
-            if problem is None:
-                continue
-            if info.kind is Kind.FLOAT and value.kind is Kind.INT and value.value == 0:
-                continue  # int 0 and float 0.0 have the same bits: harmless everywhere
-            sev, why = problem
-            if info.kind is Kind.FLOATS and value.kind is Kind.INTS and _float_bits(value.value):
-                floats = ", ".join(f"{x:g}" for x in _float_bits(value.value)[:4])
-                why = (f"the ints are float32 bit patterns ({floats}, …): ncnn builds with the "
-                       f"untyped ParamDict read those floats, a typed ParamDict may convert "
-                       f"the integers instead; write the floats")
-            shown = "[]" if value.kind.is_array and not value.value else value.python
-            yield Hit(layer, f"{t} {layer.name!r} param {pid} ({info.name}) is written as "
-                             f"{value.kind.value} {shown!r} but ncnn reads a {info.kind.value}: "
-                             f"{why}", severity=sev)
-        if params.has_duplicates:
-            dup = sorted({d.pid for d in params._dupes})
-            yield Hit(layer, f"{t} {layer.name!r} writes param(s) {', '.join(map(str, dup))} "
-                             f"more than once: ncnn keeps the last", severity=WARNING)
+        if info is None:
+            continue  # PS013
+        problem = _kind_problem(info.kind, value.kind)
+        if problem is None:
+            continue
+        if info.kind is Kind.FLOAT and value.kind is Kind.INT and value.value == 0:
+            continue  # int 0 and float 0.0 have the same bits: harmless everywhere
+        sev, why = problem
+        if info.kind is Kind.FLOATS and value.kind is Kind.INTS and _float_bits(value.value):
+            floats = ", ".join(f"{x:g}" for x in _float_bits(value.value)[:4])
+            why = (f"the ints are float32 bit patterns ({floats}, …): ncnn builds with the "
+                   f"untyped ParamDict read those floats, a typed ParamDict may convert "
+                   f"the integers instead; write the floats")
+        shown = "[]" if value.kind.is_array and not value.value else value.python
+        yield Hit(layer, f"{t} {layer.name!r} param {pid} ({info.name}) is written as "
+                         f"{value.kind.value} {shown!r} but ncnn reads a {info.kind.value}: "
+                         f"{why}", severity=sev)
+    if params.has_duplicates:
+        dup = sorted({d.pid for d in params._dupes})
+        yield Hit(layer, f"{t} {layer.name!r} writes param(s) {', '.join(map(str, dup))} "
+                         f"more than once: ncnn keeps the last", severity=WARNING)
 
 
 @rule("PS012", "load-rejects-params", ERROR, "params ncnn's load_param rejects")
@@ -507,41 +513,64 @@ def load_rejects_params(ctx: "LintContext") -> Iterator[Hit]:
     - Gemm with a constant A/B but a zero M, N or K; Gemm quantize_term 4, 5 or 6;
     - Crop in expression mode (`19`, `20`) without `21` axes_expr: the wheel ignores the
       failed evaluation and segfaults."""
-    g = ctx.graph
-    for layer in g.by_type("Reduction"):
-        if _ints(layer, 3) and _int(layer, 5, 0) != 1:
-            yield Hit(layer, f"Reduction {layer.name!r} has axes but no 5=1: ncnn's load_param "
-                             f"fails ('param is too old, please regenerate!')")
-    for layer in g.by_type("Softmax"):
-        if _int(layer, 0, 0) != 0 and _int(layer, 1, 0) != 1:
-            yield Hit(layer, f"Softmax {layer.name!r} has axis {_int(layer, 0, 0)} but no 1=1: "
-                             f"ncnn's load_param fails")
-    for layer in g.by_type("MultiHeadAttention"):
-        e, h = _int(layer, 0, 0), _int(layer, 1, 1)
-        if h <= 0 or e % h:
-            yield Hit(layer, f"MultiHeadAttention {layer.name!r}: embed_dim {e} is not a "
-                             f"multiple of num_heads {h}: ncnn's load_param fails")
-    for layer in g.by_type("GroupNorm"):
-        grp, ch = _int(layer, 0, 1), _int(layer, 1, 0)
-        if grp <= 0 or ch % grp:
-            yield Hit(layer, f"GroupNorm {layer.name!r}: {ch} channels are not a multiple of "
-                             f"{grp} groups: ncnn's load_param fails")
-    for layer in g.by_type("Gemm"):
-        m, n, k = _int(layer, 7, 0), _int(layer, 8, 0), _int(layer, 9, 0)
-        if _int(layer, 4, 0) and (m == 0 or k == 0):
-            yield Hit(layer, f"Gemm {layer.name!r} has a constant A but M={m}, K={k}: ncnn's "
-                             f"load_param fails")
-        if _int(layer, 5, 0) and (n == 0 or k == 0):
-            yield Hit(layer, f"Gemm {layer.name!r} has a constant B but N={n}, K={k}: ncnn's "
-                             f"load_param fails")
-        if _int(layer, 18, 0) in (4, 5, 6):
-            yield Hit(layer, f"Gemm {layer.name!r} quantize_term {_int(layer, 18, 0)} is "
-                             f"rejected by ncnn's load_param")
-    for layer in g.by_type("Crop"):
-        has_expr = bool(layer.params.get(19)) or bool(layer.params.get(20))
-        if has_expr and not layer.params.get(21):
-            yield Hit(layer, f"Crop {layer.name!r} uses starts/ends expressions (19/20) without "
-                             f"axes (21): ncnn leaves the crop uninitialised and crashes")
+    for group in ctx.param_groups(*_LOAD_REJECTS):
+        check = _LOAD_REJECTS[group[0].type]
+        hits = list(check(group[0]))
+        if hits:  # the same params fail the same way in every layer of the group
+            yield from hits
+            for layer in group[1:]:
+                yield from check(layer)
+
+
+def _reduction_rejected(layer: "Layer") -> Iterator[Hit]:
+    if _ints(layer, 3) and _int(layer, 5, 0) != 1:
+        yield Hit(layer, f"Reduction {layer.name!r} has axes but no 5=1: ncnn's load_param "
+                         f"fails ('param is too old, please regenerate!')")
+
+
+def _softmax_rejected(layer: "Layer") -> Iterator[Hit]:
+    if _int(layer, 0, 0) != 0 and _int(layer, 1, 0) != 1:
+        yield Hit(layer, f"Softmax {layer.name!r} has axis {_int(layer, 0, 0)} but no 1=1: "
+                         f"ncnn's load_param fails")
+
+
+def _mha_rejected(layer: "Layer") -> Iterator[Hit]:
+    e, h = _int(layer, 0, 0), _int(layer, 1, 1)
+    if h <= 0 or e % h:
+        yield Hit(layer, f"MultiHeadAttention {layer.name!r}: embed_dim {e} is not a "
+                         f"multiple of num_heads {h}: ncnn's load_param fails")
+
+
+def _groupnorm_rejected(layer: "Layer") -> Iterator[Hit]:
+    grp, ch = _int(layer, 0, 1), _int(layer, 1, 0)
+    if grp <= 0 or ch % grp:
+        yield Hit(layer, f"GroupNorm {layer.name!r}: {ch} channels are not a multiple of "
+                         f"{grp} groups: ncnn's load_param fails")
+
+
+def _gemm_rejected(layer: "Layer") -> Iterator[Hit]:
+    m, n, k = _int(layer, 7, 0), _int(layer, 8, 0), _int(layer, 9, 0)
+    if _int(layer, 4, 0) and (m == 0 or k == 0):
+        yield Hit(layer, f"Gemm {layer.name!r} has a constant A but M={m}, K={k}: ncnn's "
+                         f"load_param fails")
+    if _int(layer, 5, 0) and (n == 0 or k == 0):
+        yield Hit(layer, f"Gemm {layer.name!r} has a constant B but N={n}, K={k}: ncnn's "
+                         f"load_param fails")
+    if _int(layer, 18, 0) in (4, 5, 6):
+        yield Hit(layer, f"Gemm {layer.name!r} quantize_term {_int(layer, 18, 0)} is "
+                         f"rejected by ncnn's load_param")
+
+
+def _crop_rejected(layer: "Layer") -> Iterator[Hit]:
+    has_expr = bool(layer.params.get(19)) or bool(layer.params.get(20))
+    if has_expr and not layer.params.get(21):
+        yield Hit(layer, f"Crop {layer.name!r} uses starts/ends expressions (19/20) without "
+                         f"axes (21): ncnn leaves the crop uninitialised and crashes")
+
+
+_LOAD_REJECTS = {"Reduction": _reduction_rejected, "Softmax": _softmax_rejected,
+                 "MultiHeadAttention": _mha_rejected, "GroupNorm": _groupnorm_rejected,
+                 "Gemm": _gemm_rejected, "Crop": _crop_rejected}
 
 
 @rule("PS013", "unread-param", INFO, "a param id the layer type does not read")
@@ -549,14 +578,16 @@ def unread_param(ctx: "LintContext") -> Iterator[Hit]:
     """ncnn ignores a param id its layer does not read (e.g. pnnx writes `7=group` on a
     Convolution1D, which has no groups: a grouped 1-D convolution is
     ConvolutionDepthWise1D). Harmless; listed so a misspelt id does not go unnoticed."""
-    for layer in ctx.layers:
-        t = layer.type
-        if t not in LAYER_PARAMS or not len(layer.params):
+    for group in ctx.layers_by_params:
+        t = group[0].type
+        if t not in LAYER_PARAMS or not len(group[0].params):
             continue
-        unread = [pid for pid in layer.params if param_info(t, pid) is None]
-        if unread:
-            yield Hit(layer, f"{t} {layer.name!r} has param(s) {', '.join(map(str, unread))}, "
-                             f"which {t} does not read (ncnn ignores them)")
+        unread = [pid for pid in group[0].params if param_info(t, pid) is None]
+        if unread:  # the same ids for the whole group
+            for layer in group:
+                yield Hit(layer, f"{t} {layer.name!r} has param(s) "
+                                 f"{', '.join(map(str, unread))}, which {t} does not read "
+                                 f"(ncnn ignores them)")
 
 
 # =========================================================================== codebooks
@@ -580,6 +611,8 @@ def separate_codebook_embeds(ctx: "LintContext") -> Iterator[Hit]:
     one Embed over ids pre-offset by `level × vocab` on the host (the Qwen3-TTS port's form).
     Not a bug: an optimisation, reported as info."""
     g = ctx.graph
+    if g.types().get("Embed", 0) < 2:
+        return  # nothing to fuse: skip the walk over every sum (a residual chain has many)
 
     def back(b: str) -> "Layer | None":
         p = g.producer(b)

@@ -25,12 +25,12 @@ def deep_graph(ctx: "LintContext") -> Iterator[Hit]:
     at = None
     for layer in ctx.layers:
         d = 0
-        for b in layer.inputs:
+        for b in layer._inputs:  # not `.inputs`: no tuple per layer on a 100k-layer pass
             v = depth_of.get(b)
             if v is not None and v > d:
                 d = v
         d += 1
-        for b in layer.outputs:
+        for b in layer._outputs:
             depth_of[b] = d
         if d > deepest:
             deepest, at = d, layer

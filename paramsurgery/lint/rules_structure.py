@@ -92,14 +92,17 @@ def unused_blob(ctx: "LintContext") -> Iterator[Hit]:
       part the model discards."""
     g = ctx.graph
     cons = g._consumers
-    pnnx_style = any(_PNNX_OUT.match(b) for b in g.outputs)
-    for layer in ctx.layers:
+    # the unread tops of each layer, from the blob index (no walk over the layers)
+    unread_of: dict[int, dict[int, str]] = {}
+    for b, prods in g._producers.items():
+        if not cons.get(b):
+            for lid, slot in prods:
+                unread_of.setdefault(lid, {})[slot] = b
+    pnnx_style = any(_PNNX_OUT.match(b) for tops in unread_of.values() for b in tops.values())
+    for lid in sorted(unread_of, key=g._key.__getitem__):
+        layer = g.layer(lid)
         outs = layer.outputs
-        if not outs:
-            continue
-        unread = [b for b in outs if not cons.get(b)]
-        if not unread:
-            continue
+        unread = [unread_of[lid][slot] for slot in sorted(unread_of[lid])]
         if layer.type == "Input":
             for b in unread:
                 yield Hit(layer, f"graph input {b!r} is never read: ncnn lists it as an output "

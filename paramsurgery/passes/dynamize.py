@@ -210,7 +210,23 @@ class Dynamize(Pass):
                               f"input shapes (--inputshape NAME=[d0,...], e.g. with the traced "
                               f"length {self.T}) or pnnx's IR (X.pnnx.param next to "
                               f"X.ncnn.param, or --pnnx)")
-        found: set[tuple[int, int]] = set()
+        index = self._slice_index(ops)
+        found = set(index.get((start, end), ()))
+        if len(found) != 1:
+            why = "no" if not found else f"{len(found)} different"
+            raise PassRefused(f"{layer.name}: {why} pnnx Tensor.slice op(s) in the traced IR match "
+                              f"its {label} {end if end is not None else start}; cannot tell "
+                              f"the extent of its input")
+        return found.pop()
+
+    def _slice_index(self, ops: list[_traced.PnnxOp]) -> dict:
+        """(start, end) → {(torch dim from the end, traced extent)} of every traced slice,
+        also under (None, end), (start, None) and (None, None) for partial queries: built
+        once per run, so matching each Crop is a lookup, not a scan of the traced IR."""
+        cached = getattr(self, "_slice_index_cache", None)
+        if cached is not None and cached[0] is ops:
+            return cached[1]
+        index: dict[tuple[int | None, int | None], set[tuple[int, int]]] = {}
         for op in _traced.ops_of(ops, SLICE_OPS):
             shape = op.in_shape
             if not shape:
@@ -219,20 +235,14 @@ class Dynamize(Pass):
             starts = op.ints("starts") or op.ints("start") or [0] * len(dims)
             ends = op.ints("ends") or op.ints("end") or [None] * len(dims)
             for d, s, e in zip(dims, starts, ends):
-                if end is not None and e != end:
-                    continue
-                if start is not None and s != start:
-                    continue
                 d = d % len(shape)
                 L = shape[d]
-                if L is not None:
-                    found.add((d - len(shape), L))
-        if len(found) != 1:
-            why = "no" if not found else f"{len(found)} different"
-            raise PassRefused(f"{layer.name}: {why} pnnx Tensor.slice op(s) in the traced IR match "
-                              f"its {label} {end if end is not None else start}; cannot tell "
-                              f"the extent of its input")
-        return found.pop()
+                if L is None:
+                    continue
+                for key in ((s, e), (None, e), (s, None), (None, None)):
+                    index.setdefault(key, set()).add((d - len(shape), L))
+        self._slice_index_cache = (ops, index)
+        return index
 
     def _shape_extent(self, g: Graph, layer: Layer, index: int, label: str) \
             -> tuple[int, bool]:

@@ -1,0 +1,76 @@
+"""Work counts, not times: the known hot spots of the whole workload (load, validate, static
+lint, an edit of every layer, emit) must do work linear in the graph size. Counted on a graph
+of n and 4n layers: producer/consumer lookups, param-list parses, value parses and layers
+visited by whole-graph walks. A per-layer walk that rescans the graph makes a count grow 16x
+instead of 4x, so a quadratic walk cannot come back unnoticed (timing tests would be flaky on
+a shared machine; counts are exact)."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import paramsurgery
+from paramsurgery import params as params_mod
+from paramsurgery.graph import Graph
+from paramsurgery.lint import lint_graph
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+from bench_graphs import SHAPES  # noqa: E402
+
+LOOKUPS = ("producer", "producer_slot", "consumers", "consumer_layers", "predecessors",
+           "successors")
+
+
+def _count_workload(text: str, monkeypatch: pytest.MonkeyPatch) -> Counter:
+    counts: Counter = Counter()
+
+    def counting(name: str, fn):  # noqa: ANN001, ANN202
+        def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            counts[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    with monkeypatch.context() as m:
+        for name in LOOKUPS:
+            m.setattr(Graph, name, counting(name, getattr(Graph, name)))
+        iter_ = Graph.__iter__
+
+        def walk(self):  # noqa: ANN001, ANN202
+            for layer in iter_(self):
+                counts["layers walked"] += 1
+                yield layer
+        m.setattr(Graph, "__iter__", walk)
+        m.setattr(params_mod, "_tokens", counting("param lists parsed", params_mod._tokens))
+        m.setattr(params_mod, "parse_value", counting("values parsed", params_mod.parse_value))
+        g = paramsurgery.loads(text)
+        g.validate()
+        lint_graph(g, run=False)
+        for layer in list(iter_(g)):
+            layer.name = layer.name + "_e"
+        g.dumps()
+    return counts
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_workload_work_grows_linearly(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    n = 1500
+    params_mod._PARSED.clear()
+    small = _count_workload(SHAPES[shape](n), monkeypatch)
+    params_mod._PARSED.clear()
+    big = _count_workload(SHAPES[shape](4 * n), monkeypatch)
+    assert big["layers walked"] >= 4 * n  # the counters see the work
+    for what in set(small) | set(big):
+        # 4x the layers: at most 4x the work (+ a constant), never 16x
+        assert big[what] <= 4.4 * small[what] + 64, (what, small[what], big[what])
+
+
+def test_identical_param_lines_are_parsed_once_per_distinct_token(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    params_mod._PARSED.clear()
+    counts = _count_workload(SHAPES["chain"](4000), monkeypatch)
+    # the chain writes two distinct param lines (Convolution, BinaryOp): 12 distinct tokens
+    assert counts["values parsed"] <= 12, counts
