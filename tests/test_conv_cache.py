@@ -337,7 +337,7 @@ def chunkings(draw, total):
     return [b - a for a, b in zip(bounds, bounds[1:])]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_stacks_stream_like_offline(data, tmp_path_factory):
     stack = data.draw(stacks(), label="stack")
