@@ -167,6 +167,7 @@ class Reference:
     outputs: dict[str, tuple[int, ...]]
     output_batch: dict[str, int] = field(default_factory=dict)
     path: str | None = None
+    values: dict[str, np.ndarray] = field(default_factory=dict)  # output blob → torch's array
 
     @classmethod
     def load(cls, path: str, graph: "Graph", pnnx: "PnnxGraph | None" = None) -> "Reference":
@@ -203,7 +204,8 @@ class Reference:
         specs.sort(key=lambda s: ins.index(s.blob))
         outputs = {blob: tuple(np.asarray(data[key]).shape) for blob, key in out_map.items()}
         out_b = {blob: bidx[blob] for blob in outputs if blob in bidx}
-        return cls(specs, outputs, out_b, path)
+        values = {blob: np.asarray(data[key]) for blob, key in out_map.items()}
+        return cls(specs, outputs, out_b, path, values)
 
     @classmethod
     def from_arrays(cls, inputs: "dict[str, tuple[np.ndarray, int | None]]",

@@ -31,7 +31,7 @@ from ..graph import Graph
 from ..layer import Layer
 from ..values import Kind
 from . import _traced
-from .base import Change, Pass, PassResult, Skip, register
+from .base import Change, Pass, PassResult, RepairContext, Skip, register
 
 RESHAPE_DIMS = {0: "w", 1: "h", 11: "d", 2: "c"}
 AXIS_PARAM = {"w": 0, "h": 1, "d": 11, "c": 2}
@@ -67,6 +67,17 @@ class Dynamize(Pass):
     name = "dynamize"
     summary = "rewrite a traced length baked into Crop/Reshape/Gemm params into relative forms"
     command = "paramsurgery dynamize"
+    repair_order = 60
+
+    @classmethod
+    def for_fix(cls, ctx: RepairContext, asked: bool) -> "Dynamize | None":
+        """Runs whenever a length is given (no lint rule proves a baked length alone)."""
+        if ctx.traced_len is None and ctx.pair is None:
+            if asked:
+                raise PassRefused("a finding calls for dynamize, which needs --traced-len T "
+                                  "or --pair OTHER.param")
+            return None
+        return cls(ctx.traced_len, pair=ctx.pair, traced=ctx.traced_ops)
 
     def __init__(self, traced_len: int | None = None, *, pair: Graph | str | os.PathLike | None = None,
                  pair_len: int | None = None, axis: int | None = None,

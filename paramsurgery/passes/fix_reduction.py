@@ -35,7 +35,7 @@ from ..graph import Graph
 from ..layer import Layer
 from ..values import Floats
 from . import _traced
-from .base import Change, Pass, PassResult, Skip, register
+from .base import Change, Pass, PassResult, RepairContext, Skip, register
 from .match import Match, fail, matched
 
 OP_NAMES = {0: "SUM", 1: "ASUM", 2: "SUMSQ", 3: "MEAN", 4: "MAX", 5: "MIN", 6: "PROD", 7: "L1",
@@ -71,6 +71,11 @@ class FixReduction(Pass):
     summary = ("stack + Reduction with dropped axes (Concat 0=-233, -23303=0) → element-wise "
                "sum/mean; identity Reductions bypassed when traced shapes prove it")
     command = "paramsurgery fix-reduction"
+    repair_order = 50
+
+    @classmethod
+    def for_fix(cls, ctx: RepairContext, asked: bool) -> "FixReduction | None":
+        return cls(traced=ctx.traced_ops) if asked else None
 
     def __init__(self, *, style: str = "eltwise",
                  traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,

@@ -32,7 +32,7 @@ from ..graph import Graph
 from ..layer import Layer
 from ..values import Ints
 from . import _traced
-from .base import Change, Pass, PassResult, Skip, register
+from .base import Change, Pass, PassResult, RepairContext, Skip, register
 from .match import Match, fail, matched
 
 KIND_OPS = {"unbind": ("torch.unbind", "Tensor.unbind"), "chunk": ("torch.chunk", "Tensor.chunk"),
@@ -69,6 +69,15 @@ class FixSlice(Pass):
     name = "fix-slice"
     summary = "parameterless Slice / raw torch.unbind / batch-axis Slice → valid Slice (+ Reshape)"
     command = "paramsurgery fix-slice"
+    repair_order = 40
+
+    @classmethod
+    def claims(cls, layer: Layer) -> bool:
+        return needs_fix(layer) is not None  # a raw torch.unbind
+
+    @classmethod
+    def for_fix(cls, ctx: RepairContext, asked: bool) -> "FixSlice | None":
+        return cls(traced=ctx.traced_ops) if asked else None
 
     def __init__(self, *, traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,
                  partial: bool = False) -> None:

@@ -37,7 +37,7 @@ from ..graph import Graph
 from ..layer import Layer
 from ..layer_types import is_converter_leftover
 from ..values import FLT_MAX
-from .base import Change, Pass, PassResult, Skip, register
+from .base import Change, Pass, PassResult, RepairContext, Skip, register
 
 # ncnn BinaryOp 0= / UnaryOp 0= op types (src/layer/binaryop.h, unaryop.h)
 ADD, SUB, MUL, DIV, MAX, MIN = 0, 1, 2, 3, 4, 5
@@ -407,6 +407,16 @@ class Lower(Pass):
     summary = "rewrite pnnx leftovers with an exact ncnn equivalent (addcmul, lerp, frac, " \
               "clamp_min, softsign, narrow, ...) into ncnn layers"
     command = "paramsurgery lower"
+    repair_order = 20
+
+    @classmethod
+    def claims(cls, layer: Layer) -> bool:
+        r = RULES.for_type(layer.type)
+        return r is not None and not r.doc.startswith("declined:")
+
+    @classmethod
+    def for_fix(cls, ctx: RepairContext, asked: bool) -> "Lower | None":
+        return cls(traced=ctx.traced, partial=True) if asked else None
 
     def __init__(self, rules: Iterable[Rule] | None = None, *,
                  traced: str | os.PathLike | None = None, partial: bool = False) -> None:

@@ -31,7 +31,8 @@ from typing import Callable, Sequence
 from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
-from .base import Change, Pass, PassResult, Skip, register
+from ..layer_types import is_converter_leftover
+from .base import Change, Pass, PassResult, RepairContext, Skip, register
 
 CAST_TYPES = ("Tensor.to", "Tensor.type", "Tensor.float", "Tensor.double", "Tensor.half",
               "Tensor.long", "Tensor.int", "Tensor.bfloat16", "aten::to")
@@ -169,6 +170,17 @@ class RemovePassthrough(Pass):
     summary = "bypass layers that pass data through unchanged (no-op casts, clone, Identity, " \
               "Noop, Dropout, 1-top Split)"
     command = "paramsurgery remove-passthrough"
+    repair_order = 30
+
+    @classmethod
+    def claims(cls, layer: Layer) -> bool:
+        return layer.type in CHECKS and is_converter_leftover(layer.type)
+
+    @classmethod
+    def for_fix(cls, ctx: RepairContext, asked: bool) -> "RemovePassthrough | None":
+        # only the leftovers: ncnn's own Noop/Dropout/Split load and run as they are
+        leftovers = [t for t in CHECKS if is_converter_leftover(t)]
+        return cls(leftovers, traced=ctx.traced, partial=True) if asked else None
 
     def __init__(self, types: Sequence[str] = (), *, traced: str | os.PathLike | None = None,
                  partial: bool = False) -> None:
