@@ -68,29 +68,15 @@ class LintContext:
 
     def through_splits(self, blob: str) -> list["Layer"]:
         """The layers reading `blob`, looking through `Split` copies."""
-        out: list["Layer"] = []
-        work = [blob]
-        seen = set()
-        while work:
-            b = work.pop()
-            if b in seen:
-                continue
-            seen.add(b)
-            for c in self.graph.consumer_layers(b):
-                if c.type == "Split":
-                    work.extend(c.outputs)
-                else:
-                    out.append(c)
-        return out
+        from ..passes.match import through_splits
+
+        return through_splits(self.graph, blob)
 
     def source_of(self, blob: str) -> "Layer | None":
         """The producer of `blob`, looking back through `Split` copies."""
-        p = self.graph.producer(blob)
-        hops = 0
-        while p is not None and p.type == "Split" and p.inputs and hops < 1000:
-            p = self.graph.producer(p.inputs[0])
-            hops += 1
-        return p
+        from ..passes.match import source_of
+
+        return source_of(self.graph, blob)
 
     # ------------------------------------------------------------------ shared analyses
     @cached_property

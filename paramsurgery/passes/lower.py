@@ -38,14 +38,19 @@ from ..layer import Layer
 from ..layer_types import is_converter_leftover
 from ..values import FLT_MAX
 from .base import Change, Pass, PassResult, RepairContext, Skip, register
+from .match import NoMatch, source_of
 
 # ncnn BinaryOp 0= / UnaryOp 0= op types (src/layer/binaryop.h, unaryop.h)
 ADD, SUB, MUL, DIV, MAX, MIN = 0, 1, 2, 3, 4, 5
 ABS, NEG, TRUNC = 0, 1, 19
 
 
-class Declined(Exception):
-    """A rule that knows the op but cannot lower this instance exactly: the reason."""
+class Declined(NoMatch):
+    """A rule that knows the op but cannot lower this instance exactly: the reason (a
+    NoMatch, so --explain words it as every pass does)."""
+
+    def __init__(self, reason: str, layer: Layer | None = None) -> None:
+        super().__init__(layer, reason)
 
 
 # ============================================================================ rule plumbing
@@ -92,9 +97,7 @@ class Site:
     def constant(self, slot: int) -> object:
         """The value of a constant `pnnx.Expression` feeding bottom `slot` (through Splits)."""
         blob = self.input(slot)
-        prod = self.g.producer(blob)
-        while prod is not None and prod.type == "Split":
-            prod = self.g.producer(prod.inputs[0])
+        prod = source_of(self.g, blob)
         if prod is None or prod.type != "pnnx.Expression" or prod.inputs:
             raise Declined(f"bottom {slot} ({blob!r}) is a tensor, not a constant")
         if self.pnnx is None:
@@ -113,9 +116,7 @@ class Site:
         raise Declined(f"{self.traced_path} has no pnnx.Expression named {prod.name!r}")
 
     def is_constant(self, slot: int) -> bool:
-        prod = self.g.producer(self.input(slot))
-        while prod is not None and prod.type == "Split":
-            prod = self.g.producer(prod.inputs[0])
+        prod = source_of(self.g, self.input(slot))
         return prod is not None and prod.type == "pnnx.Expression" and not prod.inputs
 
     def number(self, slot: int, what: str) -> float:

@@ -29,6 +29,7 @@ class Match:
     ok: bool
     reason: str = ""
     captures: dict[str, Any] = field(default_factory=dict)
+    kind: str = ""  # a tag a caller may branch on (never the reason's text)
 
     def __bool__(self) -> bool:
         return self.ok
@@ -41,8 +42,8 @@ def matched(layer: Layer, **captures: Any) -> Match:
     return Match(layer, True, "", captures)
 
 
-def fail(layer: Layer, reason: str) -> Match:
-    return Match(layer, False, reason)
+def fail(layer: Layer, reason: str, *, kind: str = "") -> Match:
+    return Match(layer, False, reason, kind=kind)
 
 
 class NoMatch(Exception):
@@ -58,6 +59,13 @@ class NoMatch(Exception):
 
     def __str__(self) -> str:
         return self.reason
+
+    def format(self) -> str:
+        """`line N: Type name: reason` (the reason alone when there is no layer)."""
+        if self.layer is None:
+            return self.reason
+        where = f"line {self.layer.source_line}: " if self.layer.source_line else ""
+        return f"{where}{self.layer.type} {self.layer.name}: {self.reason}"
 
 
 def above_splits(g: Graph, blob: str) -> tuple[str, list[Layer]]:
