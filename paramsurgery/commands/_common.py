@@ -85,27 +85,8 @@ def add_pass_args(parser: argparse.ArgumentParser, tag: str) -> None:
 
 def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str) -> int:
     """Load, run one pass (on a copy), write the result atomically, print the report.
-    Exit 0 when the pass ran (changed or not); a refusal raises PassRefused (exit 2)."""
-    from ..io import atomic_write, load
+    Exit 0 when the pass ran (changed or not); a refusal raises PassRefused (exit 2).
+    (The shared runner, `_runner.GraphCommand`, with nothing but the pass declared.)"""
+    from ._runner import GraphCommand
 
-    if args.output is None and not args.in_place:
-        args.output = derived_output(args.param, tag)
-    out = output_path(args, args.param)
-    g = load(args.param)
-    result = pass_obj(g)
-    data = result.graph.dump_bytes()
-    if out == "-":
-        sys.stdout.buffer.write(data)
-    elif result.modified or out != args.param:
-        atomic_write(out, data)
-    if args.format == "json":
-        print_json({"pass": result.pass_name, "output": out, "modified": result.modified,
-                    "changes": [c.__dict__ for c in result.changes],
-                    "skipped": [s.__dict__ for s in result.skipped], "notes": result.notes})
-        return 0
-    stream = sys.stderr if out == "-" else sys.stdout
-    print(result.format(args.explain), file=stream)
-    if out != "-":
-        print(f"wrote {out}" if (result.modified or out != args.param) else f"{out} unchanged",
-              file=stream)
-    return 0
+    return GraphCommand(tag, lambda _args: pass_obj)(args)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-import tempfile
+from typing import TYPE_CHECKING
 
-from ..errors import PassRefused
-from ..io import atomic_write, load
-from ._common import add_format_arg, add_output_args, derived_output, link_or_copy, print_json
+from ..errors import ParamSurgeryError
+from ._common import add_format_arg, add_output_args
+from ._runner import Check, GraphCommand, Outputs, Run
+
+if TYPE_CHECKING:
+    from ..passes.base import Pass
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,72 +45,41 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def _verify(run: Run, staged: Outputs) -> Check | None:
+    args = run.args
+    if not args.verify:
+        return None
+    if not args.bin:
+        raise ParamSurgeryError("--verify needs the weights (--bin model.bin)", file=args.param)
+    from ..kvcache_verify import verify_kvcache
+    from .verify_kvcache import decoder_io_from_args
+
+    return verify_kvcache(staged.param, staged.bin, n=args.n, m=args.m, tol=args.tol,
+                          io=decoder_io_from_args(args), seed=args.seed,
+                          reference_param=args.param)
+
+
+def _json(run: Run) -> dict:
+    new, parity = run.graph, run.check
+    return {"header": {"before": [len(run.source), run.source.blob_count()],
+                       "after": [len(new), new.blob_count()]},
+            "cache": [s.__dict__ for s in run.result.data.get("slots", [])],
+            "parity": None if parity is None else {
+                "ok": parity.ok, "steps": [s.__dict__ for s in parity.steps]}}
+
+
+def _text(run: Run) -> list[str]:
+    new, old = run.graph, run.source
+    return [f"header: {len(old)} {old.blob_count()} -> {len(new)} {new.blob_count()}"]
+
+
+def _make_pass(args: argparse.Namespace) -> Pass:
     from ..passes.kvcache import AddKVCache
 
-    out = args.output
-    if out is None and not args.in_place:
-        out = derived_output(args.param, "kvcache")
-        args.output = out
-    from ._common import output_path
+    return AddKVCache(naming=args.naming, split_inputs=args.split_inputs, only=args.only,
+                      skip=args.skip, dynamic_gemm=args.dynamic_gemm,
+                      input_name=args.input_name)
 
-    out = output_path(args, args.param)
-    # with --bin, check the weights match the param first (a mismatch names the layer)
-    g = load(args.param, bin=args.bin) if args.bin else load(args.param)
-    before = (len(g), g.blob_count())
-    result = AddKVCache(naming=args.naming, split_inputs=args.split_inputs, only=args.only,
-                        skip=args.skip, dynamic_gemm=args.dynamic_gemm,
-                        input_name=args.input_name)(g)
-    new = result.graph
-    data = new.dump_bytes()
-    parity = None
-    if args.verify:
-        if not args.bin:
-            raise PassRefused("--verify needs the weights (--bin model.bin)", file=args.param)
-        from ..kvcache_verify import verify_kvcache
 
-        with tempfile.TemporaryDirectory(prefix="paramsurgery-kv-") as tmp:
-            candidate = os.path.join(tmp, "candidate.param")
-            with open(candidate, "wb") as fh:
-                fh.write(data)
-            from .verify_kvcache import decoder_io_from_args
-
-            parity = verify_kvcache(candidate, args.bin, n=args.n, m=args.m, tol=args.tol,
-                                    io=decoder_io_from_args(args), seed=args.seed,
-                                    reference_param=args.param)
-        if not parity.ok:
-            if args.format == "text":
-                print(result.format(args.explain))
-                print(parity.format())
-            print(f"{args.param}: refusing to write {out}: kv-cache parity failed",
-                  file=sys.stderr)
-            return 1
-    if result.modified or out != args.param:
-        if out == "-":
-            sys.stdout.buffer.write(data)
-        else:
-            atomic_write(out, data)
-    bin_note = "weights: unchanged (the .bin needs no rewrite)"
-    if args.bin and out not in ("-", args.param) and args.output:
-        target = out[: -len(".param")] + ".bin" if out.endswith(".param") else out + ".bin"
-        how = link_or_copy(args.bin, target)
-        bin_note += f"; {target} is a {how} of {args.bin}"
-    if args.format == "json":
-        print_json({"output": out, "modified": result.modified,
-                    "changes": [c.__dict__ for c in result.changes],
-                    "skipped": [s.__dict__ for s in result.skipped],
-                    "header": {"before": before, "after": [len(new), new.blob_count()]},
-                    "cache": [s.__dict__ for s in result.data.get("slots", [])],
-                    "parity": None if parity is None else {
-                        "ok": parity.ok, "steps": [s.__dict__ for s in parity.steps]}})
-        return 0
-    stream = sys.stderr if out == "-" else sys.stdout
-    print(result.format(args.explain), file=stream)
-    print(f"header: {before[0]} {before[1]} -> {len(new)} {new.blob_count()}", file=stream)
-    if parity is not None:
-        print(parity.format(), file=stream)
-    print(bin_note, file=stream)
-    if out != "-":
-        print(f"wrote {out}" if (result.modified or out != args.param) else
-              f"{out} unchanged", file=stream)
-    return 0
+run = GraphCommand("kvcache", _make_pass, bin_note=True, verify=_verify,
+                   refusal="kv-cache parity failed", json=_json, text=_text)

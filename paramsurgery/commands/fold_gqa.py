@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-import tempfile
+from typing import TYPE_CHECKING
 
 from ..errors import ParamSurgeryError
-from ..io import atomic_write, load
-from ._common import add_format_arg, add_output_args, derived_output, link_or_copy, print_json
+from ._common import add_format_arg, add_output_args
+from ._runner import Check, GraphCommand, Outputs, Run
+
+if TYPE_CHECKING:
+    from ..passes.base import Pass
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,62 +46,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from ..passes.fold_gqa import FoldGQA, verify_fold
-    from ._common import output_path
+def _verify(run: Run, staged: Outputs) -> Check | None:
+    args = run.args
+    if not (args.verify and run.result.modified):
+        return None
+    if not args.bin:
+        raise ParamSurgeryError("--verify needs the weights (--bin model.bin)", file=args.param)
+    from ..passes.fold_gqa import verify_fold
+    from .verify_kvcache import decoder_io_from_args
 
-    if args.output is None and not args.in_place:
-        args.output = derived_output(args.param, "gqa")
-    out = output_path(args, args.param)
-    # with --bin, check the weights match the param first (a mismatch names the layer)
-    g = load(args.param, bin=args.bin) if args.bin else load(args.param)
-    result = FoldGQA(only=args.only, skip=args.skip)(g)
-    data = result.graph.dump_bytes()
-    check = None
-    if args.verify and result.modified:
-        if not args.bin:
-            raise ParamSurgeryError("--verify needs the weights (--bin model.bin)", file=args.param)
-        from .verify_kvcache import decoder_io_from_args
+    check = verify_fold(staged.param, staged.bin, args.reference or args.param,
+                        lengths=[int(x) for x in args.lengths.split(",") if x.strip()],
+                        io=decoder_io_from_args(args), tol=args.tol, seed=args.seed,
+                        reference_bin=args.reference_bin)
+    check.reference = args.reference or args.param
+    return check
 
-        with tempfile.TemporaryDirectory(prefix="paramsurgery-gqa-") as tmp:
-            cand = os.path.join(tmp, "folded.param")
-            with open(cand, "wb") as fh:
-                fh.write(data)
-            check = verify_fold(cand, args.bin, args.reference or args.param,
-                                lengths=[int(x) for x in args.lengths.split(",") if x.strip()],
-                                io=decoder_io_from_args(args), tol=args.tol, seed=args.seed,
-                                reference_bin=args.reference_bin)
-            check.reference = args.reference or args.param
-        if not check.ok:
-            print(result.format(args.explain), file=sys.stderr)
-            print(check.format(), file=sys.stderr)
-            print(f"{args.param}: refusing to write {out}: the folded graph is not proven equal",
-                  file=sys.stderr)
-            return 1
-    if out == "-":
-        sys.stdout.buffer.write(data)
-    elif result.modified or out != args.param:
-        atomic_write(out, data)
-    bin_note = "weights: unchanged (only weightless layers were removed)"
-    if args.bin and out not in ("-", args.param):
-        target = out[: -len(".param")] + ".bin" if out.endswith(".param") else out + ".bin"
-        how = link_or_copy(args.bin, target)
-        bin_note += f"; {target} is a {how} of {args.bin}"
-    if args.format == "json":
-        print_json({"output": out, "modified": result.modified,
-                    "changes": [c.__dict__ for c in result.changes],
-                    "skipped": [s.__dict__ for s in result.skipped], "notes": result.notes,
-                    "folded": result.data.get("folded", []),
-                    "unloadable": result.data.get("unloadable", {}),
-                    "verify": None if check is None else {"ok": check.ok, "rel": check.rel,
-                                                          "reference": check.reference}})
-        return 0
-    stream = sys.stderr if out == "-" else sys.stdout
-    print(result.format(args.explain), file=stream)
-    if check is not None:
-        print(check.format(), file=stream)
-    print(bin_note, file=stream)
-    if out != "-":
-        print(f"wrote {out}" if (result.modified or out != args.param) else f"{out} unchanged",
-              file=stream)
-    return 0
+
+def _json(run: Run) -> dict:
+    check = run.check
+    return {"folded": run.result.data.get("folded", []),
+            "unloadable": run.result.data.get("unloadable", {}),
+            "verify": None if check is None else {"ok": check.ok, "rel": check.rel,
+                                                  "reference": check.reference}}
+
+
+def _make_pass(args: argparse.Namespace) -> Pass:
+    from ..passes.fold_gqa import FoldGQA
+
+    return FoldGQA(only=args.only, skip=args.skip)
+
+
+run = GraphCommand("gqa", _make_pass, bin_note=True, verify=_verify,
+                   refusal="the folded graph is not proven equal", json=_json)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from ._common import add_pass_args, run_param_pass
+from ._common import add_pass_args
 
 # a token that is an assignment, not a layer name / type: `0=1`, `-23300=2,1,2`, `axis=-1`
 _ASSIGN_RE = re.compile(r"^(-?[0-9]+|[a-z_][a-z0-9_]*)=")
@@ -41,15 +41,11 @@ def take_assignments(args: argparse.Namespace, *names: str) -> None:
 
 
 def run_located(args: argparse.Namespace, make_pass, tag: str) -> int:  # noqa: ANN001
-    """`run_param_pass`, with refusals that name no file located at the input .param."""
-    from ..errors import ParamSurgeryError
+    """Run the pass `make_pass()` builds through the shared runner (refusals that name no
+    file are located at the input .param)."""
+    from ._runner import GraphCommand
 
-    try:
-        return run_param_pass(args, make_pass(), tag)
-    except ParamSurgeryError as exc:
-        if exc.file is None:
-            exc.file = args.param
-        raise
+    return GraphCommand(tag, lambda _args: make_pass())(args)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
