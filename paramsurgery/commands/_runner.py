@@ -104,6 +104,8 @@ class GraphCommand:
     before_write: Callable[[Run], None] | None = None
     bin_required: bool = False
     default_prefix: Callable[[str], str] | None = None  # prefix commands: default -o
+    summary: Callable[[Run], list[str]] | None = None  # instead of the pass's own report
+    exit_code: Callable[[Run], int] | None = None  # default 0 once written
 
     def __call__(self, args: argparse.Namespace) -> int:
         try:
@@ -159,7 +161,8 @@ class GraphCommand:
                 staged = _staged(run, writers, tmp)
                 run.check = self.verify(run, staged)
         if run.check is not None and not run.check.ok:
-            print(result.format(getattr(args, "explain", False)), file=sys.stderr)
+            for line in self._summary(run):
+                print(line, file=sys.stderr)
             print(run.check.format(), file=sys.stderr)
             print(f"{args.param}: refusing to write {out.param}: {self.refusal}",
                   file=sys.stderr)
@@ -211,9 +214,10 @@ class GraphCommand:
             if self.json is not None:
                 data.update(self.json(run))
             print_json(data)
-            return 0
+            return self.exit_code(run) if self.exit_code is not None else 0
         stream = sys.stderr if out.param == "-" else sys.stdout
-        print(result.format(getattr(args, "explain", False)), file=stream)
+        for line in self._summary(run):
+            print(line, file=stream)
         for line in self.text(run) if self.text is not None else []:
             print(line, file=stream)
         if run.check is not None:
@@ -225,7 +229,12 @@ class GraphCommand:
             written = [p for p in out.all() if changed or p != out.param]
             print("wrote " + ", ".join(written) if changed else f"{out.param} unchanged",
                   file=stream)
-        return 0
+        return self.exit_code(run) if self.exit_code is not None else 0
+
+    def _summary(self, run: Run) -> list[str]:
+        if self.summary is not None:
+            return self.summary(run)
+        return [run.result.format(getattr(run.args, "explain", False))]
 
 
 def weights_changed(before: "Graph", after: "Graph") -> bool:

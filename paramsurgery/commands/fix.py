@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from dataclasses import dataclass, field
 
 from ..errors import ParamSurgeryError
 from ..findings import ERROR, WARNING, Finding
 from ..graph import Graph
 from ..passes.base import PassManager, PassResult, RepairContext, repairs
-from ._common import (add_format_arg, add_output_args, derived_output, link_or_copy,
-                      output_path, print_json)
+from ._common import add_format_arg, add_output_args
+from ._runner import Check, GraphCommand, Outputs, Run
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -139,121 +138,71 @@ def fix_graph(g: Graph, *, traced: str | os.PathLike | None = None,
     return FixReport(current, before, found, results, failures, wanted)
 
 
-def weights_changed(before: Graph, after: Graph) -> bool:
-    """Whether `after`'s weighted layers differ from `before`'s (a pass replaced, added or
-    removed one): then the output needs its own `.bin`."""
-    def weighted(g: Graph) -> list[int]:
-        return [id(layer.weights) for layer in g if layer.weights]
+class _FixAll:
+    """`fix_graph` in the runner's shape: graph in, one PassResult out (the report in
+    `data["report"]`)."""
 
-    return weighted(before) != weighted(after)
+    def __init__(self, args: argparse.Namespace) -> None:
+        from ..passes._traced import companion_pnnx
 
+        self.args = args
+        self.traced = args.pnnx or companion_pnnx(args.param)
 
-def run(args: argparse.Namespace) -> int:
-    from ..io import atomic_write, atomic_write_many, load
-    from ..passes._traced import companion_pnnx
-
-    if args.output is None and not args.in_place:
-        args.output = derived_output(args.param, "fixed")
-    out = output_path(args, args.param)
-    if args.verify and not args.bin:
-        raise ParamSurgeryError("--verify needs the weights (--bin model.bin)", file=args.param)
-    g = load(args.param, bin=args.bin) if args.bin else load(args.param)
-    traced = args.pnnx or companion_pnnx(args.param)
-    rep = fix_graph(g, traced=traced, traced_len=args.traced_len, pair=args.pair)
-    modified = rep.modified
-    new_weights = bool(args.bin) and weights_changed(g, rep.graph)
-    stream = sys.stderr if out == "-" or args.format == "json" else sys.stdout
-    check = None
-    if args.verify and modified:
-        check = _verify(args, rep.graph, new_weights)
-        if not check.ok:
-            _print_report(rep, args, stream=sys.stderr)
-            print(check.format(), file=sys.stderr)
-            print(f"{args.param}: refusing to write {out}: the repaired graph does not match "
-                  f"the reference", file=sys.stderr)
-            return 1
-    data = rep.graph.dump_bytes()
-    bin_note = None
-    if out == "-":
-        sys.stdout.buffer.write(data)
-    elif modified or out != args.param:
-        if args.bin and out != args.param:
-            target = bin_path_for(out)
-            if new_weights:
-                from ..weights import write_weights
-
-                atomic_write_many({out: lambda fh: fh.write(data),
-                                   target: lambda fh: write_weights(rep.graph, fh)})
-                bin_note = f"weights: rewritten to {target}"
-            else:
-                atomic_write(out, data)
-                how = link_or_copy(args.bin, target)
-                bin_note = f"weights: unchanged; {target} is a {how} of {args.bin}"
-        elif new_weights:  # --in-place with rewritten weights: both files, atomically
-            from ..weights import write_weights
-
-            atomic_write_many({out: lambda fh: fh.write(data),
-                               args.bin: lambda fh: write_weights(rep.graph, fh)})
-            bin_note = f"weights: rewritten in place ({args.bin})"
-        else:
-            atomic_write(out, data)
-    if args.format == "json":
-        print_json({"output": out, "modified": modified,
-                    "findings_before": [f.to_json() for f in rep.before],
-                    "passes": [{"pass": r.pass_name, "modified": r.modified,
-                                "changes": [c.__dict__ for c in r.changes]} for r in rep.results],
-                    "refused": [{"pass": n, "reason": m} for n, m in rep.failures],
-                    "findings_after": [f.to_json() for f in rep.after],
-                    "weights": bin_note,
-                    "verify": None if check is None else check.to_json()})
-        return rep.exit_code
-    _print_report(rep, args, stream=stream)
-    if check is not None:
-        print(check.format(), file=stream)
-    if bin_note:
-        print(bin_note, file=stream)
-    if out != "-":
-        print(f"wrote {out}" if (modified or out != args.param) else f"{out} unchanged",
-              file=stream)
-    return rep.exit_code
+    def __call__(self, g: Graph) -> PassResult:
+        rep = fix_graph(g, traced=self.traced, traced_len=self.args.traced_len,
+                        pair=self.args.pair)
+        return PassResult(rep.graph, rep.modified,
+                          [c for r in rep.results for c in r.changes],
+                          [s for r in rep.results for s in r.skipped], pass_name="fix",
+                          data={"report": rep})
 
 
-def bin_path_for(param_path: str) -> str:
-    """`out.param` → `out.bin` (ncnn's pairing)."""
-    return (param_path[: -len(".param")] if param_path.endswith(".param") else param_path) + ".bin"
+def _report(run: Run) -> FixReport:
+    return run.result.data["report"]
 
 
-def _print_report(rep: FixReport, args: argparse.Namespace, *, stream) -> None:  # noqa: ANN001
-    print(f"{len(rep.before)} finding(s); repairs called for: "
-          f"{', '.join(rep.wanted) or 'none'}", file=stream)
-    for r in rep.results:
-        print(r.format(args.explain), file=stream)
-    for name, msg in rep.failures:
-        print(f"{name}: refused (rolled back): {msg}", file=stream)
-    for f in rep.fixable_left:
-        print(f"not repaired ({f.fix_pass} left it; --explain says why): "
-              f"{f.format(args.param)}", file=stream)
-    for f in rep.unrepairable:
-        print(f"not repairable here: {f.format(args.param)}", file=stream)
+def _summary(run: Run) -> list[str]:
+    rep, explain = _report(run), run.args.explain
+    lines = [f"{len(rep.before)} finding(s); repairs called for: "
+             f"{', '.join(rep.wanted) or 'none'}"]
+    lines += [r.format(explain) for r in rep.results]
+    lines += [f"{name}: refused (rolled back): {msg}" for name, msg in rep.failures]
+    lines += [f"not repaired ({f.fix_pass} left it; --explain says why): "
+              f"{f.format(run.args.param)}" for f in rep.fixable_left]
+    lines += [f"not repairable here: {f.format(run.args.param)}" for f in rep.unrepairable]
+    return lines
 
 
-def _verify(args: argparse.Namespace, graph: Graph, new_weights: bool):  # noqa: ANN202
-    import tempfile
+def _json(run: Run) -> dict:
+    rep = _report(run)
+    return {"findings_before": [f.to_json() for f in rep.before],
+            "passes": [{"pass": r.pass_name, "modified": r.modified,
+                        "changes": [c.__dict__ for c in r.changes]} for r in rep.results],
+            "refused": [{"pass": n, "reason": m} for n, m in rep.failures],
+            "findings_after": [f.to_json() for f in rep.after],
+            "weights": run.bin_note,
+            "verify": None if run.check is None else run.check.to_json()}
 
+
+def _verify(run: Run, staged: Outputs) -> Check | None:
+    """The repaired graph against the torch reference (a raw export may not load at all,
+    so the reference is torch's numbers, not the input graph)."""
     from ..lint.conformance import find_reference
     from ..verify_reference import verify_against_reference
 
+    args = run.args
+    if not (args.verify and run.result.modified):
+        return None
+    if not args.bin:
+        raise ParamSurgeryError("--verify needs the weights (--bin model.bin)", file=args.param)
     ref = args.reference or find_reference(args.param)
     if ref is None:
         raise ParamSurgeryError("--verify needs a torch reference: X.ref.npz next to the input "
                                 "or --reference REF.npz", file=args.param)
-    with tempfile.TemporaryDirectory(prefix="paramsurgery-fix-") as tmp:
-        cand = os.path.join(tmp, "fixed.param")
-        weights = args.bin
-        if new_weights:
-            weights = os.path.join(tmp, "fixed.bin")
-            graph.save(cand, bin=weights)
-        else:
-            graph.save(cand)
-        return verify_against_reference(cand, weights, os.fspath(ref), graph=graph,
-                                        pnnx=args.pnnx or None, source=args.param, tol=args.tol)
+    return verify_against_reference(staged.param, staged.bin, os.fspath(ref), graph=run.graph,
+                                    pnnx=args.pnnx or None, source=args.param, tol=args.tol)
+
+
+run = GraphCommand("fixed", _FixAll, bin_note=True, verify=_verify,
+                   refusal="the repaired graph does not match the reference", summary=_summary,
+                   json=_json, exit_code=lambda run: _report(run).exit_code)
