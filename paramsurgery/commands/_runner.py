@@ -270,3 +270,44 @@ def _staged(run: Run, writers: dict[str, Writer], tmp: str) -> Outputs:
             with open(paths[role], "wb") as fh:
                 write(fh)
     return staged
+
+
+# --------------------------------------------------------------------------- shared options
+
+def add_bin_arg(p: argparse.ArgumentParser, *, positional: bool = False,
+                required: bool = False) -> None:
+    """The weights: `--bin B` (or a positional `bin`, optional unless `required`)."""
+    what = ("its weights (.bin): checked against the graph, then rewritten next to the "
+            "output when the pass changes a weighted layer, else linked (or copied)")
+    if positional:
+        p.add_argument("bin", nargs=None if required else "?", help=what)
+    else:
+        p.add_argument("--bin", help=what)
+
+
+def add_pnnx_arg(p: argparse.ArgumentParser, what: str = "traced shapes") -> None:
+    p.add_argument("--pnnx", metavar="PNNX_PARAM",
+                   help=f"pnnx's own IR ({what}); default: X.pnnx.param next to "
+                        f"X.ncnn.param, if present")
+
+
+def traced_path(args: argparse.Namespace) -> str | None:
+    """`--pnnx`, else pnnx's IR next to the input."""
+    from ..passes._traced import companion_pnnx
+
+    found = args.pnnx or companion_pnnx(args.param)
+    return os.fspath(found) if found is not None else None
+
+
+def add_partial_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--partial", action="store_true",
+                   help="rewrite what can be proven and keep (and list) the rest, instead of "
+                        "refusing")
+
+
+def add_verify_args(p: argparse.ArgumentParser, what: str, *, tol: float) -> None:
+    """`--verify` (what it compares; checked before anything is written) and `--tol`."""
+    p.add_argument("--verify", action="store_true",
+                   help=f"{what} before writing; refuse (exit 1, nothing written) on a mismatch")
+    p.add_argument("--tol", type=float, default=tol,
+                   help=f"--verify: relative tolerance (default {tol:g})")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ParamSurgeryError
 from ._common import add_format_arg, add_output_args
-from ._runner import Check, GraphCommand, Outputs, Run
+from ._runner import Check, GraphCommand, Outputs, Run, add_bin_arg, add_verify_args
 
 if TYPE_CHECKING:
     from ..passes.base import Pass
@@ -18,8 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "MultiHeadAttention layers (4->6 bottoms, 1->3 tops, 7=1)")
     p.add_argument("param", help="input .param (a decoder exported without cache)")
     add_output_args(p, "output .param (default: <input>.kvcache.param)")
-    p.add_argument("--bin", help="the weights; with -o, linked (or copied) next to the output "
-                   "as <output>.bin, and used by --verify")
+    add_bin_arg(p)
     p.add_argument("--naming", choices=("ncnn-docs", "ncnn-llm"), default="ncnn-docs",
                    help="cache blob names: cache_k_in_{i}/cache_k_out_{i} (ncnn docs, default) "
                    "or cache_k{i}/out_cache_k{i} (ncnn benchmark LLM params, ncnn_llm)")
@@ -32,11 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="leave these attention layers alone")
     p.add_argument("--dynamic-gemm", action="store_true",
                    help="Gemm 7=constantM -> 7=0 where A is an input (dynamic sequence length)")
-    p.add_argument("--verify", action="store_true",
-                   help="prove parity through ncnn before writing (needs --bin); refuse on failure")
+    add_verify_args(p, "prove parity through ncnn (needs --bin)", tol=1e-5)
     p.add_argument("--n", type=int, default=8, help="--verify: prefill length (default 8)")
     p.add_argument("--m", type=int, default=4, help="--verify: single-token steps (default 4)")
-    p.add_argument("--tol", type=float, default=1e-5, help="--verify: relative tolerance")
     p.add_argument("--explain", action="store_true", help="say why layers were left alone")
     from .verify_kvcache import add_decoder_io_args
 

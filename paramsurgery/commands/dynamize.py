@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ._common import add_pass_args, run_param_pass
+from ._runner import add_pnnx_arg, traced_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,20 +27,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="only rewrite Reshape dims on these ncnn axes (w h d c)")
     p.add_argument("--layers", nargs="+", metavar="NAME[:PARAM]",
                    help="only rewrite these layers (and params); resolves ambiguous occurrences")
-    p.add_argument("--pnnx", metavar="PNNX_PARAM",
-                   help="pnnx's IR with traced shapes (default: X.pnnx.param next to "
-                        "X.ncnn.param)")
+    add_pnnx_arg(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import ParamSurgeryError
-    from ..passes._traced import companion_pnnx
     from ..passes.dynamize import Dynamize
 
     if args.traced_len is None and args.pair is None:
         raise ParamSurgeryError("give --traced-len T or --pair OTHER.param", file=args.param)
-    traced = args.pnnx or companion_pnnx(args.param)
     p = Dynamize(args.traced_len, pair=args.pair, pair_len=args.pair_len, axis=args.axis,
-                 reshape_axes=args.reshape_axes, layers=args.layers, traced=traced)
+                 reshape_axes=args.reshape_axes, layers=args.layers, traced=traced_path(args))
     return run_param_pass(args, p, "dynamic")

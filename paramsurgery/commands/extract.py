@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ParamSurgeryError
 from ._common import add_format_arg
-from ._runner import Check, GraphCommand, Outputs, Run
+from ._runner import Check, GraphCommand, Outputs, Run, add_bin_arg
 
 if TYPE_CHECKING:
     from ..passes.base import Pass
@@ -23,8 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "layers of the same name. Refuses when an output depends on a graph input "
                     "that is not in --inputs, or an input is not needed.")
     p.add_argument("param", help="input .param")
-    p.add_argument("bin", nargs="?", help="its .bin (optional: without it only the .param is "
-                   "written)")
+    add_bin_arg(p, positional=True)
     p.add_argument("--inputs", help="comma-separated blobs the subgraph starts from (default: "
                    "the graph inputs the outputs need)")
     p.add_argument("--outputs", required=True, help="comma-separated blobs to compute")

@@ -28,7 +28,8 @@ from ..findings import ERROR, WARNING, Finding
 from ..graph import Graph
 from ..passes.base import PassManager, PassResult, RepairContext, repairs
 from ._common import add_format_arg, add_output_args
-from ._runner import Check, GraphCommand, Outputs, Run
+from ._runner import (Check, GraphCommand, Outputs, Run, add_bin_arg, add_pnnx_arg,
+                      add_verify_args, traced_path)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,23 +38,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    f"({names})")
     p.add_argument("param", help="input .param")
     add_output_args(p, "output .param (default: <input>.fixed.param)")
-    p.add_argument("--bin", help="the weights: checked against the graph, used by repairs "
-                   "that rewrite weights and by --verify; written (or linked when unchanged) "
-                   "next to the output as <output>.bin")
-    p.add_argument("--pnnx", metavar="PNNX_PARAM",
-                   help="pnnx's IR with traced shapes (default: X.pnnx.param next to "
-                        "X.ncnn.param, if present)")
+    add_bin_arg(p)
+    add_pnnx_arg(p)
     p.add_argument("--traced-len", type=int, metavar="T",
                    help="also dynamize a static export traced at T")
     p.add_argument("--pair", metavar="OTHER_PARAM",
                    help="also dynamize against the same model exported at another length")
-    p.add_argument("--verify", action="store_true",
-                   help="run the result through ncnn against a torch reference (needs --bin; "
-                        "X.ref.npz next to the input or --reference) before writing; refuse "
-                        "on a mismatch")
+    add_verify_args(p, "run the result through ncnn against a torch reference (needs --bin; "
+                       "X.ref.npz next to the input or --reference)", tol=1e-4)
     p.add_argument("--reference", metavar="NPZ", help="--verify: the reference (.npz)")
-    p.add_argument("--tol", type=float, default=1e-4,
-                   help="--verify: max|ncnn - torch| / max|torch| (default 1e-4)")
     p.add_argument("--explain", action="store_true", help="also list what each pass left alone")
     add_format_arg(p)
     p.set_defaults(run=run)
@@ -143,10 +136,8 @@ class _FixAll:
     `data["report"]`)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from ..passes._traced import companion_pnnx
-
         self.args = args
-        self.traced = args.pnnx or companion_pnnx(args.param)
+        self.traced = traced_path(args)
 
     def __call__(self, g: Graph) -> PassResult:
         rep = fix_graph(g, traced=self.traced, traced_len=self.args.traced_len,

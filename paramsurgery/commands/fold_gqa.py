@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ParamSurgeryError
 from ._common import add_format_arg, add_output_args
-from ._runner import Check, GraphCommand, Outputs, Run
+from ._runner import Check, GraphCommand, Outputs, Run, add_bin_arg, add_verify_args
 
 if TYPE_CHECKING:
     from ..passes.base import Pass
@@ -23,21 +23,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "change (the removed layers have no weights).")
     p.add_argument("param", help="input .param")
     add_output_args(p, "output .param (default: <input>.gqa.param)")
-    p.add_argument("--bin", help="the weights; with -o linked (or copied) next to the output as "
-                   "<output>.bin, and used by --verify")
+    add_bin_arg(p)
     p.add_argument("--only", nargs="+", default=[], metavar="NAME", help="only these SDPA layers")
     p.add_argument("--skip", nargs="+", default=[], metavar="NAME",
                    help="leave these SDPA layers alone")
-    p.add_argument("--verify", action="store_true",
-                   help="compare the folded decoder with the input graph (or --reference) "
-                        "through ncnn at --lengths before writing (needs --bin); refuse on "
-                        "mismatch")
+    add_verify_args(p, "compare the folded decoder with the input graph (or --reference) "
+                       "through ncnn at --lengths (needs --bin)", tol=1e-5)
     p.add_argument("--reference", help="--verify against this graph instead of the input (e.g. "
                    "the repeat_interleave twin when the input cannot load); same --bin unless "
                    "--reference-bin")
     p.add_argument("--reference-bin", help="weights of --reference")
     p.add_argument("--lengths", default="1,9,17", help="--verify: sequence lengths")
-    p.add_argument("--tol", type=float, default=1e-5, help="--verify: relative tolerance")
     p.add_argument("--explain", action="store_true", help="say why SDPA layers were left alone")
     from .verify_kvcache import add_decoder_io_args
 

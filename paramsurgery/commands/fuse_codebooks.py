@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import VerificationError
 from ._common import add_format_arg
-from ._runner import Check, GraphCommand, Outputs, Run, Writer
+from ._runner import Check, GraphCommand, Outputs, Run, Writer, add_bin_arg
 
 if TYPE_CHECKING:
     from ..passes.base import Pass
@@ -27,8 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "offsets[g] (the .json manifest says so). --split: the form without the "
                     "sum, one Embed + Slice giving each group's rows under the old names.")
     p.add_argument("param", help="input .param")
-    p.add_argument("bin", nargs="?", help="its .bin (without it only .param and .json are "
-                   "written and nothing is verified)")
+    add_bin_arg(p, positional=True)
     p.add_argument("-o", "--output", metavar="PREFIX", help="write PREFIX.param, PREFIX.bin, "
                    "PREFIX.json (default: <input>.fused)")
     p.add_argument("--split", action="store_true", help="no sum: one Embed + Slice into the "

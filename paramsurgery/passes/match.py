@@ -88,8 +88,19 @@ def source_of(g: Graph, blob: str) -> Layer | None:
 def readers_through_splits(g: Graph, blob: str) -> tuple[list[tuple[Layer, int]], list[Layer]]:
     """The non-Split readers of `blob` through Split trees (layer, bottom slot) and the
     Splits passed."""
-    out: list[tuple[Layer, int]] = []
     splits: list[Layer] = []
+    out = [(layer, slot) for layer, _, slot in _walk_down(g, blob, splits)]
+    return out, splits
+
+
+def _reads(g: Graph, blob: str) -> list[tuple[Layer, str]]:
+    return [(layer, b) for layer, b, _ in _walk_down(g, blob, [])]
+
+
+def _walk_down(g: Graph, blob: str, splits: list[Layer]) -> list[tuple[Layer, str, int]]:
+    """(reader, the copy of `blob` it reads, bottom slot) for every non-Split read below
+    `blob`; the Splits passed are appended to `splits`."""
+    out: list[tuple[Layer, str, int]] = []
     seen: set[str] = set()
     stack = [blob]
     while stack:
@@ -102,26 +113,14 @@ def readers_through_splits(g: Graph, blob: str) -> tuple[list[tuple[Layer, int]]
                 splits.append(layer)
                 stack.extend(layer.outputs)
             else:
-                out.append((layer, slot))
-    return out, splits
+                out.append((layer, b, slot))
+    return out
 
 
 def through_splits(g: Graph, blob: str) -> list[Layer]:
-    """The layers reading `blob`, looking through `Split` copies (each once per blob read)."""
-    out: list[Layer] = []
-    seen: set[str] = set()
-    stack = [blob]
-    while stack:
-        b = stack.pop()
-        if b in seen:
-            continue
-        seen.add(b)
-        for c in g.consumer_layers(b):
-            if c.type == "Split":
-                stack.extend(c.outputs)
-            else:
-                out.append(c)
-    return out
+    """The layers reading `blob`, looking through `Split` copies (each layer once per
+    blob it reads)."""
+    return list({(id(layer), b): layer for layer, b in _reads(g, blob)}.values())
 
 
 def single_reader(g: Graph, blob: str) -> Layer:
