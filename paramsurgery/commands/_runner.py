@@ -104,6 +104,7 @@ class GraphCommand:
     before_write: Callable[[Run], None] | None = None
     bin_required: bool = False
     default_prefix: Callable[[str], str] | None = None  # prefix commands: default -o
+    verify_needs_bin: bool = True  # --verify runs the weights: refuse it without them
     summary: Callable[[Run], list[str]] | None = None  # instead of the pass's own report
     exit_code: Callable[[Run], int] | None = None  # default 0 once written
 
@@ -114,6 +115,16 @@ class GraphCommand:
             if exc.file is None:
                 exc.file = args.param
             raise
+
+    def finish(self, p: argparse.ArgumentParser, explain: str | None = None) -> None:
+        """The options every graph command ends with (`--explain`, `--format`), and this
+        runner as what the command runs."""
+        from ._common import add_format_arg
+
+        if explain is not None:
+            p.add_argument("--explain", action="store_true", help=explain)
+        add_format_arg(p)
+        p.set_defaults(run=self)
 
     # ------------------------------------------------------------------ steps
     def outputs(self, args: argparse.Namespace) -> Outputs:
@@ -145,9 +156,10 @@ class GraphCommand:
         from ..io import load
 
         bin_in = getattr(args, "bin", None)
-        if self.bin_required and not bin_in:
-            raise ParamSurgeryError("this command needs the weights (--bin model.bin)",
-                                    file=args.param)
+        if not bin_in and (self.bin_required or
+                           (self.verify_needs_bin and getattr(args, "verify", False))):
+            need = "--verify needs" if getattr(args, "verify", False) else "this command needs"
+            raise ParamSurgeryError(f"{need} the weights (--bin model.bin)", file=args.param)
         out = self.outputs(args)
         source = load(args.param, bin=bin_in) if bin_in else load(args.param)
         result = self.make_pass(args)(source)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ..errors import ParamSurgeryError
-from ._common import add_format_arg, add_output_args
+from ._common import add_output_args
 from ._runner import Check, GraphCommand, Outputs, Run, add_bin_arg, add_verify_args
 
 if TYPE_CHECKING:
@@ -34,20 +33,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_verify_args(p, "prove parity through ncnn (needs --bin)", tol=1e-5)
     p.add_argument("--n", type=int, default=8, help="--verify: prefill length (default 8)")
     p.add_argument("--m", type=int, default=4, help="--verify: single-token steps (default 4)")
-    p.add_argument("--explain", action="store_true", help="say why layers were left alone")
     from .verify_kvcache import add_decoder_io_args
 
     add_decoder_io_args(p)
-    add_format_arg(p)
-    p.set_defaults(run=run)
+    run.finish(p, explain="say why layers were left alone")
 
 
 def _verify(run: Run, staged: Outputs) -> Check | None:
     args = run.args
     if not args.verify:
         return None
-    if not args.bin:
-        raise ParamSurgeryError("--verify needs the weights (--bin model.bin)", file=args.param)
     from ..kvcache_verify import verify_kvcache
     from .verify_kvcache import decoder_io_from_args
 

@@ -6,7 +6,6 @@ import argparse
 from typing import TYPE_CHECKING
 
 from ..errors import ParamSurgeryError
-from ._common import add_format_arg
 from ._runner import Check, GraphCommand, Outputs, Run, add_bin_arg
 
 if TYPE_CHECKING:
@@ -34,16 +33,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "outputs to be bit-identical (needs the .bin and --feeds)")
     p.add_argument("--feeds", metavar="NPZ", help="--verify: arrays for the graph inputs, keyed "
                    "by blob name (numpy shape = ncnn (c,h,w), no batch axis; ids int32)")
-    add_format_arg(p)
-    p.set_defaults(run=run)
+    run.finish(p)
 
 
 def _verify(run: Run, staged: Outputs) -> Check | None:
     args, result = run.args, run.result
     if not args.verify:
         return None
-    if not args.bin:
-        raise ParamSurgeryError("--verify needs the .bin", file=args.param)
     import numpy as np
 
     from ..passes.extract import check_extract

@@ -27,7 +27,7 @@ from ..errors import ParamSurgeryError
 from ..findings import ERROR, WARNING, Finding
 from ..graph import Graph
 from ..passes.base import PassManager, PassResult, RepairContext, repairs
-from ._common import add_format_arg, add_output_args
+from ._common import add_output_args
 from ._runner import (Check, GraphCommand, Outputs, Run, add_bin_arg, add_pnnx_arg,
                       add_verify_args, traced_path)
 
@@ -47,9 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_verify_args(p, "run the result through ncnn against a torch reference (needs --bin; "
                        "X.ref.npz next to the input or --reference)", tol=1e-4)
     p.add_argument("--reference", metavar="NPZ", help="--verify: the reference (.npz)")
-    p.add_argument("--explain", action="store_true", help="also list what each pass left alone")
-    add_format_arg(p)
-    p.set_defaults(run=run)
+    run.finish(p, explain="also list what each pass left alone")
 
 
 # --------------------------------------------------------------------------- fix
@@ -184,8 +182,6 @@ def _verify(run: Run, staged: Outputs) -> Check | None:
     args = run.args
     if not (args.verify and run.result.modified):
         return None
-    if not args.bin:
-        raise ParamSurgeryError("--verify needs the weights (--bin model.bin)", file=args.param)
     ref = args.reference or find_reference(args.param)
     if ref is None:
         raise ParamSurgeryError("--verify needs a torch reference: X.ref.npz next to the input "

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ..errors import ParamSurgeryError
-from ._common import add_format_arg, add_output_args
+from ._common import add_output_args
 from ._runner import Check, GraphCommand, Outputs, Run, add_bin_arg, add_verify_args
 
 if TYPE_CHECKING:
@@ -34,20 +33,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "--reference-bin")
     p.add_argument("--reference-bin", help="weights of --reference")
     p.add_argument("--lengths", default="1,9,17", help="--verify: sequence lengths")
-    p.add_argument("--explain", action="store_true", help="say why SDPA layers were left alone")
     from .verify_kvcache import add_decoder_io_args
 
     add_decoder_io_args(p)
-    add_format_arg(p)
-    p.set_defaults(run=run)
+    run.finish(p, explain="say why SDPA layers were left alone")
 
 
 def _verify(run: Run, staged: Outputs) -> Check | None:
     args = run.args
     if not (args.verify and run.result.modified):
         return None
-    if not args.bin:
-        raise ParamSurgeryError("--verify needs the weights (--bin model.bin)", file=args.param)
     from ..passes.fold_gqa import verify_fold
     from .verify_kvcache import decoder_io_from_args
 

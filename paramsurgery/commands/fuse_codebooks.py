@@ -7,7 +7,6 @@ import os
 from typing import TYPE_CHECKING
 
 from ..errors import VerificationError
-from ._common import add_format_arg
 from ._runner import Check, GraphCommand, Outputs, Run, Writer, add_bin_arg
 
 if TYPE_CHECKING:
@@ -42,9 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default 1,7,13)")
     p.add_argument("--tol", type=float, default=1e-6, help="relative tolerance (default 1e-6)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random codes")
-    p.add_argument("--explain", action="store_true", help="say why candidates were left alone")
-    add_format_arg(p)
-    p.set_defaults(run=run)
+    run.finish(p, explain="say why candidates were left alone")
 
 
 def default_prefix(param: str) -> str:

@@ -185,6 +185,22 @@ class Pass:
         return result
 
 
+def keep_or_refuse(pass_name: str, result: PassResult, refused: list[Skip], *, partial: bool,
+                   what: str) -> None:
+    """The candidates a pass could not prove: listed as skipped with `partial`, else one
+    PassRefused naming each (`<pass> cannot prove the rewrite of N <what>: layer (line L):
+    reason; ...`)."""
+    if not refused:
+        return
+    result.skipped.extend(refused)
+    if partial:
+        return
+    detail = "; ".join(f"{s.layer}" + (f" (line {s.line})" if s.line else "") +
+                       f": {s.reason}" for s in refused)
+    raise PassRefused(f"{pass_name} cannot prove the rewrite of {len(refused)} "
+                      f"{what}: {detail}")
+
+
 def new_errors(before: Iterable[Finding], after: Iterable[Finding]) -> list[Finding]:
     """Error findings in `after` that `before` did not have (compared by code and layer)."""
     seen = {(f.code, f.layer, f.message) for f in before if f.severity == ERROR}

@@ -30,12 +30,11 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
 from ..values import Floats
 from . import _traced
-from .base import Change, Pass, PassResult, RepairContext, Skip, register
+from .base import Change, Pass, PassResult, RepairContext, Skip, keep_or_refuse, register
 from .match import Match, fail, matched
 
 OP_NAMES = {0: "SUM", 1: "ASUM", 2: "SUMSQ", 3: "MEAN", 4: "MAX", 5: "MIN", 6: "PROD", 7: "L1",
@@ -183,13 +182,7 @@ class FixReduction(Pass):
                 self._rewrite_identity(g, m2, result)
             else:
                 refused.append(Skip(red.name, m2.reason, red.source_line))
-        if refused:
-            result.skipped.extend(refused)
-            if not self.partial:
-                detail = "; ".join(f"{s.layer}" + (f" (line {s.line})" if s.line else "") +
-                                   f": {s.reason}" for s in refused)
-                raise PassRefused(f"fix-reduction cannot prove the rewrite of "
-                                  f"{len(refused)} Reduction(s): {detail}")
+        keep_or_refuse(self.name, result, refused, partial=self.partial, what="Reduction(s)")
         return result
 
     def _rewrite_stack(self, g: Graph, m: Match, result: PassResult) -> None:

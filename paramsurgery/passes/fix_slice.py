@@ -27,12 +27,11 @@ import os
 import re
 from typing import Sequence
 
-from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
 from ..values import Ints
 from . import _traced
-from .base import Change, Pass, PassResult, RepairContext, Skip, register
+from .base import Change, Pass, PassResult, RepairContext, Skip, keep_or_refuse, register
 from .match import Match, fail, matched
 
 KIND_OPS = {"unbind": ("torch.unbind", "Tensor.unbind"), "chunk": ("torch.chunk", "Tensor.chunk"),
@@ -119,13 +118,7 @@ class FixSlice(Pass):
                 refused.append(Skip(layer.name, f"{why}: {m.reason}", layer.source_line))
                 continue
             m.captures["apply"](g, m, result)
-        if refused:
-            result.skipped.extend(refused)
-            if not self.partial:
-                detail = "; ".join(f"{s.layer}" + (f" (line {s.line})" if s.line else "") +
-                                   f": {s.reason}" for s in refused)
-                raise PassRefused(f"fix-slice cannot prove the rewrite of {len(refused)} "
-                                  f"layer(s): {detail}")
+        keep_or_refuse(self.name, result, refused, partial=self.partial, what="layer(s)")
         return result
 
     # ------------------------------------------------------------------ 1. parameterless

@@ -161,6 +161,11 @@ CHECKS: dict[str, Callable[[_Ctx, Layer], str]] = {
 }
 
 
+# what `paramsurgery fix` removes: the converter leftovers (ncnn's own Noop, Dropout and
+# 1-top Split load and run as they are)
+LEFTOVERS = tuple(t for t in CHECKS if is_converter_leftover(t))
+
+
 @register
 class RemovePassthrough(Pass):
     name = "remove-passthrough"
@@ -171,13 +176,11 @@ class RemovePassthrough(Pass):
 
     @classmethod
     def claims(cls, layer: Layer) -> bool:
-        return layer.type in CHECKS and is_converter_leftover(layer.type)
+        return layer.type in LEFTOVERS
 
     @classmethod
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "RemovePassthrough | None":
-        # only the leftovers: ncnn's own Noop/Dropout/Split load and run as they are
-        leftovers = [t for t in CHECKS if is_converter_leftover(t)]
-        return cls(leftovers, traced=ctx.traced, partial=True) if asked else None
+        return cls(LEFTOVERS, traced=ctx.traced, partial=True) if asked else None
 
     def __init__(self, types: Sequence[str] = (), *, traced: str | os.PathLike | None = None,
                  partial: bool = False) -> None:
