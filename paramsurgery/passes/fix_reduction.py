@@ -35,7 +35,7 @@ from ..layer import Layer
 from ..values import Floats
 from . import _traced
 from .base import Change, Pass, PassResult, RepairContext, Skip, keep_or_refuse, register
-from .match import Match, fail, matched
+from .match import Match, NoMatch, fail, matched
 
 OP_NAMES = {0: "SUM", 1: "ASUM", 2: "SUMSQ", 3: "MEAN", 4: "MAX", 5: "MIN", 6: "PROD", 7: "L1",
             8: "L2", 9: "LogSum", 10: "LogSumExp"}
@@ -143,20 +143,17 @@ class FixReduction(Pass):
         ops = _traced.load_traced(self.traced)
         if ops is None:
             return None, None
-        pn = _traced.ops_of(ops, tuple(TORCH_REDUCE))
-        all_reds = g.by_type("Reduction")
-        if len(pn) != len(all_reds):
-            return {}, (f"cannot line it up with pnnx's IR: the graph has {len(all_reds)} "
-                        f"Reductions, the .pnnx.param {len(pn)} reduction ops")
-        out: dict[int, _traced.PnnxOp] = {}
-        for layer, op in zip(all_reds, pn):
-            want = TORCH_REDUCE[op.type]
-            if layer.params.get(0, 0) != want:
-                return {}, (f"cannot line it up with pnnx's IR: Reduction {layer.name!r} is "
-                            f"operation {layer.params.get(0, 0)} but the matching pnnx op "
-                            f"{op.name!r} is {op.type}")
-            out[layer.id] = op
-        return out, None
+        def agree(layer: Layer, op: _traced.PnnxOp) -> str | None:
+            if layer.params.get(0, 0) == TORCH_REDUCE[op.type]:
+                return None
+            return (f"Reduction {layer.name!r} is operation {layer.params.get(0, 0)} but the "
+                    f"matching pnnx op {op.name!r} is {op.type}")
+
+        try:
+            return _traced.align(g.by_type("Reduction"), _traced.ops_of(ops, tuple(TORCH_REDUCE)),
+                                 what="Reductions", op_what="reduction ops", agree=agree), None
+        except NoMatch as exc:
+            return {}, f"cannot line it up with pnnx's IR: {exc}"
 
     # ------------------------------------------------------------------ run
     def run(self, g: Graph) -> PassResult:

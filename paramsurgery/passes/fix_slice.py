@@ -32,7 +32,7 @@ from ..layer import Layer
 from ..values import Ints
 from . import _traced
 from .base import Change, Pass, PassResult, RepairContext, Skip, keep_or_refuse, register
-from .match import Match, fail, matched
+from .match import Match, NoMatch, fail, matched
 
 KIND_OPS = {"unbind": ("torch.unbind", "Tensor.unbind"), "chunk": ("torch.chunk", "Tensor.chunk"),
             "tensor_split": ("torch.tensor_split", "Tensor.tensor_split"),
@@ -92,11 +92,14 @@ class FixSlice(Pass):
         for kind, types in KIND_OPS.items():
             layers = [l for l in g.by_type("Slice", "torch.unbind", "Tensor.unbind")
                       if slice_kind(l) == kind]
-            ops = _traced.ops_of(self.traced, types)
-            if layers and len(layers) == len(ops):
-                for l, op in zip(layers, ops):
-                    if len(op.outputs) == len(l.outputs):
-                        out[l.id] = op
+            if not layers:
+                continue
+            try:
+                pairs = _traced.align(layers, _traced.ops_of(self.traced, types))
+            except NoMatch:
+                continue  # counts differ: no pairing for this kind
+            out.update((l.id, pairs[l.id]) for l in layers
+                       if len(pairs[l.id].outputs) == len(l.outputs))
         return out
 
     # ------------------------------------------------------------------ run

@@ -717,10 +717,7 @@ class FuseCodebooks(Pass):
         # remove the old sum, branches and embeds
         for x in list(m.removed) + [x for br in m.branches for x in br.chain] + embeds:
             g.remove_layer(x)
-        removed_inputs = self._retire_inputs(g, groups, ids, result)
-        new_ids = self._input_blob(g, ids)
-        if new_ids != ids:
-            g.rename_blob(ids, new_ids)
+        removed_inputs, new_ids = self._finish_ids(g, groups, ids, result)
         result.changes.append(Change(name, f"{n} Embeds ({', '.join(e.name for e in embeds)}) "
                                            f"-> one Embed {sum(gr.vocab for gr in groups)}x{d}, "
                                            f"Reshape [{d}, T, {n}], Reduction SUM axis 0"
@@ -729,6 +726,15 @@ class FuseCodebooks(Pass):
         result.changes.append(Change(m.root.name, f"sum of {n} lookups removed "
                                                   f"({len(m.removed)} layer(s))"))
         return Fusion(name, "sum", new_ids, d, groups, out, removed_inputs, dtype)
+
+    def _finish_ids(self, g: Graph, groups: list[CodebookGroup], ids: str,
+                    result: PassResult) -> tuple[list[str], str]:
+        """Retire the other groups' id inputs and name the fused one: (removed, its name)."""
+        removed_inputs = self._retire_inputs(g, groups, ids, result)
+        new_ids = self._input_blob(g, ids)
+        if new_ids != ids:
+            g.rename_blob(ids, new_ids)
+        return removed_inputs, new_ids
 
     def _rewrite_split(self, g: Graph, embeds: list[Layer], result: PassResult) -> Fusion:
         groups = self._groups(embeds)
@@ -747,10 +753,7 @@ class FuseCodebooks(Pass):
                     {0: [-233] * n, 1: 0}, before=first)
         for e in embeds:
             g.remove_layer(e)
-        removed_inputs = self._retire_inputs(g, groups, ids, result)
-        new_ids = self._input_blob(g, ids)
-        if new_ids != ids:
-            g.rename_blob(ids, new_ids)
+        removed_inputs, new_ids = self._finish_ids(g, groups, ids, result)
         result.changes.append(Change(name, f"{n} Embeds ({', '.join(e.name for e in embeds)}) "
                                            f"-> one Embed {sum(gr.vocab for gr in groups)}x{d} + "
                                            f"Slice into {n} (rows of each group, original names)"))

@@ -38,6 +38,7 @@ from ..layer import Layer
 from ..layer_types import is_converter_leftover
 from ..values import FLT_MAX
 from .base import Change, Pass, PassResult, RepairContext, Skip, register
+from ._traced import op_named
 from .match import NoMatch, source_of
 
 # ncnn BinaryOp 0= / UnaryOp 0= op types (src/layer/binaryop.h, unaryop.h)
@@ -85,11 +86,7 @@ class Site:
         if self.pnnx is None:
             raise Declined("needs pnnx's traced op (X.pnnx.param; --pnnx): pnnx drops a "
                            "leftover's arguments and shapes from the ncnn graph")
-        for op in self.pnnx.ops:
-            if op.name == self.layer.name and op.type == self.layer.type:
-                return op
-        raise Declined(f"{self.traced_path} has no {self.layer.type} op named "
-                       f"{self.layer.name!r}")
+        return op_named(self.pnnx.ops, self.layer, self.traced_path)
 
     def param(self, key: str, default: object = None) -> object:
         return self.op().param(key, default)
@@ -450,7 +447,7 @@ class Lower(Pass):
                 out = r.fn(site)
                 if not site.steps or out != site.steps[-1].out:
                     raise Declined("the rule produced no layer")
-            except Declined as exc:
+            except NoMatch as exc:  # a rule's Declined, or a shared walk's NoMatch
                 declined.append((layer, r, str(exc)))
                 continue
             self._apply(g, site, r, result)
