@@ -124,10 +124,6 @@ class Dynamize(Pass):
         pids = self.layer_filter[layer.name]
         return pids is None or pid in pids
 
-    def _told(self, layer: Layer) -> bool:
-        return self.layer_filter is not None and self.layer_filter.get(layer.name, 0) is not None \
-            and layer.name in self.layer_filter and self.layer_filter[layer.name] is not None
-
     def _fit(self, v1: int, v2: int) -> str:
         if self.T is None or self.T2 is None or self.T == self.T2:
             return f"{v1} at one length, {v2} at the other"

@@ -398,12 +398,6 @@ def memorydata(p: ParamView) -> list[Read]:
                       f"1 (raw) (\"ModelBin load type {load_type} not implemented\")")
 
 
-def _raw_list(*roles_ids: tuple[str, int]) -> Callable[[ParamView], list[Read]]:
-    def f(p: ParamView) -> list[Read]:
-        return [R(role, p.i(pid)) for role, pid in roles_ids]
-    return f
-
-
 def batchnorm(p: ParamView) -> list[Read]:
     """src/layer/batchnorm.cpp: R slope, mean, var, bias [0=channels]."""
     c = p.i(0)
