@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import string
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -461,74 +462,9 @@ def _test_outcome(st: dict[str, Any]) -> str:
 
 # =========================================================================== test_<id>.py
 
-_TEST_HELPERS = '''
-
-def compare(what, a, b):
-    """torch.allclose per output; ncnn drops unit axes, so shapes are compared without them."""
-    a = a if isinstance(a, (tuple, list)) else (a,)
-    b = b if isinstance(b, (tuple, list)) else (b,)
-    ok = len(a) == len(b)
-    if not ok:
-        print(f"FAIL {what}: torch gives {len(a)} outputs, ncnn {len(b)}")
-    for i, (a0, b0) in enumerate(zip(a, b)):
-        a0 = a0.detach().float()
-        b0 = b0.float()
-        if [d for d in a0.shape if d != 1] != [d for d in b0.shape if d != 1]:
-            print(f"FAIL {what}: out{i} shape torch {tuple(a0.shape)} vs ncnn {tuple(b0.shape)}")
-            ok = False
-        elif not torch.allclose(a0, b0.reshape(a0.shape), 1e-3, 1e-3):
-            err = (a0 - b0.reshape(a0.shape)).abs().max().item()
-            print(f"FAIL {what}: out{i} max abs error {err:.3g}")
-            ok = False
-        else:
-            print(f"ok   {what}: out{i} {tuple(a0.shape)}")
-    return ok
-
-
-def fp32(net):
-    for key in ("use_fp16_packed", "use_fp16_storage", "use_fp16_arithmetic",
-                "use_bf16_storage", "use_bf16_packed"):
-        if hasattr(net.opt, key):
-            setattr(net.opt, key, False)
-
-
-def run_ncnn(name, inputs, in_batch, out_batch):
-    """Run name.ncnn.param/.bin on inputs; batch_index per input/output as in name_ncnn.py."""
-    out = []
-    with ncnn.Net() as net:
-        fp32(net)
-        if net.load_param(name + ".ncnn.param") != 0:
-            print(f"FAIL: ncnn load_param({name}.ncnn.param) failed")
-            return None
-        net.load_model(name + ".ncnn.bin")
-        with net.create_extractor() as ex:
-            for i, (x, bi) in enumerate(zip(inputs, in_batch)):
-                ex.input(f"in{i}", ncnn.Mat(x.numpy(), batch_index=bi).clone())
-            for i, bi in enumerate(out_batch):
-                ret, m = ex.extract(f"out{i}")
-                if ret != 0:
-                    print(f"FAIL: ncnn extract(out{i}) returned {ret}")
-                    return None
-                out.append(torch.from_numpy(m.numpy(batch_index=bi).copy()))
-    return out
-
-
-def loads(param):
-    with ncnn.Net() as net:
-        ret = net.load_param(param)
-    if ret != 0:
-        print(f"FAIL: ncnn load_param({param}) returned {ret}")
-    return ret == 0
-
-
-def describe(status):
-    code = os.waitstatus_to_exitcode(status)
-    if code > 128:                 # os.system runs a shell: a signal N shows as 128 + N
-        code = 128 - code
-    if code < 0:
-        return f"signal {-code} ({signal.Signals(-code).name})"
-    return f"exit code {code}"
-'''
+# the helper functions every generated test defines (compare, fp32, run_ncnn, loads,
+# describe), verbatim
+_TEST_HELPERS = (Path(__file__).parent / "templates" / "test_helpers.py.tmpl").read_text()
 
 
 def _ints(d: dict[str, int] | None, prefix: str, n: int) -> str:
@@ -660,76 +596,29 @@ def _trace_len(case: C.ReproCase) -> int:
 
 # =========================================================================== model.py
 
+def _template(name: str) -> string.Template:
+    """A file of `paramsurgery/repro/templates/` (string.Template, `${name}` fields)."""
+    return string.Template((Path(__file__).parent / "templates" / name).read_text())
+
+
 def render_model_script(obs: Observation) -> str:
     case = obs.case
     sc = script(case.id)
-    out: list[str] = []
-    add = out.append
-    add(f'"""{case.title}.')
-    add("")
-    add(f"Minimal model of paramsurgery repro case `{case.id}` (catalogue #{case.number}).")
-    add("`python model.py` traces it and runs pnnx with the command of the report;")
-    add("`python model.py workaround` does the same for the workaround.")
-    add('"""')
-    add("")
-    add("import os")
-    add("import subprocess")
-    add("import sys")
-    add("")
-    add(sc.imports.rstrip())
-    add("")
-    add("")
-    add(sc.model.rstrip())
-    add("")
-    add("")
-    add(_rename_class(sc.workaround, "ModelWorkaround").rstrip())
-    add("")
-    add("")
     exports = {}
     for vname in ("bug", "workaround"):
         st = obs.statuses.get(vname) or {}
         if st.get("pnnx"):
             exports[vname] = st["pnnx"]["command"]
     if exports:
-        add("EXPORTS = {")
-        for vname, cmdline in exports.items():
-            cls = "Model" if vname == "bug" else "ModelWorkaround"
-            add(f"    {vname!r}: ({cls}, {cmdline[2:]!r}),")
-        add("}")
-        add("")
-        add("")
-        add("def example(arg):")
-        add("    \"\"\"Example tensors for an inputshape= argument, like pnnx's generated runner.\"\"\"")
-        add("    import re")
-        add("    out = []")
-        add("    for dims, suffix in re.findall(r\"\\[([0-9,]*)\\]([a-z0-9]*)\", arg):")
-        add("        shape = tuple(int(d) for d in dims.split(\",\") if d)")
-        add("        if suffix.startswith(\"i\"):")
-        add("            dtype = torch.int if suffix == \"i32\" else torch.long")
-        add("            out.append(torch.randint(10, shape, dtype=dtype))")
-        add("        else:")
-        add("            out.append(torch.rand(shape))")
-        add("    return tuple(out)")
-        add("")
-        add("")
-        add("def export(variant=\"bug\", pnnx=\"pnnx\"):")
-        add("    cls, args = EXPORTS[variant]")
-        add(f"    torch.manual_seed({case.seed})")
-        add("    net = cls().eval()")
-        add("    torch.manual_seed(0)")
-        add("    x = example(args[0].split(\"=\", 1)[1])")
-        add("    torch.jit.trace(net, x).save(\"model.pt\")")
-        add("    return subprocess.run([pnnx, \"model.pt\", *args]).returncode")
-        add("")
-        add("")
-        add("if __name__ == \"__main__\":")
-        add("    sys.exit(export(sys.argv[1] if len(sys.argv) > 1 else \"bug\",")
-        add("                    os.environ.get(\"PNNX\", \"pnnx\")))")
+        rows = "\n".join(f"    {vname!r}: ({'Model' if vname == 'bug' else 'ModelWorkaround'}, "
+                         f"{cmdline[2:]!r})," for vname, cmdline in exports.items())
+        main = _template("model_export.py.tmpl").substitute(exports=rows, seed=case.seed)
     else:
-        add("if __name__ == \"__main__\":")
-        add("    print(\"hand-written graph: see model.ncnn.param; nothing to export\")")
-    add("")
-    return "\n".join(out)
+        main = _template("model_handwritten.py.tmpl").template
+    return _template("model.py.tmpl").substitute(
+        title=case.title, case_id=case.id, number=case.number, imports=sc.imports.rstrip(),
+        model=sc.model.rstrip(),
+        workaround=_rename_class(sc.workaround, "ModelWorkaround").rstrip(), main=main.rstrip())
 
 
 # =========================================================================== writer
