@@ -33,7 +33,13 @@ from ._common import derived_output, link_or_copy, output_path, print_json
 
 if TYPE_CHECKING:
     from ..graph import Graph
-    from ..passes.base import Pass, PassResult
+    from ..passes.base import PassResult
+
+
+class PassLike(Protocol):
+    """What a command runs: a graph in, a PassResult out (a `Pass`, or a pipeline)."""
+
+    def __call__(self, g: "Graph") -> "PassResult": ...
 
 
 class Check(Protocol):
@@ -92,7 +98,7 @@ class GraphCommand:
     `before_write(run)`: a last refusal (raise) or fix-up once the outputs are known."""
 
     tag: str
-    make_pass: Callable[[argparse.Namespace], "Pass"]
+    make_pass: Callable[[argparse.Namespace], PassLike]
     prefix: bool = False
     extra: dict[str, str] = field(default_factory=dict)
     bin_note: bool = False

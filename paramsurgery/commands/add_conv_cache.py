@@ -9,6 +9,7 @@ import tempfile
 
 from ..errors import ParamSurgeryError
 from ._common import add_format_arg, print_json
+from ._runner import add_bin_arg, add_verify_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,18 +26,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "when the stream has start trims, OUT.start.param; all atomically. "
                     "Refuses, with the layer and the reason, what it cannot stream.")
     p.add_argument("param", help="input .param (e.g. a codec decoder's conv part)")
-    p.add_argument("bin", help="its weights (.bin)")
+    add_bin_arg(p, positional=True, required=True)
     p.add_argument("-o", "--output", metavar="OUT",
                    help="output prefix (OUT.param, OUT.bin, OUT.json; default: <input>.stream)")
     p.add_argument("--time-axis", metavar="AXIS",
                    help="numpy axis of the frames in each 2-D input: 0 = rows (T, C), 1 = "
                         "columns (C, T), or NAME=AXIS,...; default: inferred")
-    p.add_argument("--verify", action="store_true",
-                   help="stream random frames through the result and compare with the input "
-                        "graph before writing; refuse on a mismatch")
+    add_verify_args(p, "stream random frames through the result and compare with the input "
+                       "graph", tol=1e-5)
     p.add_argument("--chunks", default="1,3,2,1", help="--verify: chunk sizes in frames "
                    "(default 1,3,2,1)")
-    p.add_argument("--tol", type=float, default=1e-5, help="--verify: relative tolerance")
     p.add_argument("--explain", action="store_true", help="list every change")
     add_format_arg(p)
     p.set_defaults(run=run)

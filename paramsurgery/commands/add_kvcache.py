@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
 from ._common import add_output_args
-from ._runner import Check, GraphCommand, Outputs, Run, add_bin_arg, add_verify_args
-
-if TYPE_CHECKING:
-    from ..passes.base import Pass
+from ._runner import Check, GraphCommand, PassLike, Outputs, Run, add_bin_arg, add_verify_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,7 +61,7 @@ def _text(run: Run) -> list[str]:
     return [f"header: {len(old)} {old.blob_count()} -> {len(new)} {new.blob_count()}"]
 
 
-def _make_pass(args: argparse.Namespace) -> Pass:
+def _make_pass(args: argparse.Namespace) -> PassLike:
     from ..passes.kvcache import AddKVCache
 
     return AddKVCache(naming=args.naming, split_inputs=args.split_inputs, only=args.only,

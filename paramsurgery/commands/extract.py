@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
 from ..errors import ParamSurgeryError
-from ._runner import Check, GraphCommand, Outputs, Run, add_bin_arg
-
-if TYPE_CHECKING:
-    from ..passes.base import Pass
+from ._runner import Check, GraphCommand, PassLike, Outputs, Run, add_bin_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -77,7 +73,7 @@ def _text(run: Run) -> list[str]:
     return lines
 
 
-def _make_pass(args: argparse.Namespace) -> Pass:
+def _make_pass(args: argparse.Namespace) -> PassLike:
     from ..passes.extract import Extract
 
     return Extract(args.inputs, args.outputs)

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
 from ._common import add_output_args
-from ._runner import Check, GraphCommand, Outputs, Run, add_bin_arg, add_verify_args
-
-if TYPE_CHECKING:
-    from ..passes.base import Pass
+from ._runner import Check, GraphCommand, PassLike, Outputs, Run, add_bin_arg, add_verify_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,7 +58,7 @@ def _json(run: Run) -> dict:
                                                   "reference": check.reference}}
 
 
-def _make_pass(args: argparse.Namespace) -> Pass:
+def _make_pass(args: argparse.Namespace) -> PassLike:
     from ..passes.fold_gqa import FoldGQA
 
     return FoldGQA(only=args.only, skip=args.skip)

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING
 
 from ..errors import VerificationError
-from ._runner import Check, GraphCommand, Outputs, Run, Writer, add_bin_arg
-
-if TYPE_CHECKING:
-    from ..passes.base import Pass
+from ._runner import Check, GraphCommand, PassLike, Outputs, Run, Writer, add_bin_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -114,7 +110,7 @@ def _text(run: Run) -> list[str]:
     return lines
 
 
-def _make_pass(args: argparse.Namespace) -> Pass:
+def _make_pass(args: argparse.Namespace) -> PassLike:
     from ..passes.fuse_codebooks import FuseCodebooks
 
     return FuseCodebooks(mode="split" if args.split else "sum", embeds=args.embeds,

@@ -31,9 +31,12 @@ PASSES: dict[str, type["Pass"]] = {}
 
 
 def register(cls: type["Pass"]) -> type["Pass"]:
-    """Class decorator: make a pass known to `paramsurgery passes`."""
+    """Class decorator: make a pass known to `paramsurgery passes` (its command, unless it
+    says otherwise, is `paramsurgery <name>`)."""
     if cls.name in PASSES and PASSES[cls.name] is not cls:
         raise ValueError(f"two passes are named {cls.name!r}")
+    if "command" not in cls.__dict__:
+        cls.command = f"paramsurgery {cls.name}"
     PASSES[cls.name] = cls
     return cls
 
@@ -145,7 +148,7 @@ class Pass:
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
-    command: ClassVar[str | None] = None  # the CLI command that runs it
+    command: ClassVar[str | None] = None  # the CLI command that runs it (set by `register`)
     repair_order: ClassVar[int | None] = None  # set: `paramsurgery fix` runs it, in this order
 
     @classmethod

@@ -66,7 +66,6 @@ def _ints(layer: Layer, pid: int) -> list[int] | None:
 class Dynamize(Pass):
     name = "dynamize"
     summary = "rewrite a traced length baked into Crop/Reshape/Gemm params into relative forms"
-    command = "paramsurgery dynamize"
     repair_order = 60
 
     @classmethod

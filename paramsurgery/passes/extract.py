@@ -150,7 +150,6 @@ def extract_subgraph(graph: Graph, inputs: Sequence[str] | None,
 class Extract(Pass):
     name = "extract"
     summary = "cut the subgraph computing some blobs from others, with exactly its weights"
-    command = "paramsurgery extract"
 
     def __init__(self, inputs: Sequence[str] | str | None, outputs: Sequence[str] | str) -> None:
         self.inputs = _split_names(inputs)

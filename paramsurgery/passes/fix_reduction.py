@@ -69,7 +69,6 @@ class FixReduction(Pass):
     name = "fix-reduction"
     summary = ("stack + Reduction with dropped axes (Concat 0=-233, -23303=0) → element-wise "
                "sum/mean; identity Reductions bypassed when traced shapes prove it")
-    command = "paramsurgery fix-reduction"
     repair_order = 50
 
     @classmethod

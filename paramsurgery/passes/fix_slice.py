@@ -67,7 +67,6 @@ def needs_fix(layer: Layer) -> str | None:
 class FixSlice(Pass):
     name = "fix-slice"
     summary = "parameterless Slice / raw torch.unbind / batch-axis Slice → valid Slice (+ Reshape)"
-    command = "paramsurgery fix-slice"
     repair_order = 40
 
     @classmethod

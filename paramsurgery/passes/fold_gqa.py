@@ -125,7 +125,6 @@ class FoldGQA(Pass):
     name = "fold-gqa"
     summary = ("remove the K/V head expansion (ExpandDims+Tile+Reshape, repeat_kv leftovers, "
                "stack) before SDPA: SDPA does grouped-query attention natively")
-    command = "paramsurgery fold-gqa"
     repair_order = 10  # the repeat_kv leftovers go before lower sees them
 
     def __init__(self, only: list[str] | None = None, skip: list[str] | None = None) -> None:

@@ -301,7 +301,6 @@ class FuseCodebooks(Pass):
     name = "fuse-codebooks"
     summary = ("N Embeds (one id input each) whose rows are summed -> one Embed over the "
                "concatenated tables, offsets added by the caller (or split outputs)")
-    command = "paramsurgery fuse-codebooks"
 
     def __init__(self, mode: str = "sum", embeds: Sequence[str] | str | None = None,
                  input_name: str | None = None, name: str | None = None) -> None:

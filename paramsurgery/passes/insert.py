@@ -52,7 +52,6 @@ def parse_target(text: str) -> tuple[str, int]:
 class InsertLayer(Pass):
     name = "insert"
     summary = "insert a 1 -> 1 layer before a layer's bottom or after its top"
-    command = "paramsurgery insert"
 
     def __init__(self, layer_type: str, layer_name: str, *, before: Sequence[str] = (),
                  after: Sequence[str] = (), assignments: Sequence[str] = (),

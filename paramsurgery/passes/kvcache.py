@@ -65,7 +65,6 @@ def cache_slots(g: Graph) -> list[CacheSlot]:
 class AddKVCache(Pass):
     name = "add-kvcache"
     summary = "add ncnn's native kv cache to SDPA / MultiHeadAttention layers (7=1)"
-    command = "paramsurgery add-kvcache"
 
     def __init__(self, naming: str = "ncnn-docs", split_inputs: bool = False,
                  only: Sequence[str] = (), skip: Sequence[str] = (),

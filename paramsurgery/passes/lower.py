@@ -404,7 +404,6 @@ class Lower(Pass):
     name = "lower"
     summary = "rewrite pnnx leftovers with an exact ncnn equivalent (addcmul, lerp, frac, " \
               "clamp_min, softsign, narrow, ...) into ncnn layers"
-    command = "paramsurgery lower"
     repair_order = 20
 
     @classmethod

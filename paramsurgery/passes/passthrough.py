@@ -171,7 +171,6 @@ class RemovePassthrough(Pass):
     name = "remove-passthrough"
     summary = "bypass layers that pass data through unchanged (no-op casts, clone, Identity, " \
               "Noop, Dropout, 1-top Split)"
-    command = "paramsurgery remove-passthrough"
     repair_order = 30
 
     @classmethod

@@ -279,7 +279,6 @@ def _fmt_reads(reads: object) -> str:
 class SetParam(Pass):
     name = "set-param"
     summary = "typed param overrides on layers picked by name or type (checked by ncnn's load_param)"
-    command = "paramsurgery set-param"
 
     def __init__(self, assignments: Sequence[str] = (), *, layers: Sequence[str] = (),
                  types: Sequence[str] = (), unset: Sequence[str] = (),
