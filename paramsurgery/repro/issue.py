@@ -206,6 +206,14 @@ def _details(summary: str, body: list[str]) -> list[str]:
     return ["<details>", f"<summary>{summary}</summary>", "", *body, "", "</details>"]
 
 
+def _file_details(obs: "Observation", variant: str, name: str, summary: str) -> list[str]:
+    """A blank line and a folded block showing a file pnnx wrote (nothing when absent)."""
+    text = obs.text(variant, name)
+    if text is None:
+        return []
+    return ["", *_details(summary, _graph_block(text, f"`{name}`"))]
+
+
 def _input_lines(case: C.ReproCase, st: dict[str, Any]) -> str:
     names = list(case.input_names)
     return "; ".join(f"`{n}`" for n in names)
@@ -359,11 +367,8 @@ def render_issue(obs: Observation, *, lint: bool = True) -> str:
         add("```")
     else:
         add(f"Offending lines: {case.offending_text}")
-    pnnx_text = obs.text("bug", "model.pnnx.param")
-    if pnnx_text is not None:
-        add("")
-        lines.extend(_details("pnnx's own IR (<code>model.pnnx.param</code>)",
-                              _graph_block(pnnx_text, "`model.pnnx.param`")))
+    lines.extend(_file_details(obs, "bug", "model.pnnx.param",
+                               "pnnx's own IR (<code>model.pnnx.param</code>)"))
     if lint:
         bug_dir = obs.dirs.get("bug")
         found = lint_findings(bug_dir / "model.ncnn.param" if bug_dir is not None else None)
@@ -397,11 +402,8 @@ def render_issue(obs: Observation, *, lint: bool = True) -> str:
     add("```")
     add("")
     add(f"Result: **{wst['status']}** ({evidence(wst)}).")
-    wtext = obs.text("workaround", "model.ncnn.param")
-    if wtext is not None:
-        add("")
-        lines.extend(_details("the workaround's <code>model.ncnn.param</code>",
-                              _graph_block(wtext, "`model.ncnn.param`")))
+    lines.extend(_file_details(obs, "workaround", "model.ncnn.param",
+                               "the workaround's <code>model.ncnn.param</code>"))
     add("")
 
     add("## Related")
