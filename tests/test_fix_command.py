@@ -165,3 +165,30 @@ def test_fix_verify_refuses_a_wrong_result(tmp_path, capsys):
     assert "MISMATCH" in capsys.readouterr().err and not out.exists()
     assert main(args) == 0
     assert "verify against" in capsys.readouterr().out and out.exists()
+
+
+def test_fix_plan_comes_from_the_pass_declarations():
+    """Lint names the pass that claims a leftover (PS004 → lower, remove-passthrough), and
+    fix runs it: no list of repairs in fix itself. The result loads in ncnn and computes
+    x/(|x|+1) then ReLU."""
+    from paramsurgery.passes.base import repair_for, repairs
+    from paramsurgery.runtime import run_isolated
+
+    g = paramsurgery.loads("7767517\n4 4\nInput in0 0 1 in0\n"
+                           "F.softsign F.softsign_0 1 1 in0 a\n"
+                           "Tensor.contiguous Tensor.contiguous_1 1 1 a b\n"
+                           "ReLU relu 1 1 b out0\n", "m.param")
+    order = [p.name for p in repairs()]
+    assert order[:3] == ["fold-gqa", "lower", "remove-passthrough"]
+    assert {"fix-slice", "fix-reduction", "dynamize"} <= set(order)
+    assert [repair_for(layer) for layer in g] == [None, "lower", "remove-passthrough", None]
+    rep = fix_graph(g)
+    assert sorted(f.fix_pass for f in rep.before) == ["lower", "remove-passthrough"]
+    assert rep.wanted == ["lower", "remove-passthrough"] and rep.exit_code == 0
+    assert rep.after == [] and [r.pass_name for r in rep.results if r.modified] == rep.wanted
+    assert {layer.type for layer in rep.graph} == {"Input", "Split", "UnaryOp", "BinaryOp", "ReLU"}
+    x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
+    res = run_isolated(rep.graph.dumps(), None, {"in0": x}, ["out0"])
+    assert res.ok, res.describe()
+    np.testing.assert_allclose(res.outputs["out0"], np.maximum(x / (np.abs(x) + 1), 0),
+                               rtol=1e-6)
