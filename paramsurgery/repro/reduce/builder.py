@@ -12,7 +12,8 @@ from typing import Iterable
 import numpy as np
 
 from paramsurgery.graph import Graph
-from paramsurgery.runtime import (Feed)
+from paramsurgery.passes.extract import inputs_for_cut
+from paramsurgery.runtime import Feed
 
 from .values import FAIL, ValueStore
 
@@ -79,19 +80,15 @@ class Builder:
         return None if p is None else self.pos[p.id]
 
     def cone(self, sink: int, within: Iterable[int]) -> list[int]:
-        """`sink` and its ancestors among `within`, in file order (iterative)."""
-        allowed = set(within)
-        seen = {sink}
-        work = [sink]
-        while work:
-            i = work.pop()
-            for b in self.layers[i].inputs:
-                p = self.producer_pos(b)
-                if p is not None and p in allowed and p not in seen and \
-                        self.layers[p].type != "Input":
-                    seen.add(p)
-                    work.append(p)
-        return sorted(seen)
+        """`sink` and its ancestors among `within` (Input layers excluded), in file order:
+        networkx's ancestors on the graph's view restricted to those layers."""
+        import networkx as nx
+
+        allowed = {self.layers[i].id for i in within if self.layers[i].type != "Input"}
+        top = self.layers[sink].id
+        allowed.add(top)
+        view = nx.subgraph_view(self.graph.nx, filter_node=allowed.__contains__)
+        return sorted(self.pos[i] for i in nx.ancestors(view, top) | {top})
 
     def subgraph(self, keep: Iterable[int]) -> tuple[Graph, list[str]]:
         """The source graph with only `keep` (positions of non-Input layers); returns the
@@ -111,10 +108,7 @@ class Builder:
                 if g.producer(b) is None and b not in cut and \
                         self.graph.producer(b) is not None:
                     cut.append(b)
-        anchor = next(iter(g), None)
-        for b in cut:
-            name = g.unique_layer_name(f"cut_{b}")
-            g.add_layer("Input", name, [], [b], self.values.input_params(b), before=anchor)
+        inputs_for_cut(g, cut, name=lambda b: f"cut_{b}", params=self.values.input_params)
         g.mark_modified()
         return g, cut
 
