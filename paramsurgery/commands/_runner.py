@@ -64,7 +64,7 @@ class Outputs:
         return [self.param] + ([self.bin] if self.bin else []) + list(self.extra.values())
 
 
-Writer = Callable[[IO[bytes]], Any]
+Writer = Callable[[IO[Any]], Any]
 
 
 @dataclass
@@ -76,7 +76,7 @@ class Run:
     result: "PassResult"
     out: Outputs
     weights_changed: bool = False
-    check: Check | None = None
+    check: Any = None  # the command's own check object (a `Check`), None when not run
     bin_note: str | None = None
 
     @property
@@ -213,8 +213,9 @@ class GraphCommand:
         paths = {**out.extra, "param": out.param}
         if "bin" in writers and out.bin:
             paths["bin"] = out.bin
-        todo = {paths[role]: w for role, w in writers.items()
-                if role in paths and not (role == "param" and unchanged)}
+        todo: dict[str | os.PathLike, Callable[[IO[Any]], None]] = {
+            paths[role]: w for role, w in writers.items()
+            if role in paths and not (role == "param" and unchanged)}
         if todo:
             atomic_write_many(todo)
         if out.bin and "bin" not in writers and out.bin != args.bin:
@@ -290,9 +291,11 @@ def _staged(run: Run, writers: dict[str, Writer], tmp: str) -> Outputs:
                       for role, p in run.out.extra.items()})
     if "bin" in writers:
         staged.bin = os.path.join(tmp, "candidate.bin")
-    paths = {**staged.extra, "param": staged.param, "bin": staged.bin}
+    paths = {**staged.extra, "param": staged.param}
+    if staged.bin is not None:
+        paths["bin"] = staged.bin
     for role, write in writers.items():
-        if paths.get(role):
+        if role in paths:
             with open(paths[role], "wb") as fh:
                 write(fh)
     return staged

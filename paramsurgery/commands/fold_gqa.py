@@ -42,6 +42,7 @@ def _verify(run: Run, staged: Outputs) -> Check | None:
     from ..passes.fold_gqa import verify_fold
     from .verify_kvcache import decoder_io_from_args
 
+    assert staged.bin is not None  # --verify needs --bin (the runner checks)
     check = verify_fold(staged.param, staged.bin, args.reference or args.param,
                         lengths=[int(x) for x in args.lengths.split(",") if x.strip()],
                         io=decoder_io_from_args(args), tol=args.tol, seed=args.seed,

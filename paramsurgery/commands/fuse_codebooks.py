@@ -84,6 +84,7 @@ def _verify(run: Run, staged: Outputs) -> Check | None:
     if not args.bin or args.no_verify:
         return None
     lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+    assert staged.bin is not None  # the fused table is written with the weights
     return verify_fusion(args.param, args.bin, staged.param, staged.bin,
                          run.result.data["manifest"], lengths=lengths, seed=args.seed,
                          tol=args.tol)
