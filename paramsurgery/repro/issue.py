@@ -243,192 +243,124 @@ def lint_findings(param_path: Path | None) -> list[str] | None:
 
 
 def render_issue(obs: Observation, *, lint: bool = True) -> str:
+    """ISSUE.md: `templates/ISSUE.md.tmpl` with the sections that depend on the case."""
     case = obs.case
-    bug_v = case.variant("bug")
     st = obs.bug
     sc = script(case.id)
     env = obs.env
-    mod = module_name(case.id)
-    lines: list[str] = []
-    add = lines.append
+    construct = f"**Construct:** `{case.construct}`" + (
+        "." if case.handwritten else f" ({_lengths(case, case.variant('bug'))}).")
+    summary = ((f"With pnnx {env.get('pnnx')}, " if not case.handwritten else "")
+               + f"{_observed_sentence(case, st, env)} {_pnnx_said(st)}".rstrip())
+    return _template("ISSUE.md.tmpl").substitute(
+        kind="ncnn" if case.handwritten else "pnnx", title=case.title, construct=construct,
+        summary=summary, case_id=case.id, seed=case.seed,
+        how="the committed fixture" if obs.source == "fixture" else "a fresh export and run",
+        **{k: env.get(k) for k in ("pnnx", "ncnn", "torch", "python", "numpy", "os",
+                                   "paramsurgery")},
+        imports=sc.imports.rstrip(), model=sc.model.rstrip(), inputs=_input_lines(case, st),
+        notes=f"\n\n{case.notes}" if case.notes else "",
+        export=_section_export(case, st), expected=_section_expected(obs),
+        graph=_section_graph(obs, lint), why=case.why + (
+            f"\n\n**Details.** {sc.details}" if sc.details else ""),
+        workaround=_section_workaround(obs),
+        related="\n".join(f"- {u}" for u in case.upstream) if case.upstream else
+        "No related upstream issue or pull request known.",
+        files=_section_files(obs))
 
-    add(f"# {'ncnn' if case.handwritten else 'pnnx'}: {case.title}")
-    add("")
+
+def _section_export(case: C.ReproCase, st: dict[str, Any]) -> str:
     cmd = _command(st)
-    add(f"**Construct:** `{case.construct}`" + ("" if case.handwritten else
-        f" ({_lengths(case, bug_v)}).") + ("." if case.handwritten else ""))
-    add("")
-    add((f"With pnnx {env.get('pnnx')}, " if not case.handwritten else "")
-        + f"{_observed_sentence(case, st, env)} {_pnnx_said(st)}".rstrip())
-    add("")
+    if not cmd:
+        return ("No pnnx run: the graph below is hand-written (pnnx 20261020 no longer emits "
+                "it; older pnnx did).")
+    traced = _shapes_from_command(st["pnnx"]["command"], "inputshape") or []
+    names = _var_names(len(traced))
+    args = names[0] if len(names) == 1 else "(" + ", ".join(names) + ")"
+    lines = ["```python", f"torch.manual_seed({case.seed})", "net = Model().eval()",
+             *(f"{n} = {_tensor_expr(shape, suffix)}" for n, (shape, suffix) in zip(names, traced)),
+             f"torch.jit.trace(net, {args}).save(\"model.pt\")", "```", "",
+             "```sh", cmd, "```", ""]
+    p = st["pnnx"]
+    rc = p["returncode"]
+    lines.append(f"pnnx exit code: {rc}"
+                 + (f" ({p['signal_name']})" if p.get("signal_name") else "") + ".")
+    if p.get("warnings"):
+        lines += ["", "pnnx stderr (warnings):", "", "```", *p["warnings"], "```"]
+    if rc != 0 and p.get("stderr_tail"):
+        lines += ["", "Last lines pnnx printed:", "", "```", *p["stderr_tail"][-8:], "```"]
+    return "\n".join(lines)
 
-    add("## Environment")
-    add("")
-    add(f"- pnnx: {env.get('pnnx')}")
-    add(f"- ncnn: {env.get('ncnn')} (Python wheel; fp16/bf16 storage and arithmetic off, "
-        f"1 thread)")
-    add(f"- torch: {env.get('torch')}")
-    add(f"- Python: {env.get('python')}")
-    add(f"- numpy: {env.get('numpy')}")
-    add(f"- OS: {env.get('os')}")
-    how = ("the committed fixture" if obs.source == "fixture"
-           else "a fresh export and run")
-    add(f"- paramsurgery: {env.get('paramsurgery')} (`paramsurgery repro issue {case.id}`, "
-        f"from {how})")
-    add("")
 
-    add("## Minimal model")
-    add("")
-    add("```python")
-    add(sc.imports.rstrip())
-    add("")
-    add("")
-    add(sc.model.rstrip())
-    add("```")
-    add("")
-    add(f"Weights: `torch.manual_seed({case.seed})` before `Model()`. "
-        f"Inputs: {_input_lines(case, st)}.")
-    if case.notes:
-        add("")
-        add(case.notes)
-    add("")
-
-    add("## Export")
-    add("")
-    if cmd:
-        traced = _shapes_from_command(st["pnnx"]["command"], "inputshape") or []
-        names = _var_names(len(traced))
-        add("```python")
-        add(f"torch.manual_seed({case.seed})")
-        add("net = Model().eval()")
-        for n, (shape, suffix) in zip(names, traced):
-            add(f"{n} = {_tensor_expr(shape, suffix)}")
-        args = names[0] if len(names) == 1 else "(" + ", ".join(names) + ")"
-        add(f"torch.jit.trace(net, {args}).save(\"model.pt\")")
-        add("```")
-        add("")
-        add("```sh")
-        add(cmd)
-        add("```")
-        add("")
-        p = st["pnnx"]
-        rc = p["returncode"]
-        add(f"pnnx exit code: {rc}" + (f" ({p['signal_name']})" if p.get("signal_name") else "")
-            + ".")
-        if p.get("warnings"):
-            add("")
-            add("pnnx stderr (warnings):")
-            add("")
-            add("```")
-            lines.extend(p["warnings"])
-            add("```")
-        if rc != 0 and p.get("stderr_tail"):
-            add("")
-            add("Last lines pnnx printed:")
-            add("")
-            add("```")
-            lines.extend(p["stderr_tail"][-8:])
-            add("```")
-    else:
-        add("No pnnx run: the graph below is hand-written (pnnx 20261020 no longer emits "
-            "it; older pnnx did).")
-    add("")
-
-    add("## Expected vs observed")
-    add("")
+def _section_expected(obs: Observation) -> str:
+    case, st = obs.case, obs.bug
     ref_shapes = st.get("reference_output_shapes") or {}
     exp = ", ".join(f"`{k}` {_fmt_shape(v)}" for k, v in ref_shapes.items())
+    lines = []
     if not case.handwritten:
-        add(f"Run at T={st['run_length']} ({'a length neither trace used' if st.get('dynamic') else 'not the traced length'}), "
-            f"inputs fed with the batch_index pnnx wrote in `model_ncnn.py`:")
-        add("")
-    add(f"- **expected** (torch): {exp}")
-    add(f"- **observed**: {_observed_detail(st)}")
+        where = "a length neither trace used" if st.get("dynamic") else "not the traced length"
+        lines += [f"Run at T={st['run_length']} ({where}), inputs fed with the batch_index pnnx "
+                  f"wrote in `model_ncnn.py`:", ""]
+    lines += [f"- **expected** (torch): {exp}", f"- **observed**: {_observed_detail(st)}"]
     for v in case.variants[1:]:
         if v.name == "workaround":
             continue
         vst = obs.statuses[v.name]
-        add(f"- **{v.name}** variant ({v.description}; {_lengths(case, v)}): "
-            f"{vst['status']}, {evidence(vst)}")
-    add("")
+        lines.append(f"- **{v.name}** variant ({v.description}; {_lengths(case, v)}): "
+                     f"{vst['status']}, {evidence(vst)}")
+    return "\n".join(lines)
 
-    add("## Generated graph")
-    add("")
+
+def _section_graph(obs: Observation, lint: bool) -> str:
+    case, st = obs.case, obs.bug
+    lines: list[str] = []
     bug_text = obs.text("bug", "model.ncnn.param")
     offending = st.get("offending_lines") or []
     if bug_text is not None:
-        lines.extend(_graph_block(bug_text, "`model.ncnn.param`", offending))
-        add("")
+        lines += [*_graph_block(bug_text, "`model.ncnn.param`", offending), ""]
     if offending:
-        add("Offending lines:")
-        add("")
-        add("```")
-        lines.extend(offending)
-        add("```")
+        lines += ["Offending lines:", "", "```", *offending, "```"]
     else:
-        add(f"Offending lines: {case.offending_text}")
-    lines.extend(_file_details(obs, "bug", "model.pnnx.param",
-                               "pnnx's own IR (<code>model.pnnx.param</code>)"))
+        lines.append(f"Offending lines: {case.offending_text}")
+    lines += _file_details(obs, "bug", "model.pnnx.param",
+                           "pnnx's own IR (<code>model.pnnx.param</code>)")
     if lint:
         bug_dir = obs.dirs.get("bug")
         found = lint_findings(bug_dir / "model.ncnn.param" if bug_dir is not None else None)
         if found:
-            add("")
-            add("`paramsurgery lint model.ncnn.param`:")
-            add("")
-            add("```")
-            lines.extend(found)
-            add("```")
-    add("")
+            lines += ["", "`paramsurgery lint model.ncnn.param`:", "", "```", *found, "```"]
+    return "\n".join(lines)
 
-    add("## Why")
-    add("")
-    add(case.why)
-    if sc.details:
-        add("")
-        add(f"**Details.** {sc.details}")
-    add("")
 
-    add("## Workaround")
-    add("")
-    wv = case.variant("workaround")
+def _section_workaround(obs: Observation) -> str:
+    case = obs.case
+    sc = script(case.id)
     wst = obs.statuses["workaround"]
-    add(f"**{wv.description}**, verified with the same export and run:")
-    add("")
-    add("```python")
+    lines = [f"**{case.variant('workaround').description}**, verified with the same export "
+             f"and run:", "", "```python"]
     if sc.host:
-        add(f"# on the host, before calling the model: {sc.host}")
-    add(sc.workaround.rstrip())
-    add("```")
-    add("")
-    add(f"Result: **{wst['status']}** ({evidence(wst)}).")
-    lines.extend(_file_details(obs, "workaround", "model.ncnn.param",
-                               "the workaround's <code>model.ncnn.param</code>"))
-    add("")
+        lines.append(f"# on the host, before calling the model: {sc.host}")
+    lines += [sc.workaround.rstrip(), "```", "", f"Result: **{wst['status']}** ({evidence(wst)})."]
+    lines += _file_details(obs, "workaround", "model.ncnn.param",
+                           "the workaround's <code>model.ncnn.param</code>")
+    return "\n".join(lines)
 
-    add("## Related")
-    add("")
-    if case.upstream:
-        for u in case.upstream:
-            add(f"- {u}")
-    else:
-        add("No related upstream issue or pull request known.")
-    add("")
 
-    add("## Files")
-    add("")
-    add(f"- `{mod}.py`: in the shape of `tools/pnnx/tests/ncnn/test_*.py` (build the model, "
-        f"trace, run pnnx, import the generated `{mod}_ncnn.py`, compare with "
-        f"`torch.allclose`{', then once more at an untraced length' if not case.handwritten else ''}). "
-        f"`PNNX=/path/to/pnnx python {mod}.py` exits 0 once this is fixed; with pnnx "
-        f"{env.get('pnnx')} it {_test_outcome(st)}.")
-    add("- `model.py`: the model, its workaround and the export command above "
-        "(`python model.py [workaround]`).")
+def _section_files(obs: Observation) -> str:
+    case, st, env = obs.case, obs.bug, obs.env
+    mod = module_name(case.id)
+    again = ", then once more at an untraced length" if not case.handwritten else ""
+    lines = [f"- `{mod}.py`: in the shape of `tools/pnnx/tests/ncnn/test_*.py` (build the model, "
+             f"trace, run pnnx, import the generated `{mod}_ncnn.py`, compare with "
+             f"`torch.allclose`{again}). `PNNX=/path/to/pnnx python {mod}.py` exits 0 once this "
+             f"is fixed; with pnnx {env.get('pnnx')} it {_test_outcome(st)}.",
+             "- `model.py`: the model, its workaround and the export command above "
+             "(`python model.py [workaround]`)."]
     files = [n for n in MODEL_FILES if obs.dirs.get("bug") and (obs.dirs["bug"] / n).is_file()]
     if files:
-        add("- " + ", ".join(f"`{n}`" for n in files) + f": what pnnx {env.get('pnnx')} wrote"
-            + (" (hand-written graph)" if case.handwritten else "") + ".")
-    add("")
+        lines.append("- " + ", ".join(f"`{n}`" for n in files) + f": what pnnx "
+                     f"{env.get('pnnx')} wrote" + (" (hand-written graph)" if case.handwritten
+                                                   else "") + ".")
     return "\n".join(lines)
 
 
