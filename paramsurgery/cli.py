@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except Exception as exc:  # noqa: BLE001 - last line of defence: no traceback for users
+    except Exception as exc:
         if os.environ.get("PARAMSURGERY_DEBUG"):
             raise
         print(f"paramsurgery: internal error: {type(exc).__name__}: {exc} "

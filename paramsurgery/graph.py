@@ -660,7 +660,7 @@ class Graph:
             split = self.add_layer("Split", self.unique_layer_name(f"splitncnn_{blob}"), [blob],
                                    [], None, after=prod)
             outs = []
-            for i, c in enumerate(ordered):
+            for i, _c in enumerate(ordered):
                 nb = names[i]
                 while self.has_blob(nb) or nb in outs:
                     nb = self.unique_blob_name(nb + "_")

@@ -243,12 +243,12 @@ def _child(spec_path: Path) -> int:
 
     keep: list = []  # numpy arrays backing Mats stay alive until the call ends
 
-    def mat(a: np.ndarray):  # noqa: ANN202
+    def mat(a: np.ndarray):
         a = np.ascontiguousarray(a, np.float32)
         keep.append(a)
         return ncnn.Mat(a).clone()
 
-    def call(net_, start: int, stop: int, past: int, caches: dict | None):  # noqa: ANN001, ANN202
+    def call(net_, start: int, stop: int, past: int, caches: dict | None):
         ex = net_.create_extractor()
         feeds = {io["embeds"]: embeds[start:stop], io["mask"]: causal_mask(stop - start, past)}
         if rope:

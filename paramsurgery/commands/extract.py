@@ -84,7 +84,7 @@ run = GraphCommand("extract", _make_pass, prefix=True, verify=_verify,
                    text=_text)
 
 
-def _upstream_inputs(g, result) -> list[str]:  # noqa: ANN001
+def _upstream_inputs(g, result) -> list[str]:
     """Graph inputs the full graph needs to compute the cut blobs."""
     cut = result.data["cut"]
     if not cut:

@@ -46,7 +46,7 @@ def default_prefix(param: str) -> str:
     return stem[: -len(".ncnn")] + ".fused.ncnn" if stem.endswith(".ncnn") else stem + ".fused"
 
 
-def untouched_weights(before, after) -> tuple[int, list[str]]:  # noqa: ANN001
+def untouched_weights(before, after) -> tuple[int, list[str]]:
     """(layers whose weights are identical by sha256, names whose weights differ) over the
     layers present in both graphs."""
     from ..weights import weights_fingerprint

@@ -16,7 +16,7 @@ def intermixed(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     orig = parser.parse_known_args
     busy: list[int] = []
 
-    def parse_known_args(args=None, namespace=None):  # noqa: ANN001, ANN202
+    def parse_known_args(args=None, namespace=None):
         if busy:
             return orig(args, namespace)
         busy.append(1)
@@ -40,7 +40,7 @@ def take_assignments(args: argparse.Namespace, *names: str) -> None:
         setattr(args, name, keep)
 
 
-def run_located(args: argparse.Namespace, make_pass, tag: str) -> int:  # noqa: ANN001
+def run_located(args: argparse.Namespace, make_pass, tag: str) -> int:
     """Run the pass `make_pass()` builds through the shared runner (refusals that name no
     file are located at the input .param)."""
     from ._runner import GraphCommand

@@ -297,7 +297,7 @@ def _parse(text: str, path: str | None) -> PnnxGraph:
             else:
                 params[key] = value
         op = Op(typ, nm, ins, outs, params, attrs, arg_names, lineno)
-        for slot, o in enumerate(outs):
+        for o in outs:
             od = operand(o)
             if od.producer is None:
                 od.producer = op

@@ -266,7 +266,7 @@ class Dynamize(Pass):
         for s in sites:
             by_layer.setdefault(s.layer.id, []).append(s)
         length_axis = None
-        for lid, ss in by_layer.items():
+        for ss in by_layer.values():
             layer = ss[0].layer
             t = layer.type
             if t == "Reshape":
@@ -378,5 +378,5 @@ def _frac(x: Fraction) -> str:
     return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
 
 
-def _show(v) -> str:  # noqa: ANN001
+def _show(v) -> str:
     return "absent" if v is None else f"{v.kind.value} {v.python!r}"

@@ -242,5 +242,5 @@ class FixReduction(Pass):
         result.modified = True
 
 
-def _fmt_shape(shape) -> str:  # noqa: ANN001
+def _fmt_shape(shape) -> str:
     return "(" + ",".join("?" if s is None else str(s) for s in shape) + ")"

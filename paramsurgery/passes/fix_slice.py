@@ -311,5 +311,5 @@ def _torch_split_sizes(op: _traced.PnnxOp, extent: int, k: int) -> list[int] | N
     return None
 
 
-def _fmt(shape) -> str:  # noqa: ANN001
+def _fmt(shape) -> str:
     return "(" + ",".join("?" if s is None else str(s) for s in shape) + ")"

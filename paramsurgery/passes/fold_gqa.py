@@ -67,7 +67,7 @@ class KVExpansion:
 NOT_EXPANDED = "not-expanded"  # NoMatch.kind: SDPA reads k/v as they come (maybe kv heads)
 
 
-def _ints(v) -> list[int] | None:  # noqa: ANN001
+def _ints(v) -> list[int] | None:
     if v is None:
         return None
     if isinstance(v, (list, tuple)):
@@ -437,7 +437,7 @@ class FoldCheck:
         return "\n".join(lines)
 
 
-def decoder_feeds(g: Graph, io, length: int, seed: int) -> dict:  # noqa: ANN001 - DecoderIO
+def decoder_feeds(g: Graph, io, length: int, seed: int) -> dict:
     """Random decoder inputs of `length` positions in the fixtures' convention, plus empty
     caches for every cache input of a kv-cache graph."""
     import numpy as np
@@ -464,7 +464,7 @@ def decoder_feeds(g: Graph, io, length: int, seed: int) -> dict:  # noqa: ANN001
 
 
 def verify_fold(folded_param: str, bin: str, reference_param: str, *,
-                lengths=(1, 9, 17), io=None, tol: float = 1e-5, seed: int = 0,  # noqa: ANN001
+                lengths=(1, 9, 17), io=None, tol: float = 1e-5, seed: int = 0,
                 reference_bin: str | None = None) -> FoldCheck:
     """Run the folded decoder and a reference (the unfolded graph, or a twin such as the
     ported export) on the same random decoder inputs at each length and compare the

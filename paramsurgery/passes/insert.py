@@ -139,8 +139,8 @@ class InsertLayer(Pass):
                 result.skipped.append(Skip(name, f"already {self.side} {lname}:{slot}",
                                            target.source_line))
                 continue
-            if g.find(name) is not None:
-                other = g.find(name)
+            other = g.find(name)
+            if other is not None:
                 raise PassRefused(f"a layer named {name!r} already exists ({other.type}, "
                                   f"line {other.source_line})")
             plan.append((target, slot, name))

@@ -151,7 +151,7 @@ class RenameBlobs(Pass):
                 if not eq or not old or not new:
                     raise PassRefused(f"expected OLD=NEW, got {text!r}")
                 pairs.append((old, new))
-        for old, new in pairs:
+        for _old, new in pairs:
             _token(new, "blob name")
         if not pairs and cache_naming is None:
             raise PassRefused("nothing to rename: give OLD=NEW pairs or --cache-naming")

@@ -135,7 +135,7 @@ class AddKVCache(Pass):
                 missed.append(m)
                 result.skipped.append(Skip(layer.name, m.reason, layer.source_line))
         slots: list[CacheSlot] = []
-        for layer, i, m in todo:
+        for layer, i, _m in todo:
             names = [f.format(i=i) for f in (k_in_f, v_in_f, k_out_f, v_out_f)]
             taken = [n for n in names if g.has_blob(n)]
             if taken:

@@ -38,7 +38,7 @@ from ..layer import Layer
 from ..layer_types import is_converter_leftover
 from ..values import FLT_MAX
 from .base import Change, Pass, PassResult, RepairContext, Skip, register
-from ._traced import op_named
+from ._traced import Op, op_named
 from .match import NoMatch, source_of
 
 # ncnn BinaryOp 0= / UnaryOp 0= op types (src/layer/binaryop.h, unaryop.h)
@@ -81,7 +81,7 @@ class Site:
             raise Declined(f"has {len(self.layer.inputs)} bottoms, expected more than {slot}")
         return self.layer.inputs[slot]
 
-    def op(self):  # noqa: ANN201 - formats.pnnx_param.Op
+    def op(self) -> "Op":
         """pnnx's op for this layer (pnnx keeps a leftover's name in the ncnn graph)."""
         if self.pnnx is None:
             raise Declined("needs pnnx's traced op (X.pnnx.param; --pnnx): pnnx drops a "
@@ -361,7 +361,7 @@ def narrow(s: Site) -> str:
 
 # mT(x) = x.transpose(-2, -1) = Permute 0=1 (swaps w and h for 2-D, 3-D and 4-D blobs)
 @rule("aten::mT", doc="Permute 0=1 (swap the two innermost dims)")
-def mT(s: Site) -> str:  # noqa: N802 - the torch name
+def mT(s: Site) -> str:
     s.axis(-2)  # declines when dim -2 is dim 0 (rank 2: possibly pnnx's batch axis)
     if len(s.shape(0)) > 5:
         raise Declined(f"rank {len(s.shape(0))}: ncnn blobs have at most 4 dims")

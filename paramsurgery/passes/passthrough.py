@@ -31,6 +31,7 @@ from typing import Callable, Sequence
 from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
+from ..formats.pnnx_param import Op, PnnxGraph
 from ..layer_types import is_converter_leftover
 from .base import Change, Pass, PassResult, RepairContext, Skip, register
 from .match import NoMatch
@@ -77,17 +78,17 @@ def cast_verdict(din: str | None, dout: str | None) -> str:
 class _Ctx:
     def __init__(self, traced: str | os.PathLike | None) -> None:
         self.traced_path = os.fspath(traced) if traced is not None else None
-        self._pnnx = None
+        self._pnnx: PnnxGraph | None = None
 
     @property
-    def pnnx(self):  # noqa: ANN201 - PnnxGraph | None
+    def pnnx(self) -> "PnnxGraph | None":
         if self._pnnx is None and self.traced_path is not None:
             from ..formats.pnnx_param import read_pnnx_param
 
             self._pnnx = read_pnnx_param(self.traced_path)
         return self._pnnx
 
-    def op(self, layer: Layer, why: str):  # noqa: ANN201 - Op
+    def op(self, layer: Layer, why: str) -> "Op":
         """pnnx's op for a leftover layer (pnnx keeps leftover names in the ncnn graph)."""
         if self.pnnx is None:
             raise NoMatch(layer, f"{why} only in pnnx's IR, which pnnx drops from the ncnn "

@@ -123,7 +123,8 @@ def fresh(case: C.ReproCase, workdir: Path) -> Observation:
 
     result = check_cases([case], keep=workdir)[0]
     statuses = {v.variant: v.observed for v in result.variants}
-    dirs = {v.variant: workdir / case.id / v.variant for v in result.variants}
+    dirs: dict[str, Path | None] = {v.variant: workdir / case.id / v.variant
+                                    for v in result.variants}
     return Observation(case, statuses, dirs, environment(), "fresh")
 
 
@@ -356,7 +357,8 @@ def _section_files(obs: Observation) -> str:
              f"is fixed; with pnnx {env.get('pnnx')} it {_test_outcome(st)}.",
              "- `model.py`: the model, its workaround and the export command above "
              "(`python model.py [workaround]`)."]
-    files = [n for n in MODEL_FILES if obs.dirs.get("bug") and (obs.dirs["bug"] / n).is_file()]
+    bug_dir = obs.dirs.get("bug")
+    files = [n for n in MODEL_FILES if bug_dir is not None and (bug_dir / n).is_file()]
     if files:
         lines.append("- " + ", ".join(f"`{n}`" for n in files) + f": what pnnx "
                      f"{env.get('pnnx')} wrote" + (" (hand-written graph)" if case.handwritten

@@ -131,7 +131,7 @@ class PredicateCheck(Check):
     def __call__(self, cand: Candidate) -> Verdict:
         try:
             res = self.fn(cand)
-        except Exception as exc:  # noqa: BLE001 - the user's code
+        except Exception as exc:
             raise ParamSurgeryError(f"--predicate {self.name} raised {type(exc).__name__}: "
                                     f"{exc}") from exc
         if isinstance(res, Verdict):
