@@ -15,6 +15,7 @@ file.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable
@@ -55,9 +56,15 @@ def all_passes() -> dict[str, type["Pass"]]:
 
 
 def repairs() -> list[type["Pass"]]:
-    """The passes `paramsurgery fix` may run, in their `repair_order`."""
+    """The passes `paramsurgery fix` may run, in their `repair_order` (the package is
+    scanned once per process)."""
+    return list(_repairs())
+
+
+@functools.lru_cache(maxsize=None)
+def _repairs() -> tuple[type["Pass"], ...]:
     found = [p for p in all_passes().values() if p.repair_order is not None]
-    return sorted(found, key=lambda p: (p.repair_order, p.name))
+    return tuple(sorted(found, key=lambda p: (p.repair_order or 0, p.name)))
 
 
 def repair_for(layer: "Layer") -> str | None:
