@@ -17,6 +17,7 @@ from typing import Sequence
 
 from . import __version__
 from .errors import ParamSurgeryError
+from .io import Terminated, signals_raise
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,29 +36,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None,
+         parser: argparse.ArgumentParser | None = None) -> int:
+    """Run one command; `parser` (from build_parser) may be reused across calls."""
+    parser = parser or build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
+    from .commands._common import run_command
+
     try:
-        code = args.run(args)
+        with signals_raise():
+            code = run_command(args)
     except ParamSurgeryError as exc:
         print(f"{exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated as exc:
+        print(f"terminated (signal {exc.signum})", file=sys.stderr)
+        return 128 + exc.signum
     except BrokenPipeError:
         return 0
-    except Exception as exc:
-        if os.environ.get("PARAMSURGERY_DEBUG"):
-            raise
-        print(f"paramsurgery: internal error: {type(exc).__name__}: {exc} "
-              f"(set PARAMSURGERY_DEBUG=1 for a traceback; please report it)", file=sys.stderr)
-        return 3
+    except OSError as exc:
+        if exc.filename is None:
+            return _internal_error(exc)
+        # the environment refused a file operation (permissions, disk full, ...): not a bug
+        print(f"{exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - last line of defence: no traceback for users
+        return _internal_error(exc)
     return int(code or 0)
+
+
+def _internal_error(exc: Exception) -> int:
+    if os.environ.get("PARAMSURGERY_DEBUG"):
+        raise exc
+    print(f"paramsurgery: internal error: {type(exc).__name__}: {exc} "
+          f"(set PARAMSURGERY_DEBUG=1 for a traceback; please report it)", file=sys.stderr)
+    return 3
 
 
 if __name__ == "__main__":  # pragma: no cover

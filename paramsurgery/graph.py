@@ -49,6 +49,22 @@ class Source:
     extra: dict = field(default_factory=dict)
 
 
+def count_ncnn_blobs(layers: Iterable[Layer]) -> int:
+    """The blobs ncnn's loader allocates for these layers read in order: one per top, plus
+    one per bottom whose name no earlier layer wrote or read (what `blob_count()` computes
+    from the graph's indexes; this is for a prefix of the layers)."""
+    seen: set[str] = set()
+    n = 0
+    for layer in layers:
+        for b in layer._inputs:
+            if b not in seen:
+                seen.add(b)
+                n += 1
+        n += len(layer._outputs)
+        seen.update(layer._outputs)
+    return n
+
+
 class Graph:
     """An ncnn graph. Mutators return the graph (or the new layer) so calls chain:
     ``g.insert_after(l, "ReLU", "relu_x").graph.insert_splits().validate()``."""
@@ -233,12 +249,30 @@ class Graph:
         return list(seen)
 
     def blob_count(self) -> int:
-        """Distinct blob names (written or read): what ncnn allocates and the header counts."""
+        """The blobs ncnn allocates, which the header's blob_count must cover: one per top
+        slot (a name written twice is two blobs), plus one per bottom read before any layer
+        wrote it (ncnn's loader creates a blob for an unknown bottom name)."""
         if self._blob_count is None:
             producers = self._producers
-            self._blob_count = len(producers) + sum(1 for b in self._consumers
-                                                    if b not in producers)
+            pos = self._key
+            n = sum(len(prods) for prods in producers.values())
+            for b, cons in self._consumers.items():
+                prods = producers.get(b)
+                if not prods or min(pos[c[0]] for c in cons) <= min(pos[p[0]] for p in prods):
+                    n += 1  # read first (a layer reads its bottoms before writing its tops)
+            self._blob_count = n
         return self._blob_count
+
+    def above_splits(self, blob: str) -> str:
+        """The blob that `blob` copies through any chain of Splits (itself when its producer
+        is no Split). A Split reading its own top (a cycle, PS105) ends the walk."""
+        passed: set[int] = set()
+        p = self.producer(blob)
+        while p is not None and p._type == "Split" and p._inputs and p.id not in passed:
+            passed.add(p.id)
+            blob = p._inputs[0]
+            p = self.producer(blob)
+        return blob
 
     def predecessors(self, layer: LayerRef) -> list[Layer]:
         layer = self.layer(layer)
@@ -767,6 +801,13 @@ class Graph:
         return self
 
     # ================================================================== checks & output
+    def shapes(self, inputshape: Mapping | str | list | None = None, **options: object):
+        """Every blob's shape (`paramsurgery.shapes.infer_shapes`): `shape_of(blob)` is the
+        numpy-order shape of the ncnn.Mat, dims symbolic in the input sizes."""
+        from .shapes import infer_shapes
+
+        return infer_shapes(self, inputshape, **options)  # type: ignore[arg-type]
+
     def validate(self) -> list[Finding]:
         """Every structural invariant ncnn relies on; see `paramsurgery.validate`."""
         from ._gc import paused_gc

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -148,11 +147,45 @@ def causal_mask(rows: int, past: int) -> np.ndarray:
 
 # --------------------------------------------------------------------------- public API
 
+def generic_plan(g: Graph, inputshape: dict, param: str) -> tuple[str, dict, int]:
+    """From an input spec with one symbol (the sequence length): each input's axes as "q"
+    (query positions: a step feeds rows start..stop), "k" (key positions, the last of two
+    length axes, e.g. a mask's columns: a step feeds 0..stop) or "-" (fixed), and the
+    output's length axis (from the shape analysis)."""
+    from .shapes.affine import Affine
+
+    syms = {sym for s in inputshape.values() for d in s for sym in getattr(d, "symbols", ())}
+    if len(syms) != 1:
+        raise VerificationError("the generic kv-cache check needs --inputshape with exactly one "
+                                f"symbol, the sequence length (got {sorted(syms) or 'none'})",
+                                file=param)
+    T = Affine.symbol(syms.pop())
+    plans: dict[str, list[str]] = {}
+    for blob, shape in inputshape.items():
+        bad = [d for d in shape if isinstance(d, Affine) and d != T]
+        if bad:
+            raise VerificationError(f"--inputshape {blob}: dim {bad[0]} is not the length {T} "
+                                    f"itself or a number", file=param)
+        axes = [i for i, d in enumerate(shape) if d == T]
+        plan = ["-"] * len(shape)
+        for i in axes:
+            plan[i] = "q"
+        if len(axes) >= 2:
+            plan[axes[-1]] = "k"
+        plans[blob] = plan
+    return str(T), plans, -1
+
+
 def verify_kvcache(param: str | Path, bin: str | Path | None, *, n: int, m: int,
                    io: DecoderIO | None = None, tol: float = 1e-5, seed: int = 0,
-                   reference_param: str | Path | None = None, timeout: float = 1800) -> ParityReport:
+                   reference_param: str | Path | None = None, timeout: float = 1800,
+                   inputshape: dict | None = None,
+                   inputs: str | Path | None = None) -> ParityReport:
     """Run the parity check in a child process. `reference_param` (the same graph without
-    cache, sharing `bin`) adds a check of the full prefill against it."""
+    cache, sharing `bin`) adds a check of the full prefill against it. `inputshape` (one
+    symbol, the length; e.g. `{"in0": ("T", 1024), "in1": (1, "T", "T")}`) makes the check
+    generic: inputs are generated for the full length by kind (or taken from `inputs`, an
+    .npz of full-length arrays) and sliced per step; the decoder convention is not used."""
     if n < 1 or m < 1:
         raise ParamSurgeryError("need at least one prefill position and one step (n, m >= 1)")
     io = io or DecoderIO()
@@ -163,6 +196,9 @@ def verify_kvcache(param: str | Path, bin: str | Path | None, *, n: int, m: int,
     if not slots:
         raise VerificationError("the graph has no attention layer with a kv cache (7=1); run "
                                 "add-kvcache first", file=str(param))
+    if inputshape:
+        return _verify_generic(g, param, bin, slots, n, m, io, tol, seed, reference_param,
+                               timeout, inputshape, inputs)
     rope = io.cos in g.inputs and io.sin in g.inputs
     if not rope and g.by_type("RotaryEmbed"):
         raise VerificationError(f"the graph applies RoPE but {io.cos!r}/{io.sin!r} are not both "
@@ -189,16 +225,13 @@ def verify_kvcache(param: str | Path, bin: str | Path | None, *, n: int, m: int,
     with tempfile.TemporaryDirectory(prefix="paramsurgery-kv-") as tmp:
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps(spec))
-        from .runtime import child_env
+        from .runtime import run_module_child
 
-        proc = subprocess.run([sys.executable, "-m", "paramsurgery.kvcache_verify", str(spec_path)],
-                              capture_output=True, text=True, timeout=timeout, env=child_env())
         out_path = Path(tmp) / "result.json"
         report = ParityReport(n, m, tol)
-        if proc.returncode != 0 or not out_path.exists():
-            sig = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
-            tail = " ".join(proc.stderr.strip().splitlines()[-3:])
-            report.error = f"ncnn run failed ({sig}) {tail}".strip()
+        report.error = run_module_child("paramsurgery.kvcache_verify", spec_path, out_path,
+                                        timeout)
+        if report.error:
             return report
         data = json.loads(out_path.read_text())
     if data.get("error"):
@@ -208,6 +241,66 @@ def verify_kvcache(param: str | Path, bin: str | Path | None, *, n: int, m: int,
                     for s in data["steps"]]
     report.reference_rel = data.get("reference_rel")
     return report
+
+
+def _verify_generic(g: Graph, param, bin, slots, n: int, m: int, io: DecoderIO,
+                    tol: float, seed: int, reference_param, timeout: float,
+                    inputshape: dict, inputs) -> ParityReport:
+    from .shapes import normalize_inputshape
+    from .shapes.affine import evaluate
+    from .shapes.feeds import make_feeds
+
+    shapes = normalize_inputshape(inputshape)
+    sym, plans, _ = generic_plan(g, shapes, str(param))
+    if io.output not in g.outputs:
+        raise VerificationError(f"{io.output!r} is not a graph output (--output-blob)",
+                                file=str(param))
+    out_shape = g.shapes(inputshape=shapes).shape_of(io.output)
+    from .shapes.affine import Affine
+
+    out_axes = [i for i, d in enumerate(out_shape or ()) if d == Affine.symbol(sym)]
+    if not out_axes:
+        raise VerificationError(f"the shape of output {io.output!r} is not known along the "
+                                f"length {sym} at --inputshape: cannot slice it per step",
+                                file=str(param))
+    total = n + m
+    full = {b: tuple(evaluate(d, {sym: total}) for d in s) for b, s in shapes.items()}
+    feeds = make_feeds(g, full, seed=seed, npz=inputs)
+    report = ParityReport(n, m, tol)
+    with tempfile.TemporaryDirectory(prefix="paramsurgery-kv-") as tmp:
+        names = list(feeds)
+        np.savez(Path(tmp) / "feeds.npz", **{f"a{i}": feeds[b] for i, b in enumerate(names)})
+        spec = {"param": str(param), "bin": None if bin is None else str(bin), "n": n, "m": m,
+                "io": asdict(io), "seed": seed, "rope": False,
+                "reference_param": None if reference_param is None else str(reference_param),
+                "slots": [[s.k_in, s.v_in, s.k_out, s.v_out] for s in slots],
+                "generic": {"names": names, "plans": plans, "out_axis": out_axes[0]}}
+        return _run_child(spec, Path(tmp), report, timeout)
+
+
+def _run_child(spec: dict, tmp: Path, report: ParityReport, timeout: float) -> ParityReport:
+    from .runtime import run_module_child
+
+    spec_path = tmp / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    out_path = tmp / "result.json"
+    report.error = run_module_child("paramsurgery.kvcache_verify", spec_path, out_path, timeout)
+    if report.error:
+        return report
+    data = json.loads(out_path.read_text())
+    if data.get("error"):
+        report.error = data["error"]
+        return report
+    report.steps = [StepResult(s["label"], tuple(s["positions"]), s["max_abs"], s["max_rel"])
+                    for s in data["steps"]]
+    report.reference_rel = data.get("reference_rel")
+    return report
+
+
+def _slice_step(arr: np.ndarray, plan: list[str], start: int, stop: int) -> np.ndarray:
+    idx = tuple(slice(start, stop) if r == "q" else slice(0, stop) if r == "k" else slice(None)
+                for r in plan)
+    return np.ascontiguousarray(arr[idx])
 
 
 # --------------------------------------------------------------------------- child process
@@ -231,7 +324,12 @@ def _child(spec_path: Path) -> int:
     n, m = spec["n"], spec["m"]
     total = n + m
     rng = np.random.default_rng(spec["seed"])
-    embeds = rng.standard_normal((total, io["hidden"])).astype(np.float32)
+    generic = spec.get("generic")
+    if generic:  # full-length arrays from the input spec, sliced per step
+        with np.load(spec_path.parent / "feeds.npz") as data:
+            full_inputs = {b: data[f"a{i}"] for i, b in enumerate(generic["names"])}
+    else:
+        embeds = rng.standard_normal((total, io["hidden"])).astype(np.float32)
     rope = spec["rope"]
     cos, sin = rope_tables(np.arange(total), io["head_dim"], io["rope_theta"]) if rope else (None, None)
     slots = spec["slots"]
@@ -244,13 +342,18 @@ def _child(spec_path: Path) -> int:
     keep: list = []  # numpy arrays backing Mats stay alive until the call ends
 
     def mat(a: np.ndarray):
-        a = np.ascontiguousarray(a, np.float32)
+        a = np.ascontiguousarray(a, np.int32 if a.dtype.kind in "iu" else np.float32)
         keep.append(a)
         return ncnn.Mat(a).clone()
 
     def call(net_, start: int, stop: int, past: int, caches: dict | None):
         ex = net_.create_extractor()
-        feeds = {io["embeds"]: embeds[start:stop], io["mask"]: causal_mask(stop - start, past)}
+        if generic:
+            feeds = {b: _slice_step(a, generic["plans"][b], start, stop)
+                     for b, a in full_inputs.items()}
+        else:
+            feeds = {io["embeds"]: embeds[start:stop],
+                     io["mask"]: causal_mask(stop - start, past)}
         if rope:
             feeds[io["cos"]] = cos[start:stop]
             feeds[io["sin"]] = sin[start:stop]
@@ -264,7 +367,10 @@ def _child(spec_path: Path) -> int:
         ret, out = ex.extract(io["output"])
         if ret != 0:
             raise RuntimeError(f"extract {io['output']} returned {ret}")
-        result = np.array(out, copy=True).reshape(stop - start, -1)
+        result = np.array(out, copy=True)
+        if generic:
+            result = np.moveaxis(result, generic["out_axis"], 0)
+        result = result.reshape(stop - start, -1)
         new = {}
         if caches is not None:
             for k_in, v_in, k_out, v_out in slots:

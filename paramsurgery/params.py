@@ -21,12 +21,26 @@ TOKEN_RE = re.compile(r'([^\s=]+)=("[^"\r\n]*"|\S+)')
 
 
 class _Entry:
-    __slots__ = ("pid", "value", "text")
+    __slots__ = ("pid", "value", "_text", "_src", "_start", "_end")
 
-    def __init__(self, pid: int, value: Value, text: str | None) -> None:
+    def __init__(self, pid: int, value: Value, text: str | None, src: str | None = None,
+                 start: int = 0, end: int = 0) -> None:
         self.pid = pid
         self.value = value
-        self.text = text  # the original `k=v` token, None once edited
+        # the original `k=v` token, None once edited; read from the param text on demand
+        # (`src[start:end]`) so a long array's text is held once
+        self._text = text
+        self._src, self._start, self._end = src, start, end
+
+    @property
+    def text(self) -> str | None:
+        if self._src is not None:
+            return self._src[self._start:self._end]
+        return self._text
+
+    @text.setter
+    def text(self, value: str | None) -> None:
+        self._text, self._src = value, None
 
     def render(self) -> str:
         return self.text if self.text is not None else format_value(self.pid, self.value)
@@ -60,7 +74,7 @@ class Params:
                 old = entries.pop(pid, None)
                 if old is not None:
                     self._dupes.append(old)
-                entries[pid] = _Entry(pid, value, m.group(0))
+                entries[pid] = _Entry(pid, value, None, self._text, m.start(), m.end())
             self._entries = entries
         return entries
 
@@ -149,6 +163,18 @@ class Params:
         if pid in entries or any(d.pid == pid for d in self._dupes):
             entries.pop(pid, None)
             self._dupes = [d for d in self._dupes if d.pid != pid]
+            self._touch()
+        return self
+
+    def move_first(self, pid: int) -> "Params":
+        """Put param `pid` first on the line (ncnnoptimize writes `-23330=` hints there)."""
+        entries = self._load()
+        if pid in entries and next(iter(entries)) != pid:
+            first = entries.pop(pid)
+            rest = list(entries.values())
+            entries.clear()
+            entries[pid] = first
+            entries.update((e.pid, e) for e in rest)
             self._touch()
         return self
 

@@ -266,6 +266,19 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def run_module_child(module: str, arg: str | os.PathLike, result: Path,
+                     timeout: float) -> str | None:
+    """Run `python -m <module> <arg>` (a child that writes `result`); None when it did, else
+    what went wrong (signal or exit code and the end of its stderr)."""
+    proc = subprocess.run([sys.executable, "-m", module, os.fspath(arg)], capture_output=True,
+                          text=True, timeout=timeout, env=child_env())
+    if proc.returncode == 0 and result.exists():
+        return None
+    how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
+    tail = " ".join(proc.stderr.strip().splitlines()[-3:])
+    return f"ncnn run failed ({how}) {tail}".strip()
+
+
 def _last_lines(text: str, n: int = 5) -> str:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return "\n".join(lines[-n:])

@@ -230,7 +230,8 @@ def stream_manifest(result: Any, param_out: str, bin_out: str, start_out: str | 
 
 
 def convert(param: str | os.PathLike, bin: str | os.PathLike | None, out: str, *,
-            time_axis: Any = None, graph: Any = None) -> Converted:
+            time_axis: Any = None, graph: Any = None,
+            inputshape: Mapping[str, tuple] | None = None) -> Converted:
     """Load, run `add-conv-cache`, write out.param, out.bin, out.json (+ out.start.param when
     the stream has start trims) atomically, all renamed into place together."""
     from .io import atomic_write_many, load
@@ -242,7 +243,7 @@ def convert(param: str | os.PathLike, bin: str | os.PathLike | None, out: str, *
     if not os.path.isdir(directory):
         raise ParamSurgeryError("no such directory", file=directory)
     g = graph if graph is not None else load(param, bin=bin)
-    result = AddConvCache(time_axis)(g)
+    result = AddConvCache(time_axis, inputshape=inputshape)(g)
     start = result.data["start_graph"]
     manifest = stream_manifest(result, p_path, b_path, s_path if start is not None else None,
                                param, bin)

@@ -47,7 +47,8 @@ def validate_graph(g: "Graph") -> list[Finding]:
             f(HEADER_LAYERS, WARNING,
               f"header declares {src.declared_layers} layers but the file has {n}: ncnn "
               f"silently ignores the last {n - src.declared_layers} ({names})", ignored[0],
-              "paramsurgery fmt (recomputes the header)")
+              "raise the header's layer count by hand if they are meant to load (fmt keeps "
+              "what ncnn reads)")
         elif src.declared_layers > n:
             f(HEADER_LAYERS, ERROR,
               f"header declares {src.declared_layers} layers but the file has only {n}: ncnn "
@@ -55,12 +56,10 @@ def validate_graph(g: "Graph") -> list[Finding]:
         if src.declared_blobs is not None:
             if src.declared_layers >= n:
                 n_used = g.blob_count()  # ncnn loads every layer: the graph's own count
-            else:  # only the declared layers are loaded: count their blobs
-                used: set[str] = set()
-                for layer in layers[: src.declared_layers]:
-                    used.update(layer._inputs)
-                    used.update(layer._outputs)
-                n_used = len(used)
+            else:  # only the declared layers are loaded: count their blobs as ncnn does
+                from .graph import count_ncnn_blobs
+
+                n_used = count_ncnn_blobs(layers[: src.declared_layers])
             if src.declared_blobs < n_used:
                 f(HEADER_BLOBS, ERROR,
                   f"header declares {src.declared_blobs} blobs but the layers ncnn loads use "

@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
-from typing import Sequence, Union
+from itertools import chain
+from typing import Iterator, Sequence, Union
 
 import numpy as np
 
@@ -185,6 +186,8 @@ def format_value(pid: int, value: Value) -> str:
         body = ",".join(pnnx_float(x) for x in value.value)
         return f"{ARRAY_KEY_BASE - pid}={len(value.value)}" + (f",{body}" if body else "")
     s = value.value
+    if '"' in s:
+        return f"{pid}={s}"  # read unquoted (`a"b`): the only form ncnn reads it back in
     if value.quoted or not _BARE_RE.fullmatch(s):
         return f'{pid}="{s}"'
     return f"{pid}={s}"
@@ -213,7 +216,14 @@ def _is_float_text(t: str) -> bool:
     return "." in t or "e" in t or "E" in t
 
 
+MAX_NUMBER_CHARS = 127  # ncnn reads at most this many characters of a number
+MAX_KEY_CHARS = 15  # ... and of a param id
+
+
 def _parse_number(t: str, offset: int) -> tuple[bool, int | float]:
+    if len(t) > MAX_NUMBER_CHARS:
+        raise ValueError_(f"number longer than {MAX_NUMBER_CHARS} characters (ncnn: 'read "
+                          f"value failed')", offset)
     if not _NUM_RE.fullmatch(t):
         raise ValueError_(f"invalid numeric value {t!r}", offset)
     if _is_float_text(t):
@@ -230,14 +240,16 @@ def _parse_number(t: str, offset: int) -> tuple[bool, int | float]:
 
 def parse_key(text: str) -> tuple[int, bool]:
     """Return (param id, is_array_key) or raise ValueError_."""
-    if not _INT_RE.fullmatch(text):
-        raise ValueError_(f"invalid parameter id {text!r}")
+    if len(text) > MAX_KEY_CHARS or not _INT_RE.fullmatch(text):
+        raise ValueError_(f"invalid parameter id {text[:40]!r}")
     k = int(text)
     if k <= ARRAY_KEY_BASE:
         pid = ARRAY_KEY_BASE - k
         if pid > MAX_PARAM_ID:
             raise ValueError_(f"array id {k} out of range (-23300..-23331)")
         return pid, True
+    if k == 0 and text.startswith("-"):
+        return 0, False  # ncnn reads `-0=` as id 0
     if not 0 <= k <= MAX_PARAM_ID:
         raise ValueError_(f"parameter id {k} out of range (0..31; arrays -23300..-23331)")
     return k, False
@@ -256,18 +268,22 @@ def parse_value(key: str, text: str) -> tuple[int, Value]:
     if not text:
         raise ValueError_("missing value after '='")
     if is_array_key:
-        parts = text.split(",")
-        if not _INT_RE.fullmatch(parts[0]) or int(parts[0]) < 0:
-            raise ValueError_(f"array count {parts[0]!r} is not a non-negative int")
-        count = int(parts[0])
-        elems = parts[1:]
-        if len(elems) != count:
-            what = "fewer" if len(elems) < count else "more"
-            raise ValueError_(f"array declares {count} elements but has {what} ({len(elems)})")
+        comma = text.find(",")
+        head = text if comma < 0 else text[:comma]
+        if len(head) > MAX_NUMBER_CHARS or not _INT_RE.fullmatch(head) or int(head) < 0:
+            raise ValueError_(f"array count {head[:40]!r} is not a non-negative int")
+        count = int(head)
+        n = text.count(",")
+        if n != count:
+            what = "fewer" if n < count else "more"
+            raise ValueError_(f"array declares {count} elements but has {what} ({n})")
+        if count > _LONG_ARRAY:
+            return pid, _parse_long_array(text, comma + 1, old_style=True)
+        rest = text[comma + 1:] if comma >= 0 else ""
         vals: list = []
         floats = []
-        off = len(parts[0]) + 1
-        for e in elems:
+        off = len(head) + 1
+        for e in (rest.split(",") if rest else ()):
             is_f, v = _parse_number(e, off)
             floats.append(is_f)
             vals.append(v)
@@ -282,15 +298,16 @@ def parse_value(key: str, text: str) -> tuple[int, Value]:
         return pid, Value(Kind.INTS, vals)
     c0 = text[0]
     if c0.isalpha() and c0.isascii():
-        if '"' in text:
-            raise ValueError_("stray quote in unquoted string")
+        # ncnn ends an unquoted string at whitespace only: `a"b` is the string a"b
         if len(text.encode("utf-8", "surrogateescape")) > 255:
             raise ValueError_("string longer than 255 bytes")
         return pid, Value(Kind.STRING, text, False)
     if "," in text:
+        if text.endswith(",") and len(text) > 1:
+            text = text[:-1]  # `0=5,` is a one-element array
+        if len(text) > _LONG_ARRAY:
+            return pid, _parse_long_array(text, 0, old_style=False)
         parts = text.split(",")
-        if parts[-1] == "" and len(parts) > 1:
-            parts = parts[:-1]  # `0=5,` is a one-element array
         vals = []
         off = 0
         first_float = None
@@ -305,6 +322,95 @@ def parse_value(key: str, text: str) -> tuple[int, Value]:
         return pid, Value(Kind.FLOATS if first_float else Kind.INTS, vals)
     is_f, v = _parse_number(text, 0)
     return pid, Value(Kind.FLOAT if is_f else Kind.INT, v)
+
+
+_LONG_ELEMENT_RE = re.compile(rf"[^,]{{{MAX_NUMBER_CHARS + 1}}}")
+_INT_CHARS = str.maketrans("", "", "0123456789+-,")  # translate() leaves what is not these
+_NUMBER_CHARS = str.maketrans("", "", "0123456789+-.eE,")
+_LONG_ARRAY = 4096  # elements (old style) or characters (new style) for the chunked parser
+_CHUNK = 1 << 16  # characters per chunk
+
+
+def _chunks(text: str, pos: int) -> Iterator[tuple[int, str]]:
+    """(offset, piece) of `text[pos:]` cut at commas into pieces of about _CHUNK characters."""
+    n = len(text)
+    while pos < n:
+        end = text.find(",", pos + _CHUNK) if pos + _CHUNK < n else -1
+        end = n if end < 0 else end
+        yield pos, text[pos:end]
+        pos = end + 1
+
+
+def _parse_long_array(text: str, start: int, old_style: bool) -> Value:
+    """The array elements in `text[start:]`, parsed a chunk at a time with numpy: memory is
+    the result (8 bytes per element plus the element objects) and one chunk, never a string
+    per element. A chunk numpy cannot convert is re-parsed element by element to name the
+    bad one."""
+    is_float_text = _is_float_text
+    kinds: list[bool] = []  # per chunk: any float element / all float elements
+
+    def values() -> Iterator[list]:
+        first_float: bool | None = None
+        for off, piece in _chunks(text, start):
+            parts = piece.split(",")
+            fl = [is_float_text(p) for p in parts] if is_float_text(piece) else [False]
+            if first_float is None:
+                first_float = fl[0]
+            kinds.append((any(fl), all(fl) and len(fl) == len(parts)))
+            if not old_style and not first_float and any(fl):
+                i = fl.index(True)
+                raise ValueError_(f"invalid array element (index {i}): float in an int array",
+                                  off)
+            yield _convert(parts, off, float_array=bool(first_float) if not old_style
+                           else None, floats=fl)
+
+    vals = tuple(chain.from_iterable(values()))
+    any_f = any(k[0] for k in kinds)
+    all_f = all(k[1] for k in kinds)
+    if not old_style:
+        return Value(Kind.FLOATS if _is_float_text(text[start:text.find(",", start)])
+                     else Kind.INTS, vals)
+    last_float = _is_float_text(text[text.rfind(",") + 1:])
+    if all_f:
+        return Value(Kind.FLOATS, vals)
+    if not any_f:
+        return Value(Kind.INTS, vals)
+    return _Mixed(Kind.FLOATS if last_float else Kind.INTS, vals)
+
+
+def _convert(parts: list[str], offset: int, float_array: bool | None,
+             floats: list[bool]) -> list:
+    """Convert one chunk's elements; `float_array` None: each element keeps its own kind."""
+    # numpy converts what Python's int()/float() accept; restricted to these characters
+    # and with no empty or over-long element that is exactly ncnn's number syntax
+    piece = ",".join(parts)
+    try:
+        if _LONG_ELEMENT_RE.search(piece) or "" in parts:
+            raise ValueError
+        if float_array or (float_array is None and all(floats) and len(floats) == len(parts)):
+            if piece.translate(_NUMBER_CHARS):
+                raise ValueError
+            with np.errstate(over="ignore"):
+                arr = np.array(parts, dtype=np.float64).astype(np.float32)
+            if not np.isfinite(arr).all():
+                raise ValueError
+            return arr.astype(np.float64).tolist()
+        if float_array is None and any(floats):
+            raise ValueError  # mixed: element by element below
+        if piece.translate(_INT_CHARS):
+            raise ValueError
+        arr = np.array(parts, dtype=np.int64)
+        if arr.size and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
+            raise ValueError
+        return arr.tolist()
+    except (ValueError, OverflowError):
+        out: list = []
+        off = offset
+        for e in parts:
+            is_f, v = _parse_number(e, off)
+            out.append(float(v) if float_array else v)
+            off += len(e) + 1
+        return out
 
 
 class _Mixed(Value):

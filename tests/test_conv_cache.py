@@ -484,3 +484,16 @@ def test_manifest_is_json_and_complete(tmp_path):
     for s in data["states"]:
         assert g.layer(s["in"]).params.get(0) == s["samples"]
         assert g.layer(s["in"]).params.get(1) == s["channels"]
+
+
+def test_inputshape_pins_the_input_extents():
+    """--inputshape gives the input's channel count; the time analysis (shared shape
+    analysis) checks it against the conv that reads it."""
+    from paramsurgery.shapes import parse_inputshape
+
+    text = one("0=2 1=3 5=1 6=12")
+    g = synth_weights(paramsurgery.loads(text), seed=0)
+    ok = AddConvCache(1, inputshape=parse_inputshape("in0=[2,T]"))(g)
+    assert ok.modified
+    with pytest.raises(PassRefused, match="is 5, the layer needs 2"):
+        AddConvCache(1, inputshape=parse_inputshape("in0=[5,T]"))(g)

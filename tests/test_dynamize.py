@@ -141,7 +141,7 @@ def test_refusals():
                                           r"length \(a mask or table\); make it an input"):
         Dynamize(10)(paramsurgery.loads(md))
     crop = "7767517\n2 2\nInput in0 0 1 in0\nCrop c 1 1 in0 out0 -23310=1,7 -23311=1,1 -23309=1,0\n"
-    with pytest.raises(PassRefused, match=r"extent of its input along that axis is unknown"):
+    with pytest.raises(PassRefused, match=r"extent of its input 'in0' along that axis is unknown"):
         Dynamize(10)(paramsurgery.loads(crop))
     with pytest.raises(PassRefused, match=r"differ in structure"):
         Dynamize(pair=paramsurgery.loads(md))(paramsurgery.load(path("attention")))

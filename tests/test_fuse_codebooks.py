@@ -440,3 +440,25 @@ def test_cli_writes_param_bin_manifest(tmp_path):
     assert data["parity"]["ok"] and data["manifest"]["fusions"][0]["mode"] == "split"
     r = cli("fuse-codebooks", fx("predictor_decoder.ported"), "-o", tmp_path / "x")
     assert r.returncode == 2 and "no Embed layer" in r.stderr
+
+
+def test_negative_reduction_axis_proven_by_inputshape(tmp_path):
+    """stack via ExpandDims + Reduction over axis -3: the stacked blob's rank comes from the
+    shape analysis; without the ids' shapes the pass says which flag supplies them."""
+    from paramsurgery.shapes import parse_inputshape
+
+    g, tables, biases = build([5, 7, 6], 4, "stack_expand", [False] * 3, False)
+    for layer in g:
+        if layer.type == "Reduction":
+            layer.set(3, [-3])
+    with pytest.raises(PassRefused, match=r"rank of 'st' is not known.*--inputshape"):
+        FuseCodebooks()(g)
+    shapes = parse_inputshape("in0=[T] in1=[T] in2=[T]")
+    res = FuseCodebooks(inputshape=shapes)(g)
+    assert res.modified
+    codes = np.stack([np.array([0, 4, 2]), np.array([6, 1, 3]), np.array([5, 0, 2])])
+    p, b = tmp_path / "f.param", tmp_path / "f.bin"
+    res.graph.save(p, b)
+    man = res.data["manifest"]
+    out = run(p, b, {man.fusions[0].input: man.fusions[0].pack_ids(codes)}, ["out"])["out"]
+    assert np.allclose(out, numpy_sum(tables, biases, codes, False), atol=1e-5)

@@ -1,6 +1,7 @@
 """Mutation fuzzing: truncations, byte flips and absurd counts give our typed errors or a
 graph that still round-trips; never another exception, never a huge allocation."""
 
+import os
 import random
 
 import pytest
@@ -75,9 +76,55 @@ def test_arbitrary_bytes(data):
 
 
 def test_huge_header_counts_allocate_nothing():
-    data = b"7767517\n2147483647 2147483647\nInput in 0 1 x\n"
+    data = b"7767517\n1000000 1000000\nInput in 0 1 x\n"  # ncnn's limit: loads, no allocation
     g = paramsurgery.loads(data)
     assert len(g) == 1
     assert "PS101" in [f.code for f in g.validate()]
+    with pytest.raises(ParamSurgeryError, match="invalid layer_count or blob_count"):
+        paramsurgery.loads(b"7767517\n2147483647 2147483647\nInput in 0 1 x\n")
     with pytest.raises(ParamSurgeryError):
         paramsurgery.loads(b"7767517\n1 1\nInput in 0 2147483647 x\n")
+
+
+# ---------------------------------------------------------------- differential, vs ncnn
+# (tests/fuzz_harness.py: ncnn's loader in batched child processes, our CLI in-process)
+
+def _differential(n: int, seed: int, max_seed_bytes: int, tmp_path, chunk: int = 2000):
+    from conftest import FIXTURES
+    from fuzz_harness import Report, check_mutants, mutants_of, seeds
+
+    files = sorted(CORPUS.glob("*.param")) + sorted(FIXTURES.rglob("*.param"))
+    seed_files = seeds(files, max_seed_bytes)
+    rng = random.Random(seed)
+    total = Report()
+    for start in range(0, n, chunk):
+        total.merge(check_mutants(mutants_of(seed_files, min(chunk, n - start), rng), tmp_path))
+        if n > chunk:
+            print(f"  {total.summary()}", flush=True)
+    print(f"\ndifferential fuzz (seed {seed}, {len(seed_files)} seed files): {total.summary()}")
+    for cat, (data, detail) in total.examples.items():
+        if cat in total.failures:
+            print(f"  {cat}: {detail!r}\n    {data[:200]!r}")
+    return total
+
+
+def test_differential_fuzz_against_ncnn(tmp_path):
+    """A few hundred seeded mutants: no exit 3, no hang, every exit 2 located, never a
+    refusal of a file ncnn loads, never silent where ncnn rejects, fmt keeps loadable files
+    loadable, byte-exact round trip of what we accept."""
+    pytest.importorskip("ncnn")
+    rep = _differential(300, 20261201, 4096, tmp_path)
+    assert rep.mutants == 300 and rep.ncnn_loads > 0
+    assert not rep.failures, rep.summary()
+
+
+@pytest.mark.slow
+def test_differential_fuzz_against_ncnn_100k(tmp_path):
+    """The same over 100,000 mutants of every corpus and fixture .param up to 4 KB (158
+    files; larger seeds cost more per mutant and find the same token-level problems)."""
+    pytest.importorskip("ncnn")
+    n = int(os.environ.get("PARAMSURGERY_FUZZ_MUTANTS", "100000"))
+    rep = _differential(n, int(os.environ.get("PARAMSURGERY_FUZZ_SEED", "14")), 4096,
+                        tmp_path)
+    assert rep.mutants == n
+    assert not rep.failures, rep.summary()

@@ -147,7 +147,7 @@ RAW_EXPECTED = {
     "talker_decoder": ({"PS004"}, {"PS004"}),      # M-RoPE slicing + repeat_kv leftovers
     "predictor_decoder": ({"PS004"}, {"PS004"}),   # repeat_kv leftovers
     "speaker_encoder": ({"PS004"}, {"PS004"}),     # ECAPA length mask, repeat, masked_fill
-    "mimi_encoder": ({"PS004", "PS008"}, {"PS004"}),  # shape pads, replicate pad, batch n
+    "mimi_encoder": ({"PS004", "PS008", "PS015"}, {"PS004", "PS015"}),  # pads, batch n, lost positions
     "talker_text_embed": (set(), set()),            # runs right
     "talker_codec_embed": (set(), set()),
     "talker_codec_head": (set(), set()),

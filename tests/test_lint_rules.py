@@ -13,7 +13,8 @@ from paramsurgery.lint.registry import select_rules
 from conftest import ncnn_loads
 
 # the pass names `paramsurgery fix` knows (issue 6 + the repair engineer's commands)
-KNOWN_PASSES = {"fix-slice", "fix-reduction", "dynamize", "fold-gqa", "fuse-codebooks", "fix"}
+KNOWN_PASSES = {"fix-slice", "fix-reduction", "dynamize", "fold-gqa", "fuse-codebooks", "fix",
+                "fix-batch-reshape", "lower"}
 
 
 def graph(body: str, layers: int | None = None, blobs: int | None = None):

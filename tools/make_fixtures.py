@@ -19,7 +19,6 @@ Needs the export environment (torch 2.13.0 CPU, qwen-tts 0.1.1 --no-deps, transf
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.util
 import json
 import shutil
@@ -33,6 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
+import fixture_manifest  # noqa: E402
+from fixture_manifest import sha256  # noqa: E402
+
 SCHEMA = 1
 
 # Output locations; `--out` re-roots them (the slow regeneration test builds into a temp dir).
@@ -40,6 +42,8 @@ FIXTURES = ROOT / "fixtures"
 QWEN_DIR = FIXTURES / "qwen3_tts"
 MANIFEST = FIXTURES / "manifest.json"
 REPROS_DIR = FIXTURES / "repros"
+# fixture directories whose manifest entries this script owns (rebuilt on every run)
+GENERATED_HERE = ("qwen3_tts/", "repros/")
 
 
 def set_output_root(root: Path) -> None:
@@ -48,14 +52,6 @@ def set_output_root(root: Path) -> None:
     QWEN_DIR = root / "qwen3_tts"
     MANIFEST = root / "manifest.json"
     REPROS_DIR = root / "repros"
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def load_manifest() -> dict[str, Any]:
@@ -88,7 +84,7 @@ def level_sum_summary(exports: list[dict[str, Any]]) -> dict[str, Any]:
         "forms": {},
     }
     for rec in exports:
-        if rec["module"] != "codec_decoder" or rec["variant"] == "raw":
+        if rec["module"] != "codec_decoder" or rec["variant"].startswith("raw"):
             continue
         form = rec.get("notes", {}).get("level_sum")
         st = rec.get("status", {})
@@ -145,10 +141,22 @@ def rebuild_files(manifest: dict[str, Any]) -> None:
                       "variant": "ported", "size": kv["size"], "config": kv["config"],
                       "seed": kv["seed"], "versions": versions, "sha256": sha256(p),
                       "bytes": p.stat().st_size, "convention": kv["convention"]})
+    e2e = q.get("e2e")
+    if e2e:
+        p = FIXTURES / e2e["path"]
+        files.append({"path": e2e["path"], "kind": "e2e_reference", "module": "pipeline",
+                      "variant": "hf", "size": e2e["size"], "seed": e2e["input_seed"],
+                      "versions": versions, "sha256": sha256(p), "bytes": p.stat().st_size,
+                      "description": e2e})
     for entry in manifest.get("repros", []):
         if isinstance(entry, dict) and "path" in entry:
             files.append(entry)
-    manifest["files"] = sorted(files, key=lambda e: e["path"])
+    # entries of the other generators' directories (repairs/, streaming/, ... listed by
+    # tools/fixture_manifest.py) are not this function's to drop
+    made = {e["path"] for e in files}
+    kept = [e for e in manifest.get("files", [])
+            if e["path"] not in made and not e["path"].startswith(GENERATED_HERE)]
+    manifest["files"] = sorted(files + kept, key=lambda e: e["path"])
 
 
 # --------------------------------------------------------------------------- qwen3-tts
@@ -226,6 +234,28 @@ def build_qwen(sizes: list[str], only: list[str] | None, scratch: Path,
                     p.unlink()
 
 
+def build_e2e(manifest: dict[str, Any]) -> None:
+    """The end-to-end torch reference (tiny): greedy generation by the qwen-tts modeling code
+    with the fixtures' weights + its waveform (`qwen3tts/e2e_reference.py`)."""
+    from qwen3tts import configs, e2e_reference, sources
+    from qwen3tts.npz import save_npz
+
+    t0 = time.monotonic()
+    print("[tiny] e2e: generating the torch reference", flush=True)
+    arrays = e2e_reference.build("tiny")
+    path = QWEN_DIR / "tiny" / "e2e.ref.npz"
+    save_npz(path, arrays)
+    q = manifest.setdefault("qwen3_tts", {})
+    for size, parts in q.setdefault("configs", {}).items():
+        parts["tts"] = configs.SIZES[size]["tts"]
+    q["e2e"] = {"path": path.relative_to(FIXTURES).as_posix(), "size": "tiny",
+                **e2e_reference.describe(arrays)}
+    sources.release()
+    rebuild_files(manifest)
+    write_manifest(manifest)
+    print(f"[tiny] e2e: done in {time.monotonic() - t0:.0f} s", flush=True)
+
+
 # --------------------------------------------------------------------------- repros
 
 def _normalize_repro_entry(entry: dict[str, Any]) -> dict[str, Any]:
@@ -268,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", choices=["tiny", "real", "all"], default="all")
     ap.add_argument("--only", nargs="+", metavar="MODULE",
-                    help=f"subset of: {', '.join(MODULES)}, repros")
+                    help=f"subset of: {', '.join(MODULES)}, e2e, repros")
     ap.add_argument("--scratch", type=Path, default=None,
                     help="work directory for pnnx runs (default: a temporary directory)")
     ap.add_argument("--out", type=Path, default=None,
@@ -277,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         set_output_root(args.out.resolve())
         FIXTURES.mkdir(parents=True, exist_ok=True)
-    known = set(MODULES) | {"repros"}
+    known = set(MODULES) | {"repros", "e2e"}
     if args.only:
         bad = [m for m in args.only if m not in known]
         if bad:
@@ -295,9 +325,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if qwen_only is None or qwen_only:
             build_qwen(sizes, qwen_only, scratch, manifest)
+        if "tiny" in sizes and (args.only is None or "e2e" in args.only):
+            build_e2e(manifest)
         if args.only is None or "repros" in args.only:
             build_repros(manifest)
         rebuild_files(manifest)
+        fixture_manifest.update(manifest, FIXTURES)   # files the generators above do not list
         write_manifest(manifest)
     finally:
         if own_scratch:

@@ -21,6 +21,23 @@ def add_output_args(parser: argparse.ArgumentParser, what: str = "output .param"
                         help=f"{what} (written atomically; '-' for stdout)")
     parser.add_argument("--in-place", action="store_true",
                         help="overwrite the input file (atomically)")
+    add_report_arg(parser)
+
+
+def add_report_arg(parser: argparse.ArgumentParser) -> None:
+    """`--report PAGE` (the before/after page): every graph-writing command takes it."""
+    from ..view.report import add_report_arg as add
+
+    add(parser)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed command; with `--report`, through the before/after page."""
+    if getattr(args, "report", None):
+        from ..view.report import run_with_report
+
+        return run_with_report(args, args.run)
+    return args.run(args)
 
 
 def output_path(args: argparse.Namespace, input_path: str, *, required: bool = True) -> str | None:
@@ -83,10 +100,52 @@ def add_pass_args(parser: argparse.ArgumentParser, tag: str) -> None:
     add_format_arg(parser)
 
 
-def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str) -> int:
+def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str,
+                   verify: Any = None) -> int:
     """Load, run one pass (on a copy), write the result atomically, print the report.
     Exit 0 when the pass ran (changed or not); a refusal raises PassRefused (exit 2).
+    `verify(result)`, when given and the pass changed something, returns a report with
+    `.ok`, `.format()` and `.to_json()`; a failed proof writes nothing (VerificationError).
     (The shared runner, `_runner.GraphCommand`, with nothing but the pass declared.)"""
     from ._runner import GraphCommand
 
-    return GraphCommand(tag, lambda _args: pass_obj)(args)
+    def check(run: Any, staged: Any) -> Any:
+        return verify(run.result) if verify is not None and run.result.modified else None
+
+    return GraphCommand(tag, lambda _args: pass_obj, verify=check if verify else None,
+                        refusal="the rewrite could not be proven; nothing written",
+                        raise_on_failed_check=True)(args)
+
+
+def run_pass_located(pass_obj: Any, g: Any, path: str) -> Any:
+    """Run a pass; a refusal that names no file names `path` (not `<input>`)."""
+    from ..errors import PassRefused
+
+    try:
+        return pass_obj(g)
+    except PassRefused as exc:
+        if exc.file is None:
+            exc.file = path
+        raise
+
+
+def add_inputshape_args(parser: argparse.ArgumentParser, *, inputs: bool = True) -> None:
+    """`--inputshape` (shapes of input blobs, symbolic dims allowed) and, for commands that
+    run the graph, `--inputs inputs.npz` (arrays keyed by input blob name)."""
+    from ..shapes.spec import add_inputshape_arg
+
+    add_inputshape_arg(parser)
+    if inputs:
+        parser.add_argument("--inputs", metavar="NPZ",
+                            help="input arrays for runs (keys = input blob names); replaces "
+                                 "the generated ones")
+
+
+def inputshape_of(args: argparse.Namespace, g: Any = None) -> dict:
+    """The parsed `--inputshape` (checked against `g`'s blobs when given)."""
+    from ..shapes.spec import check_blobs, inputshape_from_args
+
+    shapes = inputshape_from_args(args)
+    if g is not None:
+        check_blobs(g, shapes, getattr(args, "param", None))
+    return shapes

@@ -110,7 +110,9 @@ class GraphCommand:
     before_write: Callable[[Run], None] | None = None
     bin_required: bool = False
     default_prefix: Callable[[str], str] | None = None  # prefix commands: default -o
+    prepare: Callable[[argparse.Namespace, "Graph"], None] | None = None  # check inputs vs graph
     verify_needs_bin: bool = True  # --verify runs the weights: refuse it without them
+    raise_on_failed_check: bool = False  # a failed check: VerificationError (exit 2), not 1
     summary: Callable[[Run], list[str]] | None = None  # instead of the pass's own report
     exit_code: Callable[[Run], int] | None = None  # default 0 once written
 
@@ -123,13 +125,16 @@ class GraphCommand:
             raise
 
     def finish(self, p: argparse.ArgumentParser, explain: str | None = None) -> None:
-        """The options every graph command ends with (`--explain`, `--format`), and this
+        """The options every graph command ends with (`--explain`, `--format`, and
+        `--report PAGE`, which `add_output_args` adds for single-file commands), and this
         runner as what the command runs."""
-        from ._common import add_format_arg
+        from ._common import add_format_arg, add_report_arg
 
         if explain is not None:
             p.add_argument("--explain", action="store_true", help=explain)
         add_format_arg(p)
+        if self.prefix:
+            add_report_arg(p)
         p.set_defaults(run=self)
 
     # ------------------------------------------------------------------ steps
@@ -170,6 +175,8 @@ class GraphCommand:
             raise ParamSurgeryError(f"{need} the weights (--bin model.bin)", file=args.param)
         out = self.outputs(args)
         source = load(args.param, bin=bin_in) if bin_in else load(args.param)
+        if self.prepare is not None:
+            self.prepare(args, source)
         result = self.make_pass(args)(source)
         run = Run(args, source, result, out,
                   weights_changed=bool(bin_in) and weights_changed(source, result.graph))
@@ -184,6 +191,10 @@ class GraphCommand:
             for line in self._summary(run):
                 print(line, file=sys.stderr)
             print(run.check.format(), file=sys.stderr)
+            if self.raise_on_failed_check:
+                from ..errors import VerificationError
+
+                raise VerificationError(self.refusal, file=args.param)
             print(f"{args.param}: refusing to write {out.param}: {self.refusal}",
                   file=sys.stderr)
             return 1
@@ -231,7 +242,10 @@ class GraphCommand:
                                     "modified": result.modified,
                                     "changes": [c.__dict__ for c in result.changes],
                                     "skipped": [s.__dict__ for s in result.skipped],
-                                    "notes": result.notes}
+                                    "notes": result.notes,
+                                    "contract_changes": result.contract_changes}
+            if run.check is not None and hasattr(run.check, "to_json"):
+                data["verify"] = run.check.to_json()
             if self.json is not None:
                 data.update(self.json(run))
             print_json(data)

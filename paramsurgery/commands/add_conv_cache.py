@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "graph", tol=1e-5)
     p.add_argument("--chunks", default="1,3,2,1", help="--verify: chunk sizes in frames "
                    "(default 1,3,2,1)")
+    from ._common import add_inputshape_args
+
+    add_inputshape_args(p, inputs=False)
     run.finish(p, explain="list every change")
 
 
@@ -47,7 +50,9 @@ def default_output(param: str) -> str:
 def _make_pass(args: argparse.Namespace) -> PassLike:
     from ..passes.conv_cache import AddConvCache
 
-    return AddConvCache(args.time_axis)
+    from ._common import inputshape_of
+
+    return AddConvCache(args.time_axis, inputshape=inputshape_of(args) or None)
 
 
 def _before_write(run: Run) -> None:

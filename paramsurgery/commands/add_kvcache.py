@@ -32,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     from .verify_kvcache import add_decoder_io_args
 
     add_decoder_io_args(p)
+    from ._common import add_inputshape_args
+
+    add_inputshape_args(p)
     run.finish(p, explain="say why layers were left alone")
 
 
@@ -40,11 +43,13 @@ def _verify(run: Run, staged: Outputs) -> Check | None:
     if not args.verify:
         return None
     from ..kvcache_verify import verify_kvcache
+    from ._common import inputshape_of
     from .verify_kvcache import decoder_io_from_args
 
     return verify_kvcache(staged.param, staged.bin, n=args.n, m=args.m, tol=args.tol,
                           io=decoder_io_from_args(args), seed=args.seed,
-                          reference_param=args.param)
+                          reference_param=args.param,
+                          inputshape=inputshape_of(args) or None, inputs=args.inputs)
 
 
 def _json(run: Run) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ._common import add_pass_args, run_param_pass
-from ._runner import add_pnnx_arg, traced_path
+from ._runner import add_bin_arg, add_pnnx_arg, traced_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,15 +28,40 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layers", nargs="+", metavar="NAME[:PARAM]",
                    help="only rewrite these layers (and params); resolves ambiguous occurrences")
     add_pnnx_arg(p)
+    add_bin_arg(p)  # with --pair-bin: position tables traced at T extended from the pair's
+    p.add_argument("--pair-bin", metavar="OTHER_BIN", help="the weights of --pair")
+    p.add_argument("--pair-pnnx", metavar="OTHER_PNNX_PARAM",
+                   help="pnnx's IR of --pair (default: next to it)")
+    from ._common import add_inputshape_args
+
+    add_inputshape_args(p, inputs=False)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import ParamSurgeryError
+    from ..passes._traced import companion_pnnx
     from ..passes.dynamize import Dynamize
 
     if args.traced_len is None and args.pair is None:
         raise ParamSurgeryError("give --traced-len T or --pair OTHER.param", file=args.param)
-    p = Dynamize(args.traced_len, pair=args.pair, pair_len=args.pair_len, axis=args.axis,
-                 reshape_axes=args.reshape_axes, layers=args.layers, traced=traced_path(args))
+    from ._common import inputshape_of
+
+    traced = traced_path(args)
+    shapes = inputshape_of(args)
+    if shapes and any(not isinstance(d, int) for s in shapes.values() for d in s):
+        raise ParamSurgeryError("dynamize: --inputshape gives the traced shapes: numbers only "
+                                "(e.g. in0=[4,20] for --traced-len 20)", file=args.param)
+    pair = args.pair
+    if args.pair_bin:
+        from ..io import load
+
+        if not (args.pair and args.bin):
+            raise ParamSurgeryError("--pair-bin goes with --pair and --bin", file=args.param)
+        pair = load(args.pair, bin=args.pair_bin)
+    p = Dynamize(args.traced_len, pair=pair, pair_len=args.pair_len, axis=args.axis,
+                 reshape_axes=args.reshape_axes, layers=args.layers, traced=traced,
+                 inputshape=shapes,
+                 pair_traced=args.pair_pnnx or (companion_pnnx(args.pair) if args.pair_bin
+                                                else None))
     return run_param_pass(args, p, "dynamic")

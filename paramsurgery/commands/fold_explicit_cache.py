@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 
+from ..errors import ParamSurgeryError
 from ._common import add_pass_args, run_param_pass
 
 
@@ -11,10 +14,62 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fold-explicit-cache", help="fold an explicit Concat(past, current) k/v "
                        "cache into SDPA's native kv cache (7=1)")
     add_pass_args(p, "nativecache")
+    p.add_argument("--verify", action="store_true",
+                   help="prove the rewrite through ncnn with a decode loop: prefill, then steps "
+                        "feeding back ncnn's caches, against the input graph fed plain past "
+                        "arrays (needs --feeds); nothing is written when it fails")
+    p.add_argument("--feeds", metavar="NPZ",
+                   help="--verify: the non-cache inputs of each call, arrays named "
+                        "'<input>@<step>' (step 0 = prefill) in ncnn layout")
+    p.add_argument("--bin", metavar="BIN", help="--verify: the weights (default: none)")
+    p.add_argument("--tol", type=float, default=1e-5, help="--verify: relative tolerance")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..passes.fold_explicit_cache import FoldExplicitCache
 
-    return run_param_pass(args, FoldExplicitCache(), "nativecache")
+    verify = None
+    if args.verify:
+        if not args.feeds:
+            raise ParamSurgeryError("--verify needs --feeds NPZ (the inputs of each call)",
+                                    file=args.param)
+        steps = load_steps(args.feeds)
+        verify = lambda result: _prove(args, result, steps)  # noqa: E731
+    return run_param_pass(args, FoldExplicitCache(), "nativecache", verify=verify)
+
+
+def load_steps(path: str) -> list[dict]:
+    """`<input>@<step>` arrays → one dict of feeds per step, in step order."""
+    import numpy as np
+
+    from ..lint.conformance import REFERENCE_ERRORS
+
+    try:
+        with np.load(path) as z:
+            arrays = {k: z[k] for k in z.files}
+    except REFERENCE_ERRORS as exc:
+        raise ParamSurgeryError(f"cannot read the feeds: {exc or type(exc).__name__}",
+                                file=path) from None
+    steps: dict[int, dict] = {}
+    for key, arr in arrays.items():
+        name, at, step = key.rpartition("@")
+        if not at or not step.isdigit():
+            raise ParamSurgeryError(f"array {key!r} is not named '<input>@<step>'", file=path)
+        steps.setdefault(int(step), {})[name] = arr
+    if sorted(steps) != list(range(len(steps))) or len(steps) < 2:
+        raise ParamSurgeryError("need steps 0 (prefill), 1, ... without gaps", file=path)
+    return [steps[i] for i in range(len(steps))]
+
+
+def _prove(args: argparse.Namespace, result, steps: list[dict]):
+    from ..fold_verify import FoldedCache, verify_fold
+    from ..io import atomic_write
+
+    caches = [FoldedCache(**c) for c in result.data["caches"]]
+    cache_blobs = {x for c in caches for x in (c.present_k, c.present_v, c.concat_k, c.concat_v)}
+    outputs = [b for b in result.graph.outputs if b not in cache_blobs]
+    with tempfile.TemporaryDirectory(prefix="paramsurgery-fold-") as tmp:
+        folded = os.path.join(tmp, "folded.param")
+        atomic_write(folded, result.graph.dump_bytes())
+        return verify_fold(args.param, folded, args.bin, caches, steps, outputs, tol=args.tol)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
+from ..errors import ParamSurgeryError
+from ..graph import Graph
 from ._common import add_output_args
 from ._runner import Check, GraphCommand, PassLike, Outputs, Run, add_bin_arg, add_verify_args
 
@@ -32,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     from .verify_kvcache import add_decoder_io_args
 
     add_decoder_io_args(p)
+    from ._common import add_inputshape_args
+
+    add_inputshape_args(p)
     run.finish(p, explain="say why SDPA layers were left alone")
 
 
@@ -40,13 +46,28 @@ def _verify(run: Run, staged: Outputs) -> Check | None:
     if not (args.verify and run.result.modified):
         return None
     from ..passes.fold_gqa import verify_fold
+    from ._common import inputshape_of
     from .verify_kvcache import decoder_io_from_args
 
-    assert staged.bin is not None  # --verify needs --bin (the runner checks)
-    check = verify_fold(staged.param, staged.bin, args.reference or args.param,
-                        lengths=[int(x) for x in args.lengths.split(",") if x.strip()],
-                        io=decoder_io_from_args(args), tol=args.tol, seed=args.seed,
-                        reference_bin=args.reference_bin)
+    shapes = inputshape_of(args)
+    lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+    check: Any
+    if shapes or args.inputs:  # generic: any graph, from the input spec
+        from ..equivalence import verify_equivalent
+
+        syms = {d.symbols[0] for s in shapes.values() for d in s
+                if getattr(d, "symbols", ())}
+        check = verify_equivalent(staged.param, args.reference or args.param, bin=staged.bin,
+                                  reference_bin=args.reference_bin, inputshape=shapes,
+                                  values={sym: lengths for sym in syms}, inputs=args.inputs,
+                                  tol=args.tol, seed=args.seed)
+    else:
+        if staged.bin is None:
+            raise ParamSurgeryError("--verify needs the weights (--bin model.bin)",
+                                    file=args.param)
+        check = verify_fold(staged.param, staged.bin, args.reference or args.param,
+                            lengths=lengths, io=decoder_io_from_args(args), tol=args.tol,
+                            seed=args.seed, reference_bin=args.reference_bin)
     check.reference = args.reference or args.param
     return check
 
@@ -61,9 +82,18 @@ def _json(run: Run) -> dict:
 
 def _make_pass(args: argparse.Namespace) -> PassLike:
     from ..passes.fold_gqa import FoldGQA
+    from ._common import inputshape_of
 
-    return FoldGQA(only=args.only, skip=args.skip)
+    return FoldGQA(only=args.only, skip=args.skip, inputshape=inputshape_of(args))
 
 
-run = GraphCommand("gqa", _make_pass, bin_note=True, verify=_verify,
-                   refusal="the folded graph is not proven equal", json=_json)
+def _prepare(args: argparse.Namespace, g: Graph) -> None:
+    from ._common import inputshape_of
+
+    inputshape_of(args, g)  # --inputshape names blobs of this graph
+
+
+# --verify runs without weights too when --inputshape/--inputs describe the inputs
+run = GraphCommand("gqa", _make_pass, bin_note=True, verify=_verify, verify_needs_bin=False,
+                   prepare=_prepare, refusal="the folded graph is not proven equal",
+                   json=_json)

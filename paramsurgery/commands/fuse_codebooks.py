@@ -6,6 +6,7 @@ import argparse
 import os
 
 from ..errors import VerificationError
+from ..graph import Graph
 from ._runner import Check, GraphCommand, PassLike, Outputs, Run, Writer, add_bin_arg
 
 
@@ -37,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default 1,7,13)")
     p.add_argument("--tol", type=float, default=1e-6, help="relative tolerance (default 1e-6)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random codes")
+    from ._common import add_inputshape_args
+
+    add_inputshape_args(p, inputs=False)
     run.finish(p, explain="say why candidates were left alone")
 
 
@@ -114,11 +118,21 @@ def _text(run: Run) -> list[str]:
 def _make_pass(args: argparse.Namespace) -> PassLike:
     from ..passes.fuse_codebooks import FuseCodebooks
 
+    from ._common import inputshape_of
+
     return FuseCodebooks(mode="split" if args.split else "sum", embeds=args.embeds,
-                         input_name=args.input_name, name=args.name)
+                         input_name=args.input_name, name=args.name,
+                         inputshape=inputshape_of(args))
+
+
+def _prepare(args: argparse.Namespace, g: Graph) -> None:
+    from ._common import inputshape_of
+
+    inputshape_of(args, g)  # --inputshape names blobs of this graph
 
 
 run = GraphCommand("fused", _make_pass, prefix=True, default_prefix=default_prefix,
+                   prepare=_prepare,
                    extra={"json": ".json"}, before_write=_before_write,
                    extra_writers=_manifest_writer, verify=_verify, refusal="parity failed",
                    json=_json, text=_text)

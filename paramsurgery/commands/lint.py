@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--input-shape", metavar="SHAPES",
                    help="traced input shapes in pnnx syntax with optional batch axis, e.g. "
                         "'[1,4,10]f32@0,[7]i32@233' (default: pnnx's X_ncnn.py next to FILE)")
+    from ._common import add_inputshape_args
+
+    add_inputshape_args(p, inputs=False)
     run = p.add_mutually_exclusive_group()
     run.add_argument("--no-run", dest="run_ncnn", action="store_false", default=None,
                      help="static rules only: never run the graph through ncnn")
@@ -89,6 +92,7 @@ def run_cmd(args: argparse.Namespace) -> int:
 
 def lint_paths(args: argparse.Namespace) -> int:
     from ..lint import lint_file, summarize
+    from ..shapes.spec import inputshape_from_args
     from ..lint.registry import select_rules
 
     try:
@@ -102,7 +106,8 @@ def lint_paths(args: argparse.Namespace) -> int:
             findings = lint_file(path, bin=args.bin, pnnx_param=args.pnnx_param,
                                  select=args.select, ignore=args.ignore,
                                  reference=args.reference, input_shapes=args.input_shape,
-                                 run=args.run_ncnn, discover=not args.no_discover)
+                                 run=args.run_ncnn, discover=not args.no_discover,
+                                 inputshape=inputshape_from_args(args))
         except ParamSurgeryError as exc:
             print(str(exc), file=sys.stderr)
             unreadable += 1

@@ -20,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("param", help=".param or .param.bin file")
     p.add_argument("-o", "--output", required=True, metavar="BIN",
                    help="output .bin (written atomically)")
+    p.add_argument("--force", action="store_true",
+                   help="replace BIN if it exists (it may hold real weights)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default="fp32",
                    help="storage of tagged weights (default fp32 = tag 0; untagged weights "
@@ -33,11 +35,11 @@ def run(args: argparse.Namespace) -> int:
     g = load(args.param)
     if os.path.exists(args.output) and os.path.samefile(args.output, args.param):
         raise ParamSurgeryError("-o names the input .param", file=args.param)
-    try:
-        with atomic_open(args.output) as fh:
-            n = write_synth_bin(g, fh, seed=args.seed, dtype=args.dtype)
-    except OSError as exc:
-        raise ParamSurgeryError(f"cannot write: {exc.strerror or exc}", file=args.output) from None
+    if os.path.lexists(args.output) and not args.force:
+        raise ParamSurgeryError("exists; random weights would replace it (pass --force to "
+                                "overwrite)", file=args.output)
+    with atomic_open(args.output) as fh:
+        n = write_synth_bin(g, fh, seed=args.seed, dtype=args.dtype)
     print(f"{args.output}: {n} bytes of {args.dtype} weights for {len(g)} layers",
           file=sys.stderr)
     return 0

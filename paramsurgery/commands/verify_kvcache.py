@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reference", help="the same decoder without cache: also compare the full "
                    "prefill with it")
     add_decoder_io_args(p)
+    from ._common import add_inputshape_args
+
+    add_inputshape_args(p)
     add_format_arg(p)
     p.set_defaults(run=run)
 
@@ -54,8 +57,11 @@ def decoder_io_from_args(args: argparse.Namespace) -> DecoderIO:
 
 def run(args: argparse.Namespace) -> int:
     io = decoder_io_from_args(args)
+    from ._common import inputshape_of
+
     report = verify_kvcache(args.param, args.bin, n=args.n, m=args.m, io=io, tol=args.tol,
-                            seed=args.seed, reference_param=args.reference)
+                            seed=args.seed, reference_param=args.reference,
+                            inputshape=inputshape_of(args) or None, inputs=args.inputs)
     if args.format == "json":
         print_json({"ok": report.ok, "n": report.n, "m": report.m, "tol": report.tol,
                     "error": report.error, "reference_rel": report.reference_rel,

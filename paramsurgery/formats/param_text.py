@@ -6,9 +6,13 @@ emits that text for every layer nobody edited and re-renders only edited or new 
 pnnx's layout. So `load → save` reproduces a file byte for byte whatever tool wrote it.
 
 The grammar is ncnn 1.0.20261020's (ncnn-format.md §1): whitespace-separated header and
-blob tokens (a blob list may continue on the next line), a param list that ends at the end
-of its line, values typed by their text. Tokenising is done on `str` decoded with
-`surrogateescape` (lossless for any bytes) and C-locale whitespace only.
+blob tokens (a blob list may continue on the next line, the first layer may start on the
+header's line), a param list that ends at the end of its line, values typed by their text.
+Token lengths are ncnn's: integers of the header and blob counts at most 31 characters,
+param ids 15, numbers 127, strings and names 255; header counts at most 1,000,000.
+Tokenising is done on `str` decoded with `surrogateescape` (lossless for any bytes) and
+C-locale whitespace only. Long lines (arrays of millions of elements) are matched with
+possessive repeats, which keep no per-element state.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import re
 
 from .._gc import paused_gc
 from ..errors import ParamSyntaxError
-from ..graph import Graph, Source
+from ..graph import Graph, Source, count_ncnn_blobs
 from ..layer import Layer
 from ..params import Params
 
@@ -25,16 +29,26 @@ MAGIC = 7767517
 BINARY_MAGIC = b"\xdd\x85\x76\x00"  # 7767517 as little-endian int32: a .param.bin
 
 # --- strict syntax of a param list (validated at load with one regex per line) -----------
-_KEY_S = r"\+?0*(?:[12]?[0-9]|3[01])"
+# Every repeat over array elements or tokens is possessive (`*+`): Python's regex engine
+# otherwise keeps ~500 bytes of backtracking state per iteration (1 GB for a 2-million
+# element array). A possessive iteration keeps its first successful match, so each token
+# ends in a lookahead for the separator that must follow it.
+MAX_NUMBER_CHARS = 127  # ncnn: "read value failed" / "invalid array element" beyond
+MAX_KEY_CHARS = 15  # ncnn: "invalid parameter id or missing equals sign" beyond
+MAX_COUNT_CHARS = 31  # header counts and blob counts ("parse ... failed" beyond)
+MAX_HEADER_COUNT = 1_000_000  # ncnn: "invalid layer_count or blob_count" beyond
+_KEY_S = r"(?:\+?0*(?:[12]?[0-9]|3[01])|-0+)"
 _KEY_A = r"-0*233(?:[0-2][0-9]|3[01])"
 _INT = r"[+-]?[0-9]+"
 _NUM = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _FLT = (r"[+-]?(?:[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?"
         r"|[0-9]+[eE][+-]?[0-9]+)")
-_SVAL = rf'"[^"\r\n]*"|[A-Za-z][^\s"]*|{_INT}(?:,{_INT})*,?|{_FLT}(?:,{_NUM})*,?'
-_AVAL = rf"[0-9]+(?:,{_NUM})*"
+_END = r"(?=[ \t\v\f]|\Z)"
+_SVAL = (rf'"[^"\r\n]*"{_END}|[A-Za-z][^ \t\n\v\f\r]*|{_INT}(?:,{_INT})*+,?{_END}'
+         rf"|{_FLT}(?:,{_NUM})*+,?{_END}")
+_AVAL = rf"[+-]?[0-9]+(?:,{_NUM})*+{_END}"
 _TOKEN = rf"(?:{_KEY_S}=(?:{_SVAL})|{_KEY_A}=(?:{_AVAL}))"
-PARAMS_RE = re.compile(rf"(?:[ \t\v\f]+{_TOKEN})*[ \t\v\f]*")
+PARAMS_RE = re.compile(rf"(?:[ \t\v\f]+{_TOKEN})*+[ \t\v\f]*")
 # The common case in one match: scalars and new-style arrays whose values cannot overflow
 # (ints of at most 9 digits, floats below 1e29), no old-style arrays, no string that could
 # exceed 255 bytes. A line it accepts needs no further check; any other goes through PARAMS_RE and
@@ -43,10 +57,12 @@ _SAFE_INT = r"[+-]?[0-9]{1,9}"
 _SAFE_FLT = (r"[+-]?(?:[0-9]{1,20}\.[0-9]*(?:[eE][+-]?[0-9])?|\.[0-9]+(?:[eE][+-]?[0-9])?"
              r"|[0-9]{1,20}[eE][+-]?[0-9])")
 _SAFE_NUM = rf"(?:{_SAFE_FLT}|{_SAFE_INT})"
+_SAFE_KEY = r"\+?0{0,3}(?:[12]?[0-9]|3[01])"
 _SAFE_SVAL = (rf'"[^"\r\n]{{0,60}}"|[A-Za-z][^\s"]{{0,60}}|{_SAFE_INT}(?:,{_SAFE_INT})*,?'
               rf"|{_SAFE_FLT}(?:,{_SAFE_NUM})*,?")
-SAFE_PARAMS_RE = re.compile(rf"(?:[ \t\v\f]+{_KEY_S}=(?:{_SAFE_SVAL}))*[ \t\v\f]*")
+SAFE_PARAMS_RE = re.compile(rf"(?:[ \t\v\f]+{_SAFE_KEY}=(?:{_SAFE_SVAL}))*[ \t\v\f]*")
 _TOKEN_RE = re.compile(rf"{_TOKEN}(?=[ \t\v\f]|$)")
+_WS_RUN = re.compile(r"[ \t\v\f]+")
 
 # C isspace() in the C locale; str.split() would also split on \x1c-\x1f, \x85, \xa0, ...
 _C_WS = " \t\n\v\f\r"
@@ -65,8 +81,11 @@ def read_param(data: bytes, path: str | None = None) -> Graph:
                                    file=path) from None
         return read_param_bin(data, path)
     text = data.decode("utf-8", "surrogateescape")
+    del data  # a long file is held once, as lines, while it is parsed
     with paused_gc():
-        return _Reader(text, path).run()
+        reader = _Reader(text, path)
+        del text
+        return reader.run()
 
 
 class _Reader:
@@ -80,9 +99,22 @@ class _Reader:
             self.lines = text.split("\n")
             self.eols = ["\n"] * (len(self.lines) - 1) + [""]
         self.split = _c_split if _ODD_WS.search(text) else str.split
+        # When the first layer starts on the header's line, that line is held as two
+        # (header part, layer part); `split_at` is the index of the layer part, `split_col`
+        # its column offset in the physical line.
+        self.split_at = -1
+        self.split_col = 0
+
+    def lineno(self, line_idx: int) -> int:
+        """1-based physical line number of a line index."""
+        return line_idx + (0 if 0 <= self.split_at <= line_idx else 1)
+
+    def colno(self, line_idx: int, col: int | None) -> int | None:
+        return col + self.split_col if col is not None and line_idx == self.split_at else col
 
     def err(self, msg: str, line_idx: int, col: int | None = None) -> ParamSyntaxError:
-        return ParamSyntaxError(msg, file=self.path, line=line_idx + 1, col=col)
+        return ParamSyntaxError(msg, file=self.path, line=self.lineno(line_idx),
+                                col=self.colno(line_idx, col))
 
     def col_of(self, line_idx: int, tok_index: int) -> int:
         """1-based column of the tok_index-th token of a line (error path only)."""
@@ -105,21 +137,27 @@ class _Reader:
                 raise self.err(f"file ended before the header's {what}", max(i - 1, 0))
             for ti, t in enumerate(self.split(lines[i])):
                 toks.append((t, i, ti))
-                if len(toks) == 3 and ti != len(self.split(lines[i])) - 1:
-                    raise self.err("the header (magic, layer_count, blob_count) must end its "
-                                   "line; found more tokens after blob_count", i,
-                                   self.col_of(i, ti + 1))
+                if len(toks) == 3:
+                    break
             i += 1
         (m, mi, mt), (lc, li, lt), (bc, bi, bt) = toks
         if not _is_int(m) or int(m) != MAGIC:
-            raise self.err(f"bad magic {m!r}: expected 7767517 (ncnn: 'param is too old, "
+            raise self.err(f"bad magic {m[:40]!r}: expected 7767517 (ncnn: 'param is too old, "
                            f"please regenerate')", mi, self.col_of(mi, mt))
         for v, li_, ti_, what in ((lc, li, lt, "layer_count"), (bc, bi, bt, "blob_count")):
             if not _is_int(v):
-                raise self.err(f"{what} {v!r} is not an integer", li_, self.col_of(li_, ti_))
-            if int(v) <= 0:
-                raise self.err(f"{what} must be > 0 (got {v}); ncnn rejects it", li_,
-                               self.col_of(li_, ti_))
+                raise self.err(f"{what} {v[:40]!r} is not an integer (ncnn: 'parse {what} "
+                               f"failed')", li_, self.col_of(li_, ti_))
+            if not 0 < int(v) <= MAX_HEADER_COUNT:
+                raise self.err(f"{what} must be 1..{MAX_HEADER_COUNT} (got {v}); ncnn: "
+                               f"'invalid layer_count or blob_count'", li_, self.col_of(li_, ti_))
+        rest = _NONWS.finditer(lines[bi])
+        for k, tok in enumerate(rest):
+            if k == bt + 1:  # the first layer starts on the header's line: hold it apart
+                self.lines[bi:bi + 1] = [lines[bi][:tok.start()], lines[bi][tok.start():]]
+                self.eols[bi:bi] = [""]
+                self.split_at, self.split_col = bi + 1, tok.start()
+                break
         return int(lc), int(bc), i
 
     # ------------------------------------------------------------------ body
@@ -133,9 +171,13 @@ class _Reader:
         trailer = ""
         ignored = 0
         path = self.path
+        lines, eols = self.lines, self.eols  # the header may have split its line
+        n = len(lines)
         while i < n:
             line = lines[i]
-            toks = split(line)
+            # a long line goes to record_slow, which finds its tokens lazily: split none here
+            toks = split(line) if len(line) <= 255 else ([] if _NONWS.search(line) is None
+                                                          else [line])
             if not toks:
                 lead.append(line + eols[i])
                 i += 1
@@ -155,7 +197,7 @@ class _Reader:
                 layer._lead = "".join(lead)
                 lead = []
             layer.source_file = path
-            layer.source_line = i + 1
+            layer.source_line = self.lineno(i)
             layers.append(layer)
             i = i_next
         else:
@@ -164,6 +206,8 @@ class _Reader:
         g.source = Source(path=path, format="param", header=header_text.encode("utf-8", "surrogateescape"),
                           declared_layers=declared_layers, declared_blobs=declared_blobs,
                           trailer=trailer.encode("utf-8", "surrogateescape"), ignored_lines=ignored)
+        if len(layers) > declared_layers:  # ncnn reads only the first declared_layers
+            g.source.extra["layers_read"] = len(layers)
         return g
 
     def record(self, i: int, toks: list[str]) -> tuple[Layer, int]:
@@ -172,7 +216,8 @@ class _Reader:
         if len(toks) < 4:
             return self.record_slow(i)
         t2, t3 = toks[2], toks[3]
-        if not (t2.isdigit() and t3.isdigit() and t2.isascii() and t3.isascii()):
+        if not (t2.isdigit() and t3.isdigit() and t2.isascii() and t3.isascii()
+                and len(t2) <= MAX_COUNT_CHARS and len(t3) <= MAX_COUNT_CHARS):
             return self.record_slow(i)
         nin, nout = int(t2), int(t3)
         need = 4 + nin + nout
@@ -191,7 +236,7 @@ class _Reader:
         layer._body = line
         layer._eol = self.eols[i]
         if check:
-            layer.source_line = i + 1
+            layer.source_line = self.lineno(i)
             layer.source_file = self.path
             layer.params.check()
         return layer, i + 1
@@ -215,7 +260,7 @@ class _Reader:
                     pos_line = None
                     if i >= len(lines):
                         raise self.err(f"file ended while reading {what} of the layer that "
-                                       f"starts on line {start + 1}", len(lines) - 1)
+                                       f"starts on line {self.lineno(start)}", len(lines) - 1)
                     continue
                 toks.append((m.group(0), i, m.start(), m.end()))
 
@@ -228,9 +273,10 @@ class _Reader:
                                f"failed')", li, c + 1)
         counts = []
         for tok, li, c, _ in toks[2:4]:
-            if not (tok.isdigit() and tok.isascii()):
-                where = "" if li == start else f" (layer {typ!r} {name!r} starts on line {start + 1})"
-                raise self.err(f"expected a blob count, found {tok!r}{where} (ncnn: 'parse "
+            if not _is_int(tok) or int(tok) < 0:
+                where = ("" if li == start else
+                         f" (layer {typ!r} {name!r} starts on line {self.lineno(start)})")
+                raise self.err(f"expected a blob count, found {tok[:40]!r}{where} (ncnn: 'parse "
                                f"bottom_count failed')", li, c + 1)
             counts.append(int(tok))
         nin, nout = counts
@@ -249,13 +295,18 @@ class _Reader:
         else:
             ptext = ""
         names = [t[0] for t in toks]
+        if len(ptext) > 4096:
+            # without the leading space a one-token param list is that token, so the
+            # parsed entry shares this string instead of copying it
+            ptext = ptext.strip(_C_WS)
         layer = Layer(names[0], names[1], names[4:4 + nin], names[4 + nin:], Params(ptext))
         layer._body = "".join(lines[k] + self.eols[k] for k in range(start, last_line)) + \
             lines[last_line]
         layer._eol = self.eols[last_line]
-        layer.source_line = start + 1
+        layer.source_line = self.lineno(start)
         layer.source_file = self.path
-        layer.source_params_col = last_end + 1 if last_line == start else None
+        layer.source_params_col = (self.colno(start, last_end + 1) if last_line == start
+                                   else None)
         if ptext:
             layer.params.check()
         return layer, last_line + 1
@@ -283,6 +334,8 @@ class _Reader:
 
 
 def _explain_bad_token(token: str) -> str:
+    if len(token) > 80:
+        token = token[:60] + "..."
     if "=" not in token:
         return f"invalid parameter {token!r}: expected id=value"
     key, _, val = token.partition("=")
@@ -305,7 +358,12 @@ def _explain_bad_token(token: str) -> str:
 
 
 def _is_int(s: str) -> bool:
-    return re.fullmatch(r"[+-]?[0-9]+", s) is not None
+    """An integer token as ncnn's `%d` reads it (at most MAX_COUNT_CHARS characters, so
+    `int()` never meets Python's 4,300-digit limit)."""
+    return len(s) <= MAX_COUNT_CHARS and _INT_TOKEN.fullmatch(s) is not None
+
+
+_INT_TOKEN = re.compile(r"[+-]?[0-9]+")
 
 
 def _c_split(line: str) -> list[str]:
@@ -320,10 +378,22 @@ def write_param(g: Graph) -> bytes:
     layers = g.layers
     src = g.source
     nl, nb = len(layers), g.blob_count()
+    if src.declared_layers is not None and src.extra.get("layers_read") == nl:
+        # the file had layers past its header's count, which ncnn never reads; with the
+        # same number of layers they are still those: keep them out of ncnn's reach
+        nl = src.declared_layers
+        nb = count_ncnn_blobs(layers[:nl])
     parts: list[str] = []
     header = src.header.decode("utf-8", "surrogateescape") if src.header else ""
-    if header and (not g.modified or (src.declared_layers == nl and src.declared_blobs == nb)):
+    # The header as written stays when it still holds: same layer count and room for every
+    # blob ncnn allocates (declaring more is fine). An empty graph keeps it too: `0 0` is
+    # no more loadable than whatever the file said.
+    if header and (not g.modified or not layers or
+                   (src.declared_layers == nl and src.declared_blobs is not None
+                    and nb <= src.declared_blobs)):
         parts.append(header)
+    elif not layers and src.declared_layers:
+        parts.append(f"{MAGIC}\n{src.declared_layers} {src.declared_blobs or 0}\n")
     else:
         parts.append(f"{MAGIC}\n{nl} {nb}\n")
     last = len(layers) - 1

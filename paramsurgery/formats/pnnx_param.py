@@ -36,7 +36,7 @@ MAGIC = "7767517"
 Shape = tuple  # tuple[int | None, ...]; None = `?`
 
 _SHAPE_RE = re.compile(r"\(([^()]*)\)([A-Za-z0-9]*)$")
-_INT_RE = re.compile(r"[+-]?[0-9]+$")
+_INT_RE = re.compile(r"[+-]?[0-9]{1,18}$")  # longer: a float or an error, never int() of 5000 digits
 _FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?$")
 
 

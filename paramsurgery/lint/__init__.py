@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 from .._gc import paused_gc
 from ..findings import ERROR, INFO, WARNING, Finding
-from .conformance import InputSpec, Reference, find_reference, parse_input_shapes
+from .conformance import (REFERENCE_ERRORS, InputSpec, Reference, find_reference,
+                          parse_input_shapes)
 from .context import LintContext, LintOptions
 from .registry import RULES, Hit, Rule, all_rules, get_rule, select_rules
 
@@ -44,7 +45,8 @@ def lint_graph(graph: "Graph", *, bin: str | os.PathLike | None = None,
                input_shapes: "Sequence[InputSpec] | str | None" = None,
                run: bool | None = None, run_bin: str | os.PathLike | None = None,
                path: str | None = None,
-               options: LintOptions | None = None) -> list[Finding]:
+               options: LintOptions | None = None,
+               inputshape: "dict | str | list | None" = None) -> list[Finding]:
     """Every finding of the selected rules on `graph`, sorted by line then code.
 
     `bin`: the `.bin` to check (PS2xx) and to run with. `pnnx_param`: pnnx's `.pnnx.param`
@@ -66,14 +68,18 @@ def lint_graph(graph: "Graph", *, bin: str | os.PathLike | None = None,
     if ref is not None and not isinstance(ref, Reference):
         try:
             ref = Reference.load(os.fspath(ref), graph, pn)
-        except (ValueError, OSError, KeyError) as exc:
-            ref, ref_error = None, str(exc)
+        except REFERENCE_ERRORS as exc:
+            ref, ref_error = None, f"{os.fspath(reference)}: {exc or type(exc).__name__}"
     specs = input_shapes
     if isinstance(specs, str):
         specs = parse_input_shapes(specs, sorted(graph.inputs))
     ctx = LintContext(graph, path=path, bin=os.fspath(bin) if bin is not None else None,
                       pnnx=pn, reference=ref, input_shapes=specs,
                       run_bin=os.fspath(run_bin) if run_bin is not None else None, options=opts)
+    if inputshape:
+        from ..shapes import normalize_inputshape
+
+        ctx.inputshape = normalize_inputshape(inputshape)
     if ref_error:
         ctx.extra["reference_error"] = ref_error
     return run_rules(ctx, select_rules(select, ignore))
@@ -84,15 +90,46 @@ def run_rules(ctx: LintContext, rules: Sequence[Rule]) -> list[Finding]:
     have = {"bin": ctx.bin is not None, "pnnx": ctx.pnnx is not None,
             "run": ctx.can_run and (ctx.pnnx is not None or ctx.reference is not None
                                     or bool(ctx.input_shapes))}
+    unread = _unread_layers(ctx.graph)
     with paused_gc():
         for r in rules:
             if any(not have[n] for n in r.needs):
                 continue
             for hit in r.check(ctx):
-                out.append(_to_finding(ctx, r, hit))
+                f = _to_finding(ctx, r, hit)
+                if unread and isinstance(hit, Hit) and hit.layer is not None and \
+                        id(hit.layer) in unread and f.severity != INFO:
+                    f = Finding(f.code, INFO, f"{f.message} (ncnn never reads this layer: it "
+                                f"is past the header's layer count)", f.layer, f.line, f.file,
+                                f.fix)
+                out.append(f)
+    out = _drop_covered_loader_findings(out)
     out.sort(key=lambda f: (f.file != ctx.path and f.file is not None,
                             f.line if f.line is not None else 0, f.code))
     return out
+
+
+def _drop_covered_loader_findings(out: list[Finding]) -> list[Finding]:
+    """PS112 (ncnn's loader rejects the file) guarantees an error wherever ncnn rejects; when
+    a more specific rule already reports an error at the same place (the same line; for a
+    header message, a header finding) it would only repeat it."""
+    loader = [f for f in out if f.code == "PS112"]
+    if not loader:
+        return out
+    others = {(f.file, f.line) for f in out if f.severity == ERROR and f.code != "PS112"}
+    headers = {f.file for f in out if f.severity == ERROR and f.code != "PS112" and f.line is None}
+    drop = {id(f) for f in loader
+            if (f.file, f.line) in others or (f.layer is None and f.file in headers)}
+    return [f for f in out if id(f) not in drop]
+
+
+def _unread_layers(g: "Graph") -> set[int]:
+    """ids of the layers after the header's layer count in a file as read (ncnn stops
+    before them: a finding there is no hazard)."""
+    declared = g.source.declared_layers if g.source is not None else None
+    if g.modified or declared is None or declared >= len(g):
+        return set()
+    return {id(layer) for layer in g.layers[declared:]}
 
 
 def _to_finding(ctx: LintContext, r: Rule, hit: "Hit | Finding") -> Finding:
@@ -121,7 +158,8 @@ def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
               reference: str | os.PathLike | None = None,
               input_shapes: "Sequence[InputSpec] | str | None" = None,
               run: bool | None = None, discover: bool = True,
-              options: LintOptions | None = None) -> list[Finding]:
+              options: LintOptions | None = None,
+              inputshape: "dict | str | list | None" = None) -> list[Finding]:
     """Load `path` (`.param` or `.param.bin`) and lint it. With `discover` (default), pnnx's
     files next to it are used when not given: `X.pnnx.param`, `X_ncnn.py` (traced input
     shapes), `X.ref.npz`/`ref.npz` (a reference), and `X.ncnn.bin`/`X.bin` to run with.
@@ -152,8 +190,8 @@ def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
                 pnnx_param = read_pnnx_param(find_pnnx_param(p))
                 pn = pnnx_param
             reference = Reference.load(os.fspath(reference), g, pn)
-        except (ValueError, KeyError, OSError) as exc:
-            raise ParamSurgeryError(f"cannot use this reference: {exc}",
+        except REFERENCE_ERRORS as exc:
+            raise ParamSurgeryError(f"cannot use this reference: {exc or type(exc).__name__}",
                                     file=os.fspath(reference)) from None
     if discover:
         if pnnx_param is None:
@@ -165,7 +203,7 @@ def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
         run_bin = _bin_next_to(p)
     return lint_graph(g, bin=bin, pnnx_param=pnnx_param, select=select, ignore=ignore,
                       reference=reference, input_shapes=input_shapes, run=run,
-                      run_bin=run_bin, path=p, options=options)
+                      run_bin=run_bin, path=p, options=options, inputshape=inputshape)
 
 
 def _bin_next_to(p: str) -> str | None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import zipfile
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Iterable, Sequence
@@ -263,6 +264,11 @@ def _ordered_outputs(graph: "Graph") -> list[str]:
     if outs and all(re.fullmatch(r"out[0-9]+", b) for b in outs):
         outs.sort(key=lambda b: int(b[3:]))
     return outs
+
+
+# what reading a broken reference `.npz` raises (empty file: EOFError; not a zip:
+# BadZipFile; a pickle: ValueError)
+REFERENCE_ERRORS = (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile)
 
 
 def find_reference(param_path: str) -> str | None:

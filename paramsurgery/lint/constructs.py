@@ -66,6 +66,23 @@ def _expand_feeds_attention(ctx: "LintContext", expand: "Layer") -> bool:
     return False
 
 
+def _feeds_pad(ctx: "LintContext", layer: "Layer") -> bool:
+    """Shape arithmetic (through casts and further expressions) that ends in an F.pad's pad
+    bottom: Encodec/Mimi extra padding (`ceil(...)` -> `.long()` -> `[K-S, extra]`)."""
+    work, seen = list(layer.outputs), set()
+    while work:
+        b = work.pop()
+        if b in seen:
+            continue
+        seen.add(b)
+        for c in ctx.through_splits(b):
+            if c.type == "F.pad":
+                return True
+            if c.type in ("pnnx.Expression", "Tensor.to", "Tensor.long", "Tensor.int"):
+                work.extend(c.outputs)
+    return False
+
+
 def _repeat_kv_expr(ctx: "LintContext", layer: "Layer") -> bool:
     return any(c.type == "Tensor.expand" and _expand_feeds_attention(ctx, c)
                for b in layer.outputs for c in ctx.through_splits(b))
@@ -93,8 +110,15 @@ SHAPE_PAD_FIX = ("pad a constant `S-1` on the right, `F.pad(x, (K-S, S-1))`: out
 CONSTRUCTS: tuple[Construct, ...] = (
     Construct(("pnnx.Expression",), REPEAT_KV, REPEAT_KV_FIX, "fold-gqa", _repeat_kv_expr, "1"),
     Construct(("Tensor.expand",), REPEAT_KV, REPEAT_KV_FIX, "fold-gqa", _repeat_kv_expand, "1"),
-    Construct(("pnnx.Expression",), SHAPE_PAD, SHAPE_PAD_FIX, None, _reads_type("F.pad"), "5"),
-    Construct(("F.pad",), SHAPE_PAD, SHAPE_PAD_FIX, None, _fed_by("pnnx.Expression"), "5"),
+    Construct(("pnnx.Expression", "Tensor.to"), SHAPE_PAD, SHAPE_PAD_FIX, "lower", _feeds_pad,
+              "5"),
+    Construct(("F.pad",), SHAPE_PAD, SHAPE_PAD_FIX, "lower", _fed_by("pnnx.Expression"), "5"),
+    Construct(("pnnx.Expression",),
+              "positions or a mask (causal or length mask) built in the graph from the "
+              "dynamic length (`torch.arange(T)`, `torch.full((T, T), -inf).triu(1)`)",
+              "compute positions / the additive mask on the host and pass them as inputs "
+              "(`arange(x.shape[d])` is lowered)",
+              "lower", _reads_type("torch.arange"), "6c"),
     Construct(("pnnx.Expression",),
               "positions or a mask (causal or length mask) built in the graph from the "
               "dynamic length (`torch.arange(T)`, `torch.full((T, T), -inf).triu(1)`)",
@@ -110,7 +134,7 @@ CONSTRUCTS: tuple[Construct, ...] = (
               "(int codes `(K, T)`, `codes.transpose(0, 1)` in an RVQ decode, or timm-style "
               "fused qkv `.permute(2, 0, 3, 1, 4).unbind(0)`)",
               "unbind a non-batch axis (give the codes a leading 1: `(1, K, T).unbind(1)`), "
-              "index `codes[:, i]`, or `qkv.chunk(3, -1)`", None, None, "2a/2c"),
+              "index `codes[:, i]`, or `qkv.chunk(3, -1)`", "fix-slice", None, "2a/2c"),
     Construct(("Tensor.select",),
               "`x[i]` / `select` along pnnx's inferred batch axis",
               "index a non-batch axis (keep a leading 1), or feed one input per part",
@@ -124,7 +148,8 @@ CONSTRUCTS: tuple[Construct, ...] = (
               "strided slicing or slice assignment (`x[..., 1:60:3] = ...`, e.g. HF "
               "interleaved M-RoPE `apply_interleaved_mrope`)",
               "plain RoPE with per-position cos/sin tables computed on the host (the "
-              "Qwen3-TTS port passes `(1, T, head_dim)` tables)", None, None, "6a"),
+              "Qwen3-TTS port passes `(1, T, head_dim)` tables); static slices are lowered "
+              "to Crop + Concat", "lower", None, "6a"),
     Construct(("torch.repeat_interleave",),
               "`repeat_interleave(n_rep, dim=1)` with a positive dim (pnnx fuses only "
               "`dim=-3` into a GQA SDPA)",
@@ -134,6 +159,10 @@ CONSTRUCTS: tuple[Construct, ...] = (
               "`x.narrow(dim, 0, n)`",
               "`x[..., :n]`, or `F.pad(x, (0, -r))` for a crop from the end (becomes Crop)",
               None, None, "3"),
+    Construct(("torch.arange",),
+              "positions built in the graph from a length (`torch.arange(x.shape[d])`)",
+              "build them on the host and pass them as an input (`paramsurgery lower` "
+              "lowers an arange over a static or shape-derived extent)", "lower", None, "6c"),
     Construct(_MASK_TYPES,
               "positions or a mask (causal or length mask) built in the graph from a dynamic "
               "length (`torch.arange(T)`, `torch.full(...).triu(1)`)",
@@ -141,7 +170,8 @@ CONSTRUCTS: tuple[Construct, ...] = (
     Construct(("Tensor.to", "Tensor.type", "Tensor.float", "Tensor.long", "Tensor.int",
                "Tensor.bool", "Tensor.type_as"),
               "a dtype conversion inside the graph (`.to(dtype)`, `.long()`, `.float()`)",
-              "keep the graph float32 end to end; convert ids and masks on the host"),
+              "keep the graph float32 end to end; convert ids and masks on the host (casts "
+              "of values computed in the graph are lowered as identities)", "lower"),
     Construct(_BOOL_TYPES,
               "a boolean mask built in the graph (length masks, `masked_fill`, comparisons)",
               "pass an additive float mask as an input"),
@@ -158,7 +188,8 @@ CONSTRUCTS: tuple[Construct, ...] = (
     Construct(("F.pad",),
               "`F.pad` with `mode='replicate'` / `'reflect'`, or pads ncnn's Padding cannot "
               "express",
-              "concatenate copies of the edge column, or use constant padding"),
+              "concatenate copies of the edge column, or use constant padding (`paramsurgery "
+              "lower` turns static constant/replicate/reflect pads into Padding)", "lower"),
     Construct(("prim::*",),
               "Python-side structure that survived tracing (tuples, lists, control flow)",
               "return plain tensors from the traced module"),

@@ -13,6 +13,7 @@ from ..findings import Finding
 
 if TYPE_CHECKING:
     from ..formats.pnnx_param import PnnxGraph
+    from ..shapes import ShapeMap
     from ..graph import Graph
     from ..layer import Layer
     from .conformance import Conformance, InputSpec, Reference
@@ -48,6 +49,7 @@ class LintContext:
         self.reference = reference
         self.input_shapes = list(input_shapes) if input_shapes else None
         self.options = options or LintOptions()
+        self.inputshape: dict = {}  # blob -> numpy-order shape (--inputshape)
         self.extra: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ graph views
@@ -79,6 +81,14 @@ class LintContext:
         return source_of(self.graph, blob)
 
     # ------------------------------------------------------------------ shared analyses
+    @cached_property
+    def shapes(self) -> "ShapeMap":
+        """Every blob's static shape (paramsurgery.shapes), computed once per lint, from
+        `--inputshape` when given, else the Input layers and the file's hints."""
+        from ..shapes import infer_shapes
+
+        return infer_shapes(self.graph, self.inputshape or None)
+
     @cached_property
     def validate_findings(self) -> list[Finding]:
         return self.graph.validate()

@@ -129,7 +129,8 @@ def rule(code: str, name: str, severity: str, summary: str, *, fix: str | None =
 
 
 def _load_rules() -> None:
-    from . import rules_layers, rules_scale, rules_shapes, rules_structure, rules_weights  # noqa: F401
+    from . import (rules_layers, rules_loader, rules_scale, rules_shapes,  # noqa: F401
+                   rules_structure, rules_weights)
 
 
 def all_rules() -> dict[str, Rule]:

@@ -587,7 +587,9 @@ def separate_codebook_embeds(ctx: "LintContext") -> Iterator[Hit]:
 
     def back(b: str) -> "Layer | None":
         p = g.producer(b)
-        while p is not None and p.type in _PASS_THROUGH and p.inputs:
+        passed: set[int] = set()  # a layer reading its own top (PS105) ends the walk
+        while p is not None and p.type in _PASS_THROUGH and p.inputs and p.id not in passed:
+            passed.add(p.id)
             p = g.producer(p.inputs[0])
         return p
 
@@ -618,3 +620,21 @@ def separate_codebook_embeds(ctx: "LintContext") -> Iterator[Hit]:
             yield Hit(root, f"{len(embeds)} Embed tables (first {first.name!r}), one id "
                             f"input each, are summed up to {root.type} {root.name!r}: one Embed "
                             f"over pre-offset ids does the same with one table and one input")
+
+
+@rule("PS015", "lossy-batch-reshape", ERROR,
+      "a Reshape to all-ones dims read back from ncnn's batch axis (0n): the elements are lost",
+      fix_pass="fix-batch-reshape")
+def lossy_batch_reshape(ctx: "LintContext") -> Iterator[Hit]:
+    """pnnx gives 1-D tensors no batch axis; reshaping one into a layout whose batch axis
+    holds its elements (`arange(T).reshape(1, 1, -1)` with batch axis 2) makes pnnx
+    20261020 write `Reshape 0=1 1=1` without the output batch param `13=`, then
+    `Reshape 12=k 13=233 6="0n,..."` to read the elements back from n. ncnn keeps one
+    element (n is 1): every value after it is the first one (Mimi's RoPE positions all 0,
+    output NaN). `paramsurgery fix-batch-reshape` merges the pair into one Reshape."""
+    from ..passes.fix_batch_reshape import find_lossy_pairs
+
+    for r1, r2 in find_lossy_pairs(ctx.graph):
+        yield Hit(r1, f"Reshape {r1.name!r} keeps one element ({r1.params}); {r2.name!r} "
+                      f"reads its elements back from ncnn's batch axis n ({r2.params}), "
+                      f"which is 1: the rest is lost")

@@ -35,19 +35,21 @@ def _guess_note(run: "Run") -> str:
             if run.guessed else "")
 
 
-@rule("PS400", "conformance-skipped", INFO, "the conformance run could not be done",
-      needs=("run",))
+@rule("PS400", "conformance-skipped", INFO, "the conformance run could not be done")
 def conformance_skipped(ctx: "LintContext") -> Iterator[Hit]:
     """Says why the PS4xx run rules did not run when pnnx's IR or a reference is
     available: no concrete input shapes for a dynamic export, layers ncnn cannot load (the
     PS0xx errors say which), weights too big to synthesise, runs disabled. Also reports a
     probe run (an untraced length chosen to split an automatic Slice unevenly) that ncnn
-    could not complete; that is not a finding against the graph."""
-    conf = ctx.conformance.execute()
+    could not complete; that is not a finding against the graph. A reference `.npz` that
+    cannot be read (empty, not a zip, arrays that do not pair) is a warning here."""
     if ctx.extra.get("reference_error"):
-        yield Hit(None, f"reference not used: {ctx.extra['reference_error']}")
-    if ctx.pnnx is None and ctx.reference is None and not ctx.input_shapes:
+        yield Hit(None, f"reference not used: {ctx.extra['reference_error']}",
+                  severity=WARNING)
+    if not ctx.can_run or (ctx.pnnx is None and ctx.reference is None
+                           and not ctx.input_shapes):
         return
+    conf = ctx.conformance.execute()
     if conf.skipped and "disabled" not in conf.skipped:
         yield Hit(None, f"shape conformance not checked: {conf.skipped}")
     for run in conf.runs:
@@ -325,3 +327,20 @@ def _ncnn_parts(n: int, k: int) -> list[int]:
         parts.append(p)
         left -= p
     return parts
+
+
+@rule("PS412", "stale-shape-hint", WARNING,
+      "a -23330 shape hint disagrees with the shape the layer computes")
+def stale_shape_hint(ctx: "LintContext") -> Iterator[Hit]:
+    """ncnnoptimize writes each layer's output shapes as `-23330=4,dims,w,h,c` hints and
+    ncnn plans memory and picks pipelines from them; an edit that changed a shape without
+    refreshing the hints (by hand, or a tool that does not know them) leaves them stale.
+    Checked against the static shape analysis from the Input layers' own shapes (or
+    `--inputshape`). Fix: `paramsurgery shapes FILE --write-hints --in-place`."""
+    from ..shapes.shapemap import ShapeMap
+
+    for lid, blob, hinted, computed in ctx.shapes.hint_conflicts:
+        layer = ctx.graph.layer(lid)
+        yield Hit(layer, f"{layer.type} {layer.name!r}: the -23330 hint of {blob!r} says "
+                         f"{ShapeMap.format_shape(hinted)}, the layer computes "
+                         f"{ShapeMap.format_shape(computed)}")

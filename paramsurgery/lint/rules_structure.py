@@ -33,8 +33,10 @@ def _register(code: str, name: str, severity: str, summary: str, doc: str,
 _register(V.HEADER_LAYERS, "header-layer-count", ERROR,
           "header layer count disagrees with the body", """
     Line 2 of a `.param` declares the layer count. More lines than declared: ncnn silently
-    ignores the extra layers (warning). Fewer: ncnn fails with "parse layer_type failed"
-    (error). `paramsurgery fmt` recomputes the header.""", "paramsurgery fmt")
+    ignores the extra layers (warning); `fmt` keeps them out of ncnn's reach (they may not
+    load), so raise the count by hand if they are meant to run. Fewer: ncnn fails with
+    "parse layer_type failed" (error); `paramsurgery fmt` recomputes the header.""",
+          "paramsurgery fmt")
 _register(V.HEADER_BLOBS, "header-blob-count", ERROR,
           "header blob count smaller than the blobs the layers use", """
     ncnn sizes its blob table from the header (`blobs.resize(blob_count)`); using more

@@ -4,8 +4,9 @@ only the `.param`."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import cached_property
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import BinLayoutError
 from .registry import ERROR, WARNING, Hit, rule
@@ -21,15 +22,15 @@ class _BinCheck:
     """One `attach_weights` of the lint's `--bin` on a copy of the graph (the caller's graph
     is not touched)."""
 
-    def __init__(self, ctx: "LintContext") -> None:
+    def __init__(self, ctx: LintContext) -> None:
         self.ctx = ctx
         self.error: BinLayoutError | None = None
-        self.graph: "Graph | None" = None
+        self.graph: Graph | None = None
         self.trailing = 0
         self.size = 0
 
     @cached_property
-    def done(self) -> "_BinCheck":
+    def done(self) -> _BinCheck:
         from ..weights import attach_weights
 
         g = self.ctx.graph.copy()
@@ -49,7 +50,7 @@ class _BinCheck:
         return self
 
 
-def _bin(ctx: "LintContext") -> _BinCheck:
+def _bin(ctx: LintContext) -> _BinCheck:
     b = ctx.extra.get("bin_check")
     if b is None:
         b = ctx.extra["bin_check"] = _BinCheck(ctx)
@@ -58,7 +59,7 @@ def _bin(ctx: "LintContext") -> _BinCheck:
 
 @rule("PS201", "bin-layout", ERROR, "the .bin does not match what the .param makes ncnn read",
       needs=("bin",))
-def bin_layout(ctx: "LintContext") -> Iterator[Hit]:
+def bin_layout(ctx: LintContext) -> Iterator[Hit]:
     """The `.bin` is cut layer by layer with the weight schema of each layer type (the
     reads of its `load_model`, checked read for read against the ncnn wheel): a file that
     ends early ("ModelBin read … failed", ncnn's `load_model` returns -1), a tag ncnn does
@@ -79,7 +80,7 @@ def bin_layout(ctx: "LintContext") -> Iterator[Hit]:
 
 @rule("PS202", "bin-trailing-bytes", WARNING, "bytes left in the .bin after the last weight",
       needs=("bin",))
-def bin_trailing(ctx: "LintContext") -> Iterator[Hit]:
+def bin_trailing(ctx: LintContext) -> Iterator[Hit]:
     """ncnn ignores bytes after the last weight it reads, so the graph loads; but with
     `opt.use_mapped_model_loading` the consumed size must equal the file size, and extra
     bytes usually mean the `.param` lost a weighted layer or a weight size shrank."""
@@ -91,7 +92,7 @@ def bin_trailing(ctx: "LintContext") -> Iterator[Hit]:
 
 @rule("PS204", "no-weight-schema", WARNING,
       "a layer of a type without a weight schema before weighted layers", needs=("bin",))
-def no_weight_schema(ctx: "LintContext") -> Iterator[Hit]:
+def no_weight_schema(ctx: LintContext) -> Iterator[Hit]:
     """A `.bin` has no index: it can only be cut by knowing how many bytes each layer reads.
     Layers of types paramsurgery has no schema for (custom layers, converter leftovers) are
     taken to read nothing; when weighted layers follow, their offsets depend on that
@@ -130,16 +131,8 @@ _CONV_KERNEL = {  # type -> kernel param ids (w, h, d) and group param id (None:
 _DYNAMIC_WEIGHT = {"Deconvolution": 28, "Deconvolution1D": 28, "DeconvolutionDepthWise": 28,
                    "DeconvolutionDepthWise1D": 28}
 # layers whose output has the channel count of their first input
-_CHANNEL_PRESERVING = frozenset(("ReLU", "ReLU6", "Clip", "Sigmoid", "Swish", "HardSwish",
-                                 "HardSigmoid", "Mish", "TanH", "ELU", "SELU", "GELU", "PReLU",
-                                 "Dropout", "BatchNorm", "Scale", "Bias", "Pooling", "Pooling1D",
-                                 "Pooling3D", "Interp", "Eltwise", "BinaryOp", "UnaryOp",
-                                 "AbsVal", "Power", "Exp", "Log", "Threshold", "Split", "Noop",
-                                 "LRN", "MVN", "InstanceNorm", "GroupNorm", "Softplus", "Erf",
-                                 "CELU", "Shrink"))
 
-
-def _kernel(layer: "Layer", ids: tuple[int, ...]) -> int:
+def _kernel(layer: Layer, ids: tuple[int, ...]) -> int:
     kw = _int(layer, 1, 0)
     k = kw
     if len(ids) > 1:
@@ -149,31 +142,23 @@ def _kernel(layer: "Layer", ids: tuple[int, ...]) -> int:
     return k
 
 
-def _in_channels(ctx: "LintContext", layer: "Layer") -> tuple[int, "Layer"] | None:
-    """The channel count of `layer`'s first input, when a conv-like producer (through
-    channel-preserving layers) says it; None when unknown."""
+def _in_channels(ctx: LintContext, layer: Layer) -> tuple[int, Layer] | None:
+    """The channel count of `layer`'s first input and the layer that set it, from the
+    shared static shape analysis (computed once per lint); None when unknown."""
     if not layer.inputs:
         return None
-    b = layer.inputs[0]
-    for _ in range(64):
-        p = ctx.graph.producer(b)
-        if p is None or not p.inputs and p.type != "Input":
-            return None
-        if p.type in _CONV_KERNEL and not _int(p, _DYNAMIC_WEIGHT.get(p.type, 19), 0):
-            n = _int(p, 0, 0)
-            return (n, p) if n > 0 else None
-        if p.type == "Padding" and (_int(p, 7, 0) or _int(p, 8, 0)):
-            return None
-        if p.type in _CHANNEL_PRESERVING or p.type == "Padding":
-            b = p.inputs[0]
-            continue
+    shapes = ctx.shapes
+    blob = layer.inputs[0]
+    c = shapes.channels(blob)
+    if c is None or c <= 0:
         return None
-    return None
+    src = shapes.channel_origin.get(blob)
+    return (c, ctx.graph.layer(src)) if src is not None else None
 
 
 @rule("PS203", "weight-data-size", ERROR,
       "weight_data_size disagrees with the kernel dims / table size")
-def weight_data_size(ctx: "LintContext") -> Iterator[Hit]:
+def weight_data_size(ctx: LintContext) -> Iterator[Hit]:
     """`weight_data_size` (param 6 of convolutions, 2 of InnerProduct and
     MultiHeadAttention, 3 of Embed) is how many weights `load_model` reads; the layer's
     forward indexes them with its other params:

@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 from ..graph import Graph
 from ..layer import Layer
 from .match import NoMatch
 from .shape_expr import split_top_level
+
+if TYPE_CHECKING:
+    from ..shapes import ShapeMap
 
 TIME = "T"
 
@@ -185,8 +188,13 @@ class TimeFlow:
     """Run the analysis. `layouts` maps each graph input to (rank, time axis index in ncnn
     order: 0 = w, 1 = h); raises `Refusal` on the first layer it cannot stream."""
 
-    def __init__(self, g: Graph, layouts: dict[str, tuple[int, int]]) -> None:
+    def __init__(self, g: Graph, layouts: dict[str, tuple[int, int]], *,
+                 shapes: "ShapeMap | None" = None,
+                 inputshape: "Mapping[str, tuple] | None" = None) -> None:
         self.g = g
+        # constants' shapes and the given input extents come from the shared shape analysis
+        self.shapes = shapes if shapes is not None else g.shapes(inputshape=inputshape)
+        self.given = dict(inputshape or {})
         self.info: dict[str, Any] = {}
         self.stages: list[Stage] = []
         self.absorbed: set[int] = set()  # layer ids handled as part of a stage
@@ -240,6 +248,11 @@ class TimeFlow:
                     raise Refusal(layer, f"input {b!r} has no time layout")
                 rank, axis = layouts[b]
                 shape: list = [Dim() for _ in range(rank)]
+                known = self.shapes.shape_of(b) if b in self.given else None
+                if known is not None and len(known) == rank:  # --inputshape pins extents
+                    for i, v in enumerate(reversed(known)):
+                        if isinstance(v, int):
+                            shape[i] = Dim(v)
                 shape[axis] = TIME
                 self.info[b] = TimeBlob(shape, axis, 1, 0)
                 self.inputs.append(b)
@@ -265,52 +278,16 @@ class TimeFlow:
 
     # ------------------------------------------------------------------ constants
     def _const_shapes(self, layer: Layer, ins: list) -> list:
-        p = layer.params
-        n = len(layer.outputs)
-        if layer.type == "MemoryData":
-            dims = [p.get(0, 0), p.get(1, 0), p.get(11, 0), p.get(2, 0)]
-            if dims[3]:
-                shape = [dims[0], dims[1], dims[2], dims[3]] if dims[2] else \
-                    [dims[0], dims[1], dims[3]]
-            elif dims[1]:
-                shape = [dims[0], dims[1]]
+        """ncnn-order shapes (w, h, [d,] c) of a constant layer's tops, from the shared
+        static shape analysis (None where it does not know)."""
+        out: list = []
+        for b in layer.outputs:
+            known = self.shapes.known(b)
+            if known is None or not all(isinstance(v, int) for v in known):
+                out.append(None)
             else:
-                shape = [dims[0] or 1]
-            return [shape]
-        if layer.type == "Split" and ins:
-            return [ins[0].shape] * n
-        if layer.type == "Reshape" and ins and 6 not in p and ins[0].shape is not None:
-            src = ins[0].shape
-            total = 1
-            for v in src:
-                total *= v
-            raw = [p.get(0, -233), p.get(1, -233), p.get(11, -233), p.get(2, -233)]
-            dims = []
-            for i, v in enumerate(raw):
-                if v == -233:
-                    continue
-                dims.append((i, v))
-            shape = []
-            for i, v in dims:
-                src_i = {0: 0, 1: 1, 2: 2, 3: len(src) - 1}[i] if src else 0
-                if v == 0:
-                    shape.append(src[src_i] if src_i < len(src) else None)
-                else:
-                    shape.append(v)
-            if shape.count(-1) == 1 and None not in shape:
-                rest = 1
-                for v in shape:
-                    if v != -1:
-                        rest *= v
-                shape[shape.index(-1)] = total // rest if rest else None
-            if -1 in shape or None in shape or not shape:
-                return [None]
-            if len(shape) == 3 and 2 not in p:  # w, h, d without c is not a thing
-                return [None]
-            return [shape]
-        if layer.type in UNARY or (layer.type == "BinaryOp" and len(ins) == 1):
-            return [ins[0].shape if ins else None] * n
-        return [None] * n
+                out.append(list(reversed(known)))
+        return out
 
     # ------------------------------------------------------------------ pointwise
     def _Split(self, layer: Layer, ins: list) -> None:
@@ -765,7 +742,8 @@ def _expr_end(s: str, dim: str | None) -> int | None:
     return None
 
 
-def infer_layouts(g: Graph, given: dict[str, tuple[int, int]] | None = None
+def infer_layouts(g: Graph, given: dict[str, tuple[int, int]] | None = None,
+                  inputshape: "Mapping[str, tuple] | None" = None
                   ) -> tuple[TimeFlow, dict[str, tuple[int, int]]]:
     """Try [w=time, h=channels] and [w=channels, h=time] for every input not in `given`
     (2-D only); keep the combination the analysis accepts. Raises the most informative
@@ -776,6 +754,7 @@ def infer_layouts(g: Graph, given: dict[str, tuple[int, int]] | None = None
     if not inputs:
         raise Refusal(None, "the graph has no Input layer")
     given = dict(given or {})
+    shapes = g.shapes(inputshape=inputshape)  # once, shared by every candidate layout
     free = [b for b in inputs if b not in given]
     ok: list[tuple[TimeFlow, dict]] = []
     errors: list[tuple[int, Refusal, dict]] = []
@@ -784,7 +763,7 @@ def infer_layouts(g: Graph, given: dict[str, tuple[int, int]] | None = None
         layouts = dict(given)
         layouts.update(zip(free, combo))
         try:
-            ok.append((TimeFlow(g, layouts), layouts))
+            ok.append((TimeFlow(g, layouts, shapes=shapes, inputshape=inputshape), layouts))
         except Refusal as exc:
             depth = pos.get(exc.layer.id, -1) if exc.layer is not None else -1
             errors.append((depth, exc, layouts))

@@ -114,6 +114,9 @@ class PassResult:
     notes: list[str] = field(default_factory=list)
     pass_name: str = ""
     data: dict = field(default_factory=dict)  # pass-specific facts (e.g. cache blob names)
+    # what a caller must now do differently: an input or output whose meaning changed
+    # although its name did not (e.g. a past input that now wants ncnn's opaque cache)
+    contract_changes: list[str] = field(default_factory=list)
 
     def format(self, explain: bool = False) -> str:
         lines = []
@@ -124,6 +127,7 @@ class PassResult:
         else:
             lines.append(f"{head}nothing to change")
         lines.extend("  note: " + n for n in self.notes)
+        lines.extend("  contract change: " + c for c in self.contract_changes)
         if explain and self.skipped:
             lines.append(f"  left alone ({len(self.skipped)}):")
             lines.extend("    " + s.format() for s in self.skipped)
@@ -184,13 +188,21 @@ class Pass:
             raise PassRefused(f"{self.name} would leave the graph invalid: {detail}")
 
     def __call__(self, g: Graph, *, in_place: bool = False) -> PassResult:
+        from ..shapes.hints import refresh_after, snapshot
+
         work = g if in_place else g.copy()
         before = work.validate()
         self.requires(work)
+        lines = snapshot(work)
         result = self.run(work)
         result.graph = work
         result.pass_name = result.pass_name or self.name
         if result.modified:
+            if lines is not None:
+                refreshed = refresh_after(work, lines)
+                if refreshed:
+                    result.notes.append(f"-23330 shape hints refreshed on {len(refreshed)} "
+                                        f"layer(s) downstream of the change")
             self.ensures(work, before)
         return result
 

@@ -92,8 +92,10 @@ class AddConvCache(Pass):
     summary = ("streaming conv state: causal Conv1D / transposed-conv state blobs, in-graph "
                "update, start graph and host manifest")
 
-    def __init__(self, time_axis: str | int | Mapping[str, Any] | None = None) -> None:
+    def __init__(self, time_axis: str | int | Mapping[str, Any] | None = None, *,
+                 inputshape: Mapping[str, tuple] | None = None) -> None:
         self.time_axis = time_axis
+        self.inputshape = dict(inputshape or {})  # pins the inputs' non-time extents
 
     def requires(self, g: Graph) -> None:
         taken = [b for b in g.inputs if b.startswith("conv_state_in_")]
@@ -109,8 +111,8 @@ class AddConvCache(Pass):
         layouts = parse_time_axis(self.time_axis, list(g.inputs))
         try:
             if layouts is not None and set(layouts) == set(g.inputs):
-                return TimeFlow(g, layouts)
-            return infer_layouts(g, layouts)[0]
+                return TimeFlow(g, layouts, inputshape=self.inputshape)
+            return infer_layouts(g, layouts, self.inputshape)[0]
         except Refusal as exc:
             where = exc.layer
             raise PassRefused(f"cannot stream: {exc.format()}",

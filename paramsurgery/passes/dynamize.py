@@ -24,7 +24,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Sequence
+from typing import Mapping, Sequence
+
+import numpy as np
 
 from ..errors import PassRefused
 from ..graph import Graph
@@ -83,7 +85,8 @@ class Dynamize(Pass):
                  reshape_axes: Sequence[str] | None = None,
                  layers: Sequence[str] | None = None,
                  traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,
-                 pair_traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None) -> None:
+                 pair_traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,
+                 inputshape: Mapping[str, tuple] | None = None) -> None:
         if traced_len is None and pair is None:
             raise PassRefused("dynamize needs --traced-len T or --pair OTHER.param")
         self.T = traced_len
@@ -113,6 +116,9 @@ class Dynamize(Pass):
         if pair_traced is None and self.pair_path is not None:
             pair_traced = _traced.companion_pnnx(self.pair_path)
         self.pair_traced = _traced.load_traced(pair_traced)
+        self.inputshape = dict(inputshape or {})  # the traced input shapes (--inputshape)
+        self._shapes: tuple | None = None  # (traced ShapeMap, symbolic ShapeMap), once per run
+        self._tables: dict[int, tuple] = {}  # MemoryData id -> (paired layer, axis, letter, ref)
 
     # ------------------------------------------------------------------ helpers
     def _selected(self, layer: Layer, pid: int) -> bool:
@@ -204,9 +210,12 @@ class Dynamize(Pass):
         """(torch dim counted from the end, traced extent) of the Crop's input on that axis,
         from the pnnx op whose start/end match."""
         if ops is None:
+            blob = layer.inputs[0] if layer.inputs else "?"
             raise PassRefused(f"{layer.name}: the Crop's {label} is length-derived but the extent "
-                              f"of its input along that axis is unknown: give pnnx's IR with "
-                              f"traced shapes (X.pnnx.param next to X.ncnn.param, or --pnnx)")
+                              f"of its input {blob!r} along that axis is unknown: give the traced "
+                              f"input shapes (--inputshape NAME=[d0,...], e.g. with the traced "
+                              f"length {self.T}) or pnnx's IR (X.pnnx.param next to "
+                              f"X.ncnn.param, or --pnnx)")
         found: set[tuple[int, int]] = set()
         for op in _traced.ops_of(ops, SLICE_OPS):
             shape = op.in_shape
@@ -230,6 +239,41 @@ class Dynamize(Pass):
                               f"its {label} {end if end is not None else start}; cannot tell "
                               f"the extent of its input")
         return found.pop()
+
+    def _shape_extent(self, g: Graph, layer: Layer, index: int, label: str) \
+            -> tuple[int, bool]:
+        """(traced extent, whether it follows the length) of the Crop's input along the axis
+        of its `index`-th start/end, from the shape analysis at `--inputshape` (and again with
+        the traced length as a symbol, which tells the length axis apart)."""
+        from ..shapes.affine import Affine
+
+        if self._shapes is None:
+            symbolic = {b: tuple(Affine.symbol("T") if self._is_length(s, i) else d
+                                 for i, d in enumerate(s)) for b, s in self.inputshape.items()}
+            self._shapes = (g.shapes(inputshape=self.inputshape),
+                            g.shapes(inputshape=symbolic))
+        traced, sym = self._shapes
+        blob = layer.inputs[0]
+        shape, sshape = traced.shape_of(blob), sym.shape_of(blob)
+        axes = _ints(layer, 11) or list(range(len(shape or ())))
+        if shape is None or index >= len(axes):
+            raise PassRefused(f"{layer.name}: the Crop's {label} is length-derived but the shape "
+                              f"of its input {blob!r} is not known at --inputshape "
+                              f"{_fmt_shapes(self.inputshape)}: give the shape of the input it "
+                              f"comes from (--inputshape NAME=[...]) or pnnx's IR (--pnnx)")
+        ax = axes[index] + (len(shape) if axes[index] < 0 else 0)
+        L = shape[ax] if 0 <= ax < len(shape) else None
+        if not isinstance(L, int):
+            raise PassRefused(f"{layer.name}: the extent of blob {blob!r} along axis {ax} is not "
+                              f"known at --inputshape {_fmt_shapes(self.inputshape)}")
+        follows = sshape is not None and len(sshape) == len(shape) and \
+            isinstance(sshape[ax], Affine)
+        return L, follows
+
+    def _is_length(self, shape: tuple, i: int) -> bool:
+        if shape[i] != self.T:
+            return False
+        return self.axis is None or i - len(shape) == self.axis or i == self.axis
 
     def _length_axis(self) -> int | None:
         """The torch dim (from the end) of the graph inputs that carries T."""
@@ -266,6 +310,7 @@ class Dynamize(Pass):
         for s in sites:
             by_layer.setdefault(s.layer.id, []).append(s)
         length_axis = None
+        tables: list[Layer] = []
         for ss in by_layer.values():
             layer = ss[0].layer
             t = layer.type
@@ -294,27 +339,114 @@ class Dynamize(Pass):
                                           f"operand; it cannot become dynamic")
                     plan.append((s, 0, "runtime size (0)"))
             elif t == "Crop":
+                if self.pair is None and self.traced is None and self.inputshape:
+                    for s in ss:
+                        plan.append(self._crop_plan_shapes(g, layer, s))
+                    continue
                 if self.pair is None:
                     if length_axis is None:
                         length_axis = self._length_axis()
                 for s in ss:
                     plan.append(self._crop_plan(layer, s, length_axis))
             elif t == "MemoryData":
-                raise PassRefused(f"{layer.name}: MemoryData {ss[0].pid}={ss[0].value} is a constant "
-                                  f"traced at one length (a mask or table); make it an input")
+                why = self._table_plan(g, layer, ss)
+                if why is not None:
+                    raise PassRefused(f"{layer.name}: MemoryData {ss[0].pid}={ss[0].value} is a "
+                                      f"constant traced at one length (a mask or table); make it "
+                                      f"an input ({why})")
+                tables.append(layer)
             else:
                 s = ss[0]
                 raise PassRefused(f"{layer.name}: {t} param {s.pid} holds a length-derived value "
                                   f"({s.value}) and dynamize has no rule for {t}")
         plan = [p for p in plan if p is not None]
+        for layer in tables:
+            self._apply_table(g, layer, by_layer[layer.id], result)
+        if tables:
+            g.insert_splits()  # the Crops read a blob other layers read too
         for s, new, how in plan:
             self._apply(s, new)
             what = f"{s.pid}" + ("" if s.index is None else f"[{s.index}]")
             extra = f", {self._fit(s.value, s.other)}" if s.other is not None else ""
             result.changes.append(Change(s.layer.name, f"{what} ({how}{extra})", s.value, new,
                                          s.layer.source_line))
-        result.modified = bool(plan)
+        result.modified = bool(plan) or bool(tables)
         return result
+
+    # ------------------------------------------------------------------ position tables
+    def _table_plan(self, g: Graph, layer: Layer, ss: list[_Site]) -> str | None:
+        """None when `layer` is a position-indexed table the pair proves extendable: one
+        dim differs (longer in the pair), the traced rows equal the pair's first rows, and
+        every reader (through Splits) combines it with a blob whose same axis is the length
+        (RotaryEmbed, BinaryOp); else why not."""
+        if self.pair is None:
+            return "--pair gives the table at a second length"
+        if len(ss) != 1 or ss[0].pid not in RESHAPE_DIMS or ss[0].other is None:
+            return "more than one of its dims is length-derived"
+        other = self.pair.layer(layer.name)
+        if layer.weights is None or other.weights is None or not len(layer.weights) \
+                or not len(other.weights):
+            return "the weights of both exports are needed to compare the tables (--bin)"
+        s = ss[0]
+        if s.other <= s.value:
+            return "the paired table is not longer"
+        dims = [RESHAPE_DIMS[p] for p in (2, 11, 1, 0) if layer.params.get(p, 0) not in (0, -233)]
+        letter = RESHAPE_DIMS[s.pid]
+        a = layer.weights[0].array().reshape(-1)
+        b = other.weights[0].array().reshape(-1)
+        shape_a = [layer.params.get(AXIS_PARAM[d]) for d in dims]
+        shape_b = [other.params.get(AXIS_PARAM[d]) for d in dims]
+        short, other_shape = a.reshape(shape_a), b.reshape(shape_b)
+        ax = dims.index(letter)
+        head = np.take(other_shape, range(s.value), axis=ax)
+        if not np.array_equal(head, short):
+            return "its rows are not the first rows of the paired table (not position-indexed)"
+        ref = self._table_reference(g, layer, letter)
+        if ref is None:
+            return (f"no reader combines it with a blob whose {letter} is the length "
+                    f"(RotaryEmbed / BinaryOp)")
+        self._tables[layer.id] = (other, ax, letter, ref)
+        return None
+
+    def _table_reference(self, g: Graph, layer: Layer, letter: str) -> str | None:
+        work, readers = list(layer.outputs), []
+        while work:
+            for c in g.consumer_layers(work.pop()):
+                if c.type == "Split":
+                    work.extend(c.outputs)
+                else:
+                    readers.append(c)
+        refs = []
+        for c in readers:
+            if c.type not in ("RotaryEmbed", "BinaryOp"):
+                return None
+            others = [b for b in c.inputs if self._root(g, b) != layer.outputs[0]]
+            if not others:
+                return None
+            refs.append(others[0])
+        return refs[0] if refs else None
+
+    @staticmethod
+    def _root(g: Graph, blob: str) -> str:
+        return g.above_splits(blob)
+
+    def _apply_table(self, g: Graph, layer: Layer, ss: list[_Site], result: PassResult) -> None:
+        from ..weights import set_weights
+
+        other, ax, letter, ref = self._tables[layer.id]
+        s = ss[0]
+        before = " ".join(layer.params.tokens())
+        layer.set(s.pid, s.other)
+        set_weights(layer, {"data": other.weights[0].array().reshape(-1).copy()})
+        top = layer.outputs[0]
+        crop_out = g.unique_blob_name(f"{top}_rows")
+        g.replace_uses(top, crop_out)
+        g.add_layer("Crop", g.unique_layer_name(f"{layer.name}_rows"), [top, ref], [crop_out],
+                    {19: "0", 20: f"1{letter}", 21: str(ax)})
+        result.changes.append(Change(layer.name, f"position table: the paired export's "
+                                     f"{s.other} rows (its first {s.value} equal these), cropped "
+                                     f"to the run-time {letter} of {ref!r}", before,
+                                     " ".join(layer.params.tokens()), layer.source_line))
 
     def _infer_lengths(self) -> None:
         if self.T is not None and self.T2 is not None:
@@ -364,6 +496,24 @@ class Dynamize(Pass):
             return (s, -233, f"to the end (input extent {L})")
         return (s, r1, f"relative to the end (input extent {L})")
 
+    def _crop_plan_shapes(self, g: Graph, layer: Layer, s: _Site):
+        """The Crop rewrite when the traced extent comes from `--inputshape` (no pnnx IR)."""
+        label = "end" if s.pid == 10 else "start"
+        if s.value < 0:
+            return None
+        L, follows = self._shape_extent(g, layer, s.index, label)
+        if not follows:
+            return None  # a crop on an axis that does not carry the length
+        r1 = s.value - L
+        if r1 > 0:
+            raise PassRefused(f"{layer.name}: the Crop {label} {s.value} lies beyond its input's "
+                              f"extent {L}")
+        if r1 == 0:
+            if label == "start":
+                raise PassRefused(f"{layer.name}: the Crop starts at its input's end (empty)")
+            return (s, -233, f"to the end (input extent {L})")
+        return (s, r1, f"relative to the end (input extent {L})")
+
     def _apply(self, s: _Site, new: int) -> None:
         layer = s.layer
         if s.index is None:
@@ -372,6 +522,11 @@ class Dynamize(Pass):
             vals = list(layer.params.get(s.pid))
             vals[s.index] = new
             layer.set(s.pid, vals)
+
+
+def _fmt_shapes(shapes: Mapping[str, tuple]) -> str:
+    return " ".join(f"{b}=[{','.join(str(d) for d in s)}]" for b, s in shapes.items()) or \
+        "(none given)"
 
 
 def _frac(x: Fraction) -> str:

@@ -93,12 +93,35 @@ class FixSlice(Pass):
                       if slice_kind(l) == kind]
             if not layers:
                 continue
+            ops = _traced.ops_of(self.traced, types)
             try:
-                pairs = _traced.align(layers, _traced.ops_of(self.traced, types))
-            except NoMatch:
-                continue  # counts differ: no pairing for this kind
+                pairs = _traced.align(layers, ops)
+            except NoMatch:  # counts differ: pair on the graph inputs instead
+                out.update(self._aligned_on_inputs(g, layers, ops))
+                continue
             out.update((l.id, pairs[l.id]) for l in layers
                        if len(pairs[l.id].outputs) == len(l.outputs))
+        return out
+
+    def _aligned_on_inputs(self, g: Graph, layers: list[Layer],
+                           ops: list[_traced.PnnxOp]) -> dict[int, _traced.PnnxOp]:
+        """When the counts differ (pnnx fused some of its ops into other layers, e.g. RoPE's
+        tensor_split into RotaryEmbed), pair a layer that reads graph input k with the one
+        op of its kind that reads pnnx's input k (same output count)."""
+        inputs = [lay.outputs[0] for lay in g.by_type("Input") if lay.outputs]
+        pnnx_inputs = [op.outputs[0] for op in self.traced
+                       if op.type == "pnnx.Input" and op.outputs]
+        out: dict[int, _traced.PnnxOp] = {}
+        for lay in layers:
+            if not lay.inputs or lay.inputs[0] not in inputs:
+                continue
+            k = inputs.index(lay.inputs[0])
+            if k >= len(pnnx_inputs):
+                continue
+            cands = [op for op in ops if op.inputs and op.inputs[0] == pnnx_inputs[k]
+                     and len(op.outputs) == len(lay.outputs)]
+            if len(cands) == 1:
+                out[lay.id] = cands[0]
         return out
 
     # ------------------------------------------------------------------ run
@@ -109,6 +132,7 @@ class FixSlice(Pass):
             result.notes.append("no parameterless, batch-axis or raw-unbind Slice")
             return result
         aligned = self._aligned(g)
+        cands = self._merge_split_unbinds(g, cands, aligned, result)
         refused: list[Skip] = []
         for layer, why in cands:
             op = aligned.get(layer.id)
@@ -122,6 +146,48 @@ class FixSlice(Pass):
             m.captures["apply"](g, m, result)
         keep_or_refuse(self.name, result, refused, partial=self.partial, what="layer(s)")
         return result
+
+    def _merge_split_unbinds(self, g: Graph, cands: list[tuple[Layer, str]],
+                             aligned: dict[int, _traced.PnnxOp], result: PassResult
+                             ) -> list[tuple[Layer, str]]:
+        """`Slice 1=-233` into parts whose every part is read only by a raw `torch.unbind`
+        with as many outputs as the part has elements (an RVQ decode: `codes.split(...)`,
+        then `enumerate` per part) is one unbind of the batch axis: the Slice and its
+        unbinds become one raw `torch.unbind`, given the traced op of an unbind along the
+        sliced dim, which the batch-axis rewrite below then handles."""
+        out: list[tuple[Layer, str]] = []
+        merged: set[int] = set()
+        for layer, why in cands:
+            if layer.id in merged:
+                continue
+            op = aligned.get(layer.id)
+            unbinds = [g.consumer_layers(b) for b in layer.outputs] \
+                if why.startswith("Slice on the batch axis") and op is not None else []
+            dims = op.ints("dim") if op is not None else None
+            shape = op.in_shape if op is not None else None
+            if not unbinds or not all(len(r) == 1 and r[0].type in KIND_OPS["unbind"]
+                                      for r in unbinds) or not dims or shape is None \
+                    or shape[dims[0] % len(shape)] != sum(len(r[0].outputs) for r in unbinds):
+                out.append((layer, why))
+                continue
+            parts = [r[0] for r in unbinds]
+            tops = [t for p in parts for t in p.outputs]
+            line = layer.source_line
+            for p in parts:
+                merged.add(p.id)
+                g.remove_layer(p)
+            new = g.replace_layer(layer, "torch.unbind", layer.name, inputs=list(layer.inputs),
+                                  outputs=tops, params={})
+            aligned[new.id] = _traced.PnnxOp("torch.unbind", op.name, list(op.inputs[:1]),
+                                             [f"{op.name}.{i}" for i in range(len(tops))],
+                                             {"dim": str(dims[0])}, dict(op.shapes), op.line)
+            result.changes.append(Change(layer.name, f"Slice of the batch axis + "
+                                         f"{len(parts)} unbinds of its parts = one unbind of "
+                                         f"{len(tops)}", ", ".join(p.name for p in parts),
+                                         f"torch.unbind {layer.name}", line))
+            result.modified = True
+            out.append((new, "raw torch.unbind"))
+        return [(lay, why) for lay, why in out if lay.id not in merged]
 
     # ------------------------------------------------------------------ 1. parameterless
     def _match_paramless(self, g: Graph, layer: Layer, op: _traced.PnnxOp | None) -> Match:

@@ -10,7 +10,10 @@ The rewrite, per SDPA whose k and v both match:
     ==>  SDPA q k v [mask] past_k past_v -> out present_k present_v   7=1
 
 The present blobs keep their names; a Concat consumed only by SDPA gets new present names
-`<past>_out`. The caller feeds back what ncnn returns (extract type 1), as for add-kvcache.
+`<past>_out`. The past inputs keep their names too, but not their meaning: they now take
+the opaque cache ncnn returned on the previous call (extract type 1; an empty Mat to
+prefill), not plain past arrays. The result says so (`contract_changes`, and the caches in
+`data["caches"]`), and `paramsurgery.fold_verify` proves the rewrite with that protocol.
 """
 
 from __future__ import annotations
@@ -105,6 +108,16 @@ class FoldExplicitCache(Pass):
         g.set_inputs(sdpa, ins + [mk["past"], mv["past"]])
         g.set_outputs(sdpa, [sdpa.outputs[0]] + presents)
         sdpa.set(7, 1)
+        from ..fold_verify import FoldedCache
+
+        result.data.setdefault("caches", []).append(FoldedCache(
+            mk["past"], mv["past"], mk["concat"].outputs[0], mv["concat"].outputs[0],
+            presents[0], presents[1], mk["cur"], mv["cur"]).__dict__)
+        result.contract_changes.append(
+            f"inputs {mk['past']!r}, {mv['past']!r} now take the opaque cache ncnn returned "
+            f"on the previous call (extract({presents[0]!r}, 1), extract({presents[1]!r}, 1); "
+            f"an empty Mat to prefill), not plain past arrays; outputs {presents[0]!r}, "
+            f"{presents[1]!r} are that opaque cache")
         result.changes.append(Change(sdpa.name, "explicit cache folded",
                                      f"Concat({mk['past']}, {mk['cur']}), "
                                      f"Concat({mv['past']}, {mv['cur']})",

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping
 
 from ..errors import PassRefused
 from ..graph import Graph
@@ -44,6 +45,9 @@ from ..layer import Layer
 from .base import Change, Pass, PassResult, Skip, register
 from .match import NoMatch, above_splits, readers_through_splits
 from .shape_expr import int_or_none, reshape_dims
+
+if TYPE_CHECKING:
+    from ..shapes import ShapeMap
 
 PASS_THROUGH_LAYOUT = ("Split", "RotaryEmbed", "RMSNorm", "LayerNorm")
 
@@ -75,10 +79,15 @@ def _ints(v) -> list[int] | None:
     return [int(v)]
 
 
-def kv_layout(g: Graph, blob: str) -> tuple[int, int]:
-    """(head_dim, kv_heads) of a K/V blob `[w=D, h=T, c=G]`, read from the Reshape that split
-    the heads, walking up through Split / RotaryEmbed (data input) / RMSNorm / LayerNorm /
-    Permute 0=2. Raises NoMatch with the reason."""
+def kv_layout(g: Graph, blob: str, shapes: "ShapeMap | None" = None) -> tuple[int, int]:
+    """(head_dim, kv_heads) of a K/V blob `[w=D, h=T, c=G]`: from the shape analysis when it
+    knows the blob's D and G (e.g. an Input given by `--inputshape`), else read from the
+    Reshape that split the heads, walking up through Split / RotaryEmbed (data input) /
+    RMSNorm / LayerNorm / Permute 0=2. Raises NoMatch with the reason."""
+    known = shapes.shape_of(blob) if shapes is not None else None
+    if known is not None and len(known) == 3 and isinstance(known[0], int) and \
+            isinstance(known[2], int):
+        return known[2], known[0]
     cur, swapped, passed = blob, False, []
     for _ in range(64):
         p = g.producer(cur)
@@ -112,8 +121,11 @@ def kv_layout(g: Graph, blob: str) -> tuple[int, int]:
                 raise NoMatch(p, f"Reshape {p.name!r} above {blob!r} ({','.join(dims)}) does not "
                                  f"give head_dim and head count as numbers")
             return d, heads
+        hint = ""
+        if p.type == "Input":
+            hint = f"; its shape is not known: give --inputshape {cur}=[G,T,D]"
         raise NoMatch(p, f"cannot find how {blob!r} was split into heads: {p.type} {p.name!r} "
-                         f"is in the way")
+                         f"is in the way{hint}")
     raise NoMatch(None, f"cannot find how {blob!r} was split into heads (path too long)")
 
 
@@ -127,9 +139,12 @@ class FoldGQA(Pass):
                "stack) before SDPA: SDPA does grouped-query attention natively")
     repair_order = 10  # the repeat_kv leftovers go before lower sees them
 
-    def __init__(self, only: list[str] | None = None, skip: list[str] | None = None) -> None:
+    def __init__(self, only: list[str] | None = None, skip: list[str] | None = None, *,
+                 inputshape: "Mapping[str, tuple] | None" = None) -> None:
         self.only = set(only or ())
         self.skip = set(skip or ())
+        self.inputshape = dict(inputshape or {})
+        self.shapes: ShapeMap | None = None
 
     # ------------------------------------------------------------------ matching
     def match(self, g: Graph, sdpa: Layer, slot: int) -> KVExpansion:
@@ -180,7 +195,7 @@ class FoldGQA(Pass):
                                 f"adding axis 1 right after the heads (-23303=1,1)")
         layers.append(exp)
         root, splits = above_splits(g, exp.inputs[0])
-        d, groups = kv_layout(g, root)
+        d, groups = kv_layout(g, root, self.shapes)
         heads = self._check_merge(r2, d, groups, rep, side)
         return self._finish(g, sdpa, slot, form, root, expanded, layers, d, groups, heads)
 
@@ -201,7 +216,7 @@ class FoldGQA(Pass):
                                f"GQA does")
         rep = len(cat.inputs)
         root = sources.pop()
-        d, groups = kv_layout(g, root)
+        d, groups = kv_layout(g, root, self.shapes)
         dims = reshape_dims(r1)
         if not dims or len(dims) != 4 or dims[0] not in (str(d), "0w") or \
                 int_or_none(dims[2]) != rep or int_or_none(dims[3]) != groups:
@@ -264,6 +279,7 @@ class FoldGQA(Pass):
             raise PassRefused(f"--only/--skip name(s) that are not SDPA layers: "
                               f"{', '.join(sorted(unknown))}")
         result = PassResult(g, False)
+        self.shapes = g.shapes(inputshape=self.inputshape)  # once per run, for kv_layout
         todo: list[tuple[Layer, KVExpansion, KVExpansion]] = []
         already = 0
         for sdpa in sdpas:

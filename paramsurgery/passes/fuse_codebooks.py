@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -54,6 +54,9 @@ from ..layer import Layer
 from .base import Change, Pass, PassResult, Skip, register
 from .match import NoMatch, chain_up
 from .shape_expr import int_or_none, reshape_dims
+
+if TYPE_CHECKING:
+    from ..shapes import ShapeMap
 
 LAYOUT_TYPES = ("Reshape", "Permute", "ExpandDims", "Squeeze", "Flatten")
 MANIFEST_FORMAT = "paramsurgery/fused-codebooks"
@@ -261,9 +264,13 @@ def _add_tree(g: Graph, root: Layer) -> tuple[list[Layer], list[str]]:
     adds: list[Layer] = []
     leaves: list[str] = []
     stack: list[str | Layer] = [root]
+    taken: set[int] = set()  # an add reading its own top (a cycle, PS105) is taken once
     while stack:
         item = stack.pop()
         if isinstance(item, Layer):
+            if item.id in taken:
+                continue
+            taken.add(item.id)
             adds.append(item)
             for b in reversed(item.inputs):
                 stack.append(b)
@@ -303,7 +310,8 @@ class FuseCodebooks(Pass):
                "concatenated tables, offsets added by the caller (or split outputs)")
 
     def __init__(self, mode: str = "sum", embeds: Sequence[str] | str | None = None,
-                 input_name: str | None = None, name: str | None = None) -> None:
+                 input_name: str | None = None, name: str | None = None, *,
+                 inputshape: Mapping[str, tuple] | None = None) -> None:
         if mode not in ("sum", "split"):
             raise PassRefused(f"unknown mode {mode!r} (sum or split)")
         if isinstance(embeds, str):
@@ -312,6 +320,8 @@ class FuseCodebooks(Pass):
         self.embeds = list(embeds) if embeds else None
         self.input_name = input_name
         self.layer_name = name
+        self.inputshape = dict(inputshape or {})
+        self.shapes: ShapeMap | None = None  # the shared analysis, once per run
 
     # ------------------------------------------------------------------ sum matching
     def _match_sums(self, g: Graph, result: PassResult) -> list[_SumMatch]:
@@ -477,7 +487,10 @@ class FuseCodebooks(Pass):
                               f"not all end in the same ExpandDims/Reshape giving them extent "
                               f"1 on the stacked axis ({br.embed.name!r})")
         if last0.type == "ExpandDims":
-            rank = None
+            # the stacked blob's rank (from the shape analysis) relates a negative Reduction
+            # axis to the Concat axis
+            known = self.shapes.shape_of(concat.outputs[0]) if self.shapes is not None else None
+            rank = len(known) if known is not None else None
             if _ints(last0.params.get(3)) != [cat_axis]:
                 raise NoMatch(last0, f"ExpandDims {last0.name!r} adds axis "
                               f"{_ints(last0.params.get(3))}, Concat {concat.name!r} stacks "
@@ -499,9 +512,14 @@ class FuseCodebooks(Pass):
             reduced = ("Reshape", _dims_params(rest) if all(int_or_none(t) is not None for t in rest)
                        else {6: ",".join(rest)})
         norm = lambda x, r: x + r if (x < 0 and r) else x  # noqa: E731
-        if axis != cat_axis and (rank is None or norm(axis, rank) != norm(cat_axis, rank)):
+        if axis != cat_axis and rank is None:
             raise NoMatch(red, f"Reduction {red.name!r} reduces axis {axis}, Concat "
-                          f"{concat.name!r} stacks axis {cat_axis}")
+                               f"{concat.name!r} stacks axis {cat_axis}, and the rank of "
+                               f"{concat.outputs[0]!r} is not known: give the id inputs' "
+                               f"shapes (--inputshape NAME=[T])")
+        if axis != cat_axis and norm(axis, rank) != norm(cat_axis, rank):
+            raise NoMatch(red, f"Reduction {red.name!r} reduces axis {axis}, Concat "
+                               f"{concat.name!r} stacks axis {cat_axis}")
         removed = [concat, red] + [x for x in lasts if x is not None]
         for br in branches:
             br.chain = br.chain[:-1]
@@ -604,6 +622,7 @@ class FuseCodebooks(Pass):
         result = PassResult(g, False)
         if not g.by_type("Embed"):
             raise PassRefused("the graph has no Embed layer")
+        self.shapes = g.shapes(inputshape=self.inputshape)
         fusions: list[Fusion] = []
         if self.mode == "sum":
             matches = self._match_sums(g, result)

@@ -39,7 +39,7 @@ from ..layer_types import is_converter_leftover
 from ..values import FLT_MAX
 from .base import Change, Pass, PassResult, RepairContext, Skip, register
 from ._traced import Op, op_named
-from .match import NoMatch, source_of
+from .match import NoMatch
 
 # ncnn BinaryOp 0= / UnaryOp 0= op types (src/layer/binaryop.h, unaryop.h)
 ADD, SUB, MUL, DIV, MAX, MIN = 0, 1, 2, 3, 4, 5
@@ -63,6 +63,7 @@ class Step:
     params: dict[int, object]
     hint: str
     out: str
+    weights: dict | None = None  # role -> values, for a new MemoryData
 
 
 @dataclass
@@ -94,7 +95,7 @@ class Site:
     def constant(self, slot: int) -> object:
         """The value of a constant `pnnx.Expression` feeding bottom `slot` (through Splits)."""
         blob = self.input(slot)
-        prod = source_of(self.g, blob)
+        prod = self.g.producer(self.g.above_splits(blob))
         if prod is None or prod.type != "pnnx.Expression" or prod.inputs:
             raise Declined(f"bottom {slot} ({blob!r}) is a tensor, not a constant")
         if self.pnnx is None:
@@ -113,7 +114,7 @@ class Site:
         raise Declined(f"{self.traced_path} has no pnnx.Expression named {prod.name!r}")
 
     def is_constant(self, slot: int) -> bool:
-        prod = source_of(self.g, self.input(slot))
+        prod = self.g.producer(self.g.above_splits(self.input(slot)))
         return prod is not None and prod.type == "pnnx.Expression" and not prod.inputs
 
     def number(self, slot: int, what: str) -> float:
@@ -142,15 +143,7 @@ class Site:
 
     def axis(self, dim: object, slot: int = 0) -> int:
         """torch dim of bottom `slot` → a negative ncnn axis."""
-        shape = self.shape(slot)
-        if not isinstance(dim, int) or isinstance(dim, bool):
-            raise Declined(f"dim {dim!r} is not an int")
-        if shape is None:
-            raise Declined("pnnx recorded no shape for the input (its rank is needed)")
-        rank = len(shape)
-        if not -rank <= dim < rank:
-            raise Declined(f"dim {dim} out of range for rank {rank}")
-        d = dim % rank
+        d, rank = checked_dim(dim, self.shape(slot))
         if d == 0:
             raise Declined("works along dim 0, which may be pnnx's batch axis (ncnn's n): "
                            "ncnn layers cannot address it")
@@ -158,10 +151,10 @@ class Site:
 
     # ------------------------------------------------------------------ emitting
     def emit(self, type: str, inputs: Sequence[str], params: dict | None = None,
-             hint: str | None = None) -> str:
+             hint: str | None = None, weights: dict | None = None) -> str:
         out = f"%{len(self.steps)}"
         self.steps.append(Step(type, list(inputs), dict(params or {}),
-                               hint or type.lower(), out))
+                               hint or type.lower(), out, weights))
         return out
 
     def binary(self, op: int, a: str, b: str | None = None, scalar: float | None = None,
@@ -171,6 +164,18 @@ class Site:
             return self.emit("BinaryOp", [a], {0: op, 1: 1, 2: float(np.float32(scalar))},
                              hint or names[op])
         return self.emit("BinaryOp", [a, b], {0: op}, hint or names[op])
+
+
+def checked_dim(dim: object, shape: tuple | None) -> tuple[int, int]:
+    """(dim in 0..rank-1, rank) of a torch dim of an operand with traced `shape`."""
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise Declined(f"dim {dim!r} is not an int")
+    if shape is None:
+        raise Declined("pnnx recorded no shape for the operand (its rank is needed)")
+    rank = len(shape)
+    if not -rank <= dim < rank:
+        raise Declined(f"dim {dim} out of range for rank {rank}")
+    return dim % rank, rank
 
 
 @dataclass(frozen=True)
@@ -212,9 +217,12 @@ class Rules(tuple):
 _RULES: list[Rule] = []
 
 
-def rule(*types: str, doc: str) -> Callable[[Callable[[Site], str]], Callable[[Site], str]]:
+def rule(*types: str, doc: str, into: list[Rule] | None = None
+         ) -> Callable[[Callable[[Site], str]], Callable[[Site], str]]:
+    """Register `fn` as the rule for `types` (in this module's set, or in `into`: the list
+    a rule module composes into its own `Rules`)."""
     def deco(fn: Callable[[Site], str]) -> Callable[[Site], str]:
-        _RULES.append(Rule(fn.__name__, tuple(types), doc, fn))
+        (_RULES if into is None else into).append(Rule(fn.__name__, tuple(types), doc, fn))
         return fn
     return deco
 
@@ -394,7 +402,26 @@ _NOT_EXACT = [
 for _name, _types, _why in _NOT_EXACT:
     _RULES.append(Rule(_name, _types, f"declined: {_why}", _declines(_why)))
 
-RULES = Rules(_RULES)
+_BASE_RULES = Rules(_RULES)
+_DEFAULT: list[Rules] = []
+
+
+def default_rules() -> Rules:
+    """This module's rules + the rule modules built on it (`lower_layout`: slices, slice
+    assignment, padding; `lower_values`: arange, casts). Composed on first use, so a rule
+    module can import this one first."""
+    if not _DEFAULT:
+        from .lower_layout import LAYOUT_RULES
+        from .lower_values import VALUE_RULES
+
+        _DEFAULT.append(_BASE_RULES + LAYOUT_RULES + VALUE_RULES)
+    return _DEFAULT[0]
+
+
+def __getattr__(name: str) -> Rules:  # `from paramsurgery.passes.lower import RULES`
+    if name == "RULES":
+        return default_rules()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ============================================================================ the pass
@@ -408,7 +435,7 @@ class Lower(Pass):
 
     @classmethod
     def claims(cls, layer: Layer) -> bool:
-        r = RULES.for_type(layer.type)
+        r = default_rules().for_type(layer.type)
         return r is not None and not r.doc.startswith("declined:")
 
     @classmethod
@@ -417,7 +444,7 @@ class Lower(Pass):
 
     def __init__(self, rules: Iterable[Rule] | None = None, *,
                  traced: str | os.PathLike | None = None, partial: bool = False) -> None:
-        self.rules = Rules(rules) if rules is not None else RULES
+        self.rules = Rules(rules) if rules is not None else default_rules()
         self.traced = os.fspath(traced) if traced is not None else None
         self.partial = partial
 
@@ -444,13 +471,20 @@ class Lower(Pass):
                 if len(layer.outputs) != 1:
                     raise Declined(f"has {len(layer.outputs)} tops")
                 out = r.fn(site)
-                if not site.steps or out != site.steps[-1].out:
+                bypass = not site.steps and out in layer.inputs
+                if not bypass and (not site.steps or out != site.steps[-1].out):
                     raise Declined("the rule produced no layer")
             except NoMatch as exc:  # a rule's Declined, or a shared walk's NoMatch
                 declined.append((layer, r, str(exc)))
                 continue
-            self._apply(g, site, r, result)
+            if bypass:
+                self._bypass(g, site, r, out, result)
+            else:
+                self._apply(g, site, r, result)
             lowered += 1
+        # a leftover declined on its own may have been removed with a later rewrite's
+        # operands (a cast inside a computed pad): only what is still there counts
+        declined = [(lay, rr, w) for lay, rr, w in declined if lay.graph is g]
         if declined and not self.partial:
             first, r, why = declined[0]
             more = "".join(f"\n  {lay.where()}: {lay.type} {lay.name!r} ({rr.name}): {w}"
@@ -467,6 +501,29 @@ class Lower(Pass):
         if not lowered and not declined:
             result.notes.insert(0, "no leftover a rule lowers")
         return result
+
+    def _bypass(self, g: Graph, site: Site, r: Rule, keep: str, result: PassResult) -> None:
+        """The rule proved the layer returns bottom `keep` unchanged: its readers read that."""
+        layer = site.layer
+        line = layer.source_line
+        before = f"{layer.type}({', '.join(layer.inputs)})"
+        old_inputs = list(layer.inputs)
+        top = layer.outputs[0]
+        if not g.consumers(top):
+            raise PassRefused(f"{layer.type} {layer.name!r} passes {keep!r} through, but its top "
+                              f"{top!r} is a graph output; keep it", file=layer.source_file,
+                              line=line)
+        g.replace_uses(top, keep)
+        g.remove_layer(layer)
+        removed = []
+        for b in old_inputs:
+            removed.extend(_prune(g, b))
+        result.changes.append(Change(layer.name, f"{r.name} [{r.doc}]", before,
+                                     f"readers read {keep}", line))
+        if removed:
+            result.changes.append(Change(layer.name, f"removed unread {', '.join(removed)}",
+                                         line=line))
+        result.modified = True
 
     def _apply(self, g: Graph, site: Site, r: Rule, result: PassResult) -> None:
         layer = site.layer
@@ -509,6 +566,10 @@ class Lower(Pass):
                 out = g.unique_blob_name(f"{layer.name}_{st.hint}")
                 new = g.add_layer(st.type, g.unique_layer_name(f"{layer.name}_{st.hint}"), ins,
                                   [out], st.params, before=layer)
+                if st.weights is not None and g.weights is not None:
+                    from ..weights import set_weights
+
+                    set_weights(new, st.weights)
                 names[st.out] = out
                 fan_out(st.out, out)
             added.append(f"{new.type} {new.name}")
@@ -552,4 +613,13 @@ def _prune(g: Graph, blob: str) -> list[str]:
                 not any(g.consumers(t) for t in prod.outputs):
             g.remove_layer(prod)
             removed.append(prod.name)
+        elif prod.type in _PRUNABLE and not any(g.consumers(t) for t in prod.outputs):
+            # what only computed a lowered op's operands: shape arithmetic, casts, constants
+            work.extend(prod.inputs)
+            g.remove_layer(prod)
+            removed.append(prod.name)
     return removed
+
+
+_PRUNABLE = ("pnnx.Expression", "Tensor.to", "MemoryData", "torch.arange", "Tensor.size",
+             "aten::size")

@@ -12,8 +12,11 @@ One concept per module:
 - `kvcache_reference`: prefill + single-step references for the decoder stacks;
 - `npz`: byte-reproducible .npz files;
 - `ncnn_check`: running a fixture in ncnn and classifying the outcome;
-- `pipeline`: export one module variant, check it, and describe it for the manifest.
+- `pipeline`: export one module variant, check it, and describe it for the manifest;
+- `e2e_reference`: the end-to-end torch reference (greedy HF generation + waveform);
+- `assemble`, `ncnn_pipeline`: the ncnn pipeline built with paramsurgery's passes and its
+  generation loop (`tools/e2e_qwen3tts.py`; no torch).
 
-torch / transformers / qwen_tts are imported by the builders only; `npz` and `ncnn_check`
-work without torch.
+torch / transformers / qwen_tts are imported by the builders only; `configs`, `npz`,
+`ncnn_check`, `assemble` and `ncnn_pipeline` work without torch.
 """

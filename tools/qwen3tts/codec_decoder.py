@@ -251,9 +251,29 @@ def build(size: str, level_sum: str = PORTED_LEVEL_SUM, variant: str = "ported"
     return spec
 
 
+STATIC_NOTE = ("pnnx aborts re-tracing the raw decoder at inputshape2 (the math.ceil extra "
+               "padding is baked from the first trace); one static trace converts, and "
+               "`paramsurgery dynamize` is what makes it run at other lengths")
+
+
+def build_raw_static(size: str, second: bool = False) -> VariantSpec:
+    """The raw decoder exported the way pnnx can: one static trace (no inputshape2) at the
+    first length, or at the second (`raw_static_pair`: what `dynamize --pair` compares it
+    with), checked at the reference length like every other variant."""
+    spec = build(size, variant="raw")
+    spec.variant = "raw_static_pair" if second else "raw_static"
+    if second:
+        spec.trace_inputs, spec.trace_length = spec.trace_inputs2, spec.trace_length2
+    spec.trace_inputs2 = None
+    spec.trace_length2 = None
+    spec.extra = {**spec.extra, "static_note": STATIC_NOTE}
+    return spec
+
+
 def build_all(size: str) -> list[VariantSpec]:
-    """ported + raw + the level-sum evidence variants."""
-    specs = [build(size), build(size, variant="raw")]
+    """ported + raw (+ its static export) + the level-sum evidence variants."""
+    specs = [build(size), build(size, variant="raw"), build_raw_static(size),
+             build_raw_static(size, second=True)]
     for form in LEVEL_SUM_FORMS:
         if form != PORTED_LEVEL_SUM:
             specs.append(build(size, form, variant=f"ported_levelsum_{form}"))

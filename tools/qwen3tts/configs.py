@@ -166,7 +166,20 @@ _MIMI_REAL: dict[str, Any] = {
     "vector_quantization_hidden_dimension": 256,
 }
 
+# qwen3-tts.md §4.1 top-level config.json token ids (Qwen2 text vocabulary), plus the two
+# ids of the chat layout `generate` slices (`assistant`, and "\n" = 198 in that vocabulary)
+_TTS_REAL: dict[str, Any] = {
+    "im_start_token_id": 151644,
+    "im_end_token_id": 151645,
+    "assistant_token_id": 77091,
+    "newline_token_id": 198,
+    "tts_pad_token_id": 151671,
+    "tts_bos_token_id": 151672,
+    "tts_eos_token_id": 151673,
+}
+
 REAL: dict[str, dict[str, Any]] = {
+    "tts": _TTS_REAL,
     "talker": _TALKER_REAL,
     "predictor": _PREDICTOR_REAL,
     "speaker": _SPEAKER_REAL,
@@ -189,6 +202,12 @@ def _tiny() -> dict[str, dict[str, Any]]:
         "codec_think_id": 87, "codec_nothink_id": 88, "codec_think_bos_id": 89,
         "codec_think_eos_id": 90,
         "codec_language_id": {"chinese": 70, "english": 71},
+    })
+    # special text ids must stay inside the tiny text vocabulary (128)
+    tiny["tts"].update({
+        "newline_token_id": 118, "assistant_token_id": 119, "im_start_token_id": 120,
+        "im_end_token_id": 121, "tts_pad_token_id": 122, "tts_bos_token_id": 123,
+        "tts_eos_token_id": 124,
     })
     tiny["predictor"].update({
         "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -221,6 +240,19 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {"real": REAL, "tiny": TINY}
 
 
 def get(size: str, part: str) -> dict[str, Any]:
-    """A deep copy of one component config (`part` in talker, predictor, speaker,
+    """A deep copy of one component config (`part` in tts, talker, predictor, speaker,
     codec_decoder, mimi) for `size` in real, tiny."""
     return copy.deepcopy(SIZES[size][part])
+
+
+def suppressed_ids(size: str) -> tuple[list[int], list[int]]:
+    """(talker ids, code-predictor ids) greedy generation never chooses: every id that is not
+    a codebook entry. HF suppresses talker ids `[vocab-1024, vocab)` except EOS, which at
+    real size is exactly `[codebook_size, vocab)` minus EOS (3072 - 1024 = 2048); the tiny
+    vocabularies are smaller than 1024, so the rule is stated by its meaning. The predictor
+    list is empty at real size (vocab 2048 = codebook size)."""
+    talker, predictor = SIZES[size]["talker"], SIZES[size]["predictor"]
+    codebook = SIZES[size]["codec_decoder"]["codebook_size"]
+    eos = talker["codec_eos_token_id"]
+    return ([i for i in range(codebook, talker["vocab_size"]) if i != eos],
+            list(range(codebook, predictor["vocab_size"])))

@@ -105,7 +105,9 @@ def export_variant(spec: VariantSpec, size: str, fixture_dir: Path, scratch: Pat
         "module": spec.module, "variant": spec.variant, "size": size,
         "input_names": spec.input_names, "output_names": spec.output_names,
         "input_dtypes": dtypes(spec.trace_inputs),
-        "input_shapes": {"trace": shapes(spec.trace_inputs), "trace2": shapes(spec.trace_inputs2),
+        "input_shapes": {"trace": shapes(spec.trace_inputs),
+                         "trace2": (shapes(spec.trace_inputs2)
+                                    if spec.trace_inputs2 is not None else None),
                          "reference": shapes(spec.ref_inputs)},
         "output_shapes_reference": shapes(ref_outputs),
         "lengths": {"trace": spec.trace_length, "trace2": spec.trace_length2,

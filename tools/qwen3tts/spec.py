@@ -23,14 +23,14 @@ class VariantSpec:
     variant: str                     # "ported" | "raw" | "unfused"
     wrapper: nn.Module
     trace_inputs: tuple[torch.Tensor, ...]
-    trace_inputs2: tuple[torch.Tensor, ...]
+    trace_inputs2: tuple[torch.Tensor, ...] | None   # None: a static export (one trace)
     ref_inputs: tuple[torch.Tensor, ...]
     input_names: list[str]
     output_names: list[str]
     config_part: str                 # key into configs (talker, predictor, ...)
     length_axis_note: str            # what "length" means for this module (frames, tokens, samples)
     trace_length: int
-    trace_length2: int
+    trace_length2: int | None
     ref_length: int
     constructs: list[str] = field(default_factory=list)   # export patches (ported) or HF constructs (raw)
     extra: dict[str, Any] = field(default_factory=dict)   # module-specific facts for the manifest

@@ -1,0 +1,49 @@
+"""`paramsurgery diff`: what changed between two graphs, layer by layer."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._common import add_format_arg, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "diff", help="semantic diff of two graphs: layers added, removed, renamed, changed",
+        description="Pair the layers of A and B by name, then by structure where names "
+                    "changed (same type reading the same blobs), and list what was added, "
+                    "removed, renamed and changed (type, params by value, bottoms, tops; "
+                    "weights by content hash when both .bin files are given). Exit 0 when "
+                    "the graphs are the same, 1 when they differ, 2 on bad input.")
+    p.add_argument("a", help="the first .param")
+    p.add_argument("b", help="the second .param")
+    p.add_argument("--bin-a", metavar="BIN", help="A's weights (compare weights by hash)")
+    p.add_argument("--bin-b", metavar="BIN", help="B's weights")
+    p.add_argument("--html", metavar="PAGE", help="also write both graphs side by side with "
+                   "the changes coloured")
+    add_format_arg(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import ParamSurgeryError
+    from ..io import atomic_write, load
+    from ..view.diff import diff_graphs
+
+    if bool(args.bin_a) != bool(args.bin_b):
+        raise ParamSurgeryError("give both --bin-a and --bin-b (or neither)",
+                                file=args.a if not args.bin_a else args.b)
+    a = load(args.a, bin=args.bin_a)
+    b = load(args.b, bin=args.bin_b)
+    d = diff_graphs(a, b, a_path=args.a, b_path=args.b)
+    if args.html:
+        from ..view.page import diff_page
+
+        atomic_write(args.html, diff_page(a, b, d))
+    if args.format == "json":
+        print_json(d.to_json())
+    else:
+        print(d.format())
+        if args.html:
+            print(f"wrote {args.html}")
+    return 0 if d.same else 1

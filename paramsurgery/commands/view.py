@@ -1,0 +1,100 @@
+"""`paramsurgery view`: one self-contained HTML page with the graph drawn top to bottom."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import ParamSurgeryError
+from ..view.scene import MAX_LAYERS
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from ..shapes.spec import add_inputshape_arg
+
+    p = sub.add_parser(
+        "view", help="draw a graph as one self-contained HTML page (pan, zoom, search)",
+        description="Write one HTML file (no network access needed, no external URL) with the "
+                    "graph laid out top to bottom: layers as boxes (type, name, params that "
+                    "differ from ncnn's defaults; weight dtype and bytes with --bin), blobs as "
+                    "wires labelled with their shapes when known (the shapes analysis: "
+                    "--inputshape, Input params, -23330 hints, static rules, or ncnn with "
+                    "--oracle; then pnnx's traced shapes from the X.pnnx.param beside the "
+                    "graph). Inputs and "
+                    "outputs, pnnx leftovers and non-ncnn types are highlighted.")
+    p.add_argument("param", help="the .param (or .param.bin)")
+    p.add_argument("--bin", help="its weights: adds dtype and bytes to each box")
+    p.add_argument("--pnnx-param", metavar="PATH", help="pnnx's X.pnnx.param for the shape "
+                   "labels (default: the one beside the graph, if any)")
+    add_inputshape_arg(p)
+    p.add_argument("--oracle", action="store_true",
+                   help="shapes from ncnn itself (a child process, lightmode off; weights from "
+                        "--bin, zeros otherwise) instead of the static rules")
+    p.add_argument("--around", metavar="LAYER", help="draw only the layers within --depth "
+                   "hops of this layer (or of the producer of this blob)")
+    p.add_argument("--depth", type=int, default=8, help="--around: hops (default 8)")
+    p.add_argument("--max-layers", type=int, default=MAX_LAYERS,
+                   help=f"refuse to draw more layers than this (default {MAX_LAYERS})")
+    p.add_argument("-o", "--output", metavar="PAGE", help="the page (default: <input>.html; "
+                   "'-' for stdout)")
+    p.set_defaults(run=run)
+
+
+def default_page(param: str) -> str:
+    for suffix in (".param.bin", ".param"):
+        if param.endswith(suffix):
+            return param[: -len(suffix)] + ".html"
+    return param + ".html"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..io import atomic_write, load
+    from ..view.labels import blob_shapes
+    from ..view.page import graph_page
+    from ..view.scene import neighbourhood
+
+    out = args.output or default_page(args.param)
+    g = load(args.param, bin=args.bin)
+    layers = None
+    if args.around is not None:
+        try:
+            layers = neighbourhood(g, args.around, args.depth)
+        except ParamSurgeryError as exc:
+            exc.file = args.param
+            raise
+    elif args.depth != 8:
+        raise ParamSurgeryError("--depth needs --around LAYER", file=args.param)
+    n = len(g) if layers is None else len(layers)
+    if n > args.max_layers:
+        hint = g.inputs[0] if g.inputs else next(iter(g)).name
+        what = "the graph has" if layers is None else "--around selects"
+        raise ParamSurgeryError(
+            f"{what} {n} layers, too many to draw readably (limit {args.max_layers}): draw a "
+            f"part with --around LAYER --depth N (e.g. --around {hint} --depth 20), or raise "
+            f"--max-layers", file=args.param)
+    from ..shapes import infer_shapes
+    from ..shapes.spec import check_blobs, inputshape_from_args
+
+    given = inputshape_from_args(args)
+    check_blobs(g, given, args.param)
+    analysis = infer_shapes(g, given, oracle=args.oracle, bin=args.bin)
+    shapes = blob_shapes(g, args.pnnx_param, analysis=analysis)
+    types = g.types()
+    summary = (f"{len(g)} layers, {g.blob_count()} blobs; inputs {', '.join(g.inputs) or '-'}; "
+               f"outputs {', '.join(g.outputs) or '-'}"
+               + (f"; drawn: {n} layers within {args.depth} of {args.around}"
+                  if layers is not None else "")
+               + f"\ntypes: {', '.join(f'{t} {c}' for t, c in sorted(types.items()))}"
+               + (f"\n{len(shapes)} blob shapes known"
+                  + (f" (inputs {' '.join(f'{k}=[{chr(44).join(map(str, v))}]' for k, v in given.items())}"
+                     f"{', ncnn as the oracle' if args.oracle else ''})" if given else "")
+                  if shapes else "\nno blob shapes known (no X.pnnx.param beside the graph, "
+                  "no -23330 hints, no --inputshape)"))
+    title = args.param + (f" around {args.around}" if layers is not None else "")
+    page = graph_page(g, title=title, layers=layers, shapes=shapes, summary=summary)
+    if out == "-":
+        sys.stdout.write(page)
+    else:
+        atomic_write(out, page)
+        print(f"wrote {out} ({n} layers)")
+    return 0

@@ -1,0 +1,189 @@
+"""Proof for `fold-explicit-cache`: a decode loop through ncnn under each graph's contract.
+
+Folding `Concat(past, cur) → SDPA` into SDPA's native cache changes what the past inputs
+mean: the explicit graph takes the past keys/values as plain arrays; the folded graph takes
+the opaque cache ncnn itself returned on the previous call (`extract(present, 1)`), and an
+empty cache to prefill. Feeding the folded graph plain arrays gives wrong attention (the
+cache is packed), so equivalence can only be shown with the protocol each graph needs:
+
+    step 0 (prefill): folded graph, empty caches        → its outputs, its caches, and the
+                                                           plain current k/v (extracted)
+    step t >= 1:      folded graph, caches from step t-1 → outputs, new caches
+                      explicit graph, plain pasts        → outputs, new plain pasts
+                                                           (its Concat outputs)
+    compare the outputs of every step t >= 1
+
+(the explicit graph cannot prefill from an empty past: ncnn's Concat crashes on an empty
+input). The loop runs in a child process, since ncnn may crash.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .errors import VerificationError
+
+
+@dataclass(frozen=True)
+class FoldedCache:
+    """One folded SDPA's blobs: the past inputs (same names in both graphs), the explicit
+    graph's Concat outputs (the plain new pasts), the folded graph's cache outputs and the
+    current k/v blobs (SDPA's bottoms 1 and 2 in the folded graph)."""
+
+    past_k: str
+    past_v: str
+    concat_k: str
+    concat_v: str
+    present_k: str
+    present_v: str
+    cur_k: str
+    cur_v: str
+
+
+@dataclass
+class FoldParity:
+    steps: list[tuple[int, float, float]] = field(default_factory=list)  # (step, abs, rel)
+    tol: float = 1e-5
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.steps) and \
+            all(rel <= self.tol for _, _, rel in self.steps)
+
+    def format(self) -> str:
+        if self.error:
+            return f"verify: could not run the decode loop: {self.error}"
+        worst = max((r for _, _, r in self.steps), default=float("nan"))
+        lines = [f"verify: decode loop (prefill, then {len(self.steps)} step(s) feeding back "
+                 f"ncnn's caches) vs the explicit graph fed plain past arrays: max rel error "
+                 f"{worst:.2e} (tol {self.tol:g}) {'ok' if self.ok else 'FAILED'}"]
+        lines += [f"  step {t}: max abs {a:.3e}, max rel {r:.3e}" for t, a, r in self.steps]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "tol": self.tol, "error": self.error,
+                "steps": [{"step": t, "max_abs": a, "max_rel": r} for t, a, r in self.steps]}
+
+
+def verify_fold(explicit_param: str | Path, folded_param: str | Path, bin: str | Path | None,
+                caches: Sequence[FoldedCache], steps: Sequence[Mapping[str, np.ndarray]],
+                outputs: Sequence[str], *, tol: float = 1e-5,
+                timeout: float = 1800) -> FoldParity:
+    """Run the decode loop (module doc) on `steps` (per step, the arrays of every input that
+    is not a cache, in ncnn layout: numpy (c, h, w)) and compare `outputs`."""
+    if len(steps) < 2:
+        raise VerificationError("the decode loop needs a prefill and at least one step")
+    with tempfile.TemporaryDirectory(prefix="paramsurgery-fold-") as tmp:
+        d = Path(tmp)
+        arrays = {f"s{i}_{j}": np.asarray(a) for i, feeds in enumerate(steps)
+                  for j, a in enumerate(feeds.values())}
+        np.savez(d / "steps.npz", **arrays)
+        spec = {"explicit": str(explicit_param), "folded": str(folded_param),
+                "bin": None if bin is None else str(bin),
+                "caches": [c.__dict__ for c in caches], "outputs": list(outputs),
+                "steps": [list(feeds) for feeds in steps]}
+        (d / "spec.json").write_text(json.dumps(spec))
+        from .runtime import run_module_child
+
+        result_path = d / "result.json"
+        report = FoldParity(tol=tol)
+        report.error = run_module_child("paramsurgery.fold_verify", d, result_path, timeout)
+        if report.error:
+            return report
+        data = json.loads(result_path.read_text())
+    report.error = data.get("error")
+    report.steps = [tuple(s) for s in data.get("steps", [])]
+    return report
+
+
+# --------------------------------------------------------------------------- child process
+
+def _child(d: Path) -> int:
+    import ncnn
+
+    from .runtime import NcnnRunError, RunOptions, load_net
+
+    spec = json.loads((d / "spec.json").read_text())
+    caches = [FoldedCache(**c) for c in spec["caches"]]
+    with np.load(d / "steps.npz") as z:
+        steps = [{name: z[f"s{i}_{j}"] for j, name in enumerate(names)}
+                 for i, names in enumerate(spec["steps"])]
+    keep: list = []
+
+    def mat(a: np.ndarray):
+        a = np.ascontiguousarray(a)
+        a = a.astype(np.int32 if a.dtype.kind in "iub" else np.float32)
+        keep.append(a)
+        return ncnn.Mat(a).clone()
+
+    def run(net, feeds: dict, extract: list[str], raw: list[str]) -> tuple[dict, dict]:
+        ex = net.create_extractor()
+        ex.set_light_mode(False)  # intermediate blobs (current k/v, Concat outputs) are read
+        for name, value in feeds.items():
+            if ex.input(name, value if isinstance(value, ncnn.Mat) else mat(value)) != 0:
+                raise RuntimeError(f"input {name!r} rejected")
+        plain, opaque = {}, {}
+        for name in extract:
+            r, m = ex.extract(name)
+            if r != 0:
+                raise RuntimeError(f"extract {name!r} returned {r}")
+            plain[name] = np.array(m, copy=True)
+        for name in raw:
+            r, m = ex.extract(name, 1)  # SDPA's cache is opaque: keep ncnn's Mat
+            if r != 0:
+                raise RuntimeError(f"extract {name!r} (raw) returned {r}")
+            opaque[name] = m
+        return plain, opaque
+
+    result: dict = {"steps": []}
+    try:
+        explicit = load_net(spec["explicit"], spec["bin"], RunOptions(light_mode=False))
+        folded = load_net(spec["folded"], spec["bin"], RunOptions(light_mode=False))
+        outs = spec["outputs"]
+        # prefill: the folded graph from empty caches
+        feeds = dict(steps[0])
+        for c in caches:
+            feeds[c.past_k] = ncnn.Mat()
+            feeds[c.past_v] = ncnn.Mat()
+        plain, opaque = run(folded, feeds, [x for c in caches for x in (c.cur_k, c.cur_v)],
+                            [x for c in caches for x in (c.present_k, c.present_v)])
+        past = {c.past_k: plain[c.cur_k] for c in caches}
+        past.update({c.past_v: plain[c.cur_v] for c in caches})
+        native = {c.past_k: opaque[c.present_k] for c in caches}
+        native.update({c.past_v: opaque[c.present_v] for c in caches})
+        for t in range(1, len(steps)):
+            got, opaque = run(folded, {**steps[t], **native}, outs,
+                              [x for c in caches for x in (c.present_k, c.present_v)])
+            want, _ = run(explicit, {**steps[t], **past},
+                          outs + [x for c in caches for x in (c.concat_k, c.concat_v)], [])
+            worst_abs = worst_rel = 0.0
+            for name in outs:
+                a, b = got[name], want[name]
+                if a.shape != b.shape:
+                    worst_abs = worst_rel = float("inf")
+                    continue
+                diff = float(np.max(np.abs(a - b))) if a.size else 0.0
+                scale = float(np.max(np.abs(b))) if b.size else 0.0
+                worst_abs = max(worst_abs, diff)
+                worst_rel = max(worst_rel, diff / scale if scale > 0 else diff)
+            result["steps"].append([t, worst_abs, worst_rel])
+            past = {c.past_k: want[c.concat_k] for c in caches}
+            past.update({c.past_v: want[c.concat_v] for c in caches})
+            native = {c.past_k: opaque[c.present_k] for c in caches}
+            native.update({c.past_v: opaque[c.present_v] for c in caches})
+    except (RuntimeError, NcnnRunError) as exc:
+        result = {"error": str(exc), "steps": result["steps"]}
+    (d / "result.json").write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - run by verify_fold
+    sys.exit(_child(Path(sys.argv[1])))

@@ -1,0 +1,104 @@
+"""Repair a Reshape pair that loses a 1-D tensor's elements (`paramsurgery fix-batch-reshape`).
+
+pnnx gives every 1-D tensor "no batch axis" (233). When such a tensor is reshaped into one
+whose batch axis is the dim that holds its elements (Mimi's RoPE positions:
+`arange(T).reshape(1, 1, -1)`, batch axis 2 = the T elements), pnnx 20261020 writes
+
+    Reshape  r1  1 1 pos a  0=1 1=1                       # every non-batch dim: 1; no 13=
+    Reshape  r2  1 1 a   b  12=2 13=233 6="0n,1,1"        # reads the elements back from n
+
+`r1` has no output batch param (`13=`), so ncnn reshapes the T elements into one element
+(the rest is dropped) and `r2` reads n = 1: every position becomes 0 (measured: the tiny
+raw Mimi encoder's RoPE positions are all 0 and its output is NaN).
+
+The pair means "the elements of `pos`, laid out as r2's target with `0n` = their count":
+it is replaced by one `Reshape` to that target with `-1` in place of `0n`. Matched only
+when r1's dims are all 1, it carries no batch params, r2 is its only reader, r2 moves its
+input batch axis out (`12` ≠ 233, `13` = 233) and its target is static except for exactly
+one `0n`. Anything else is left alone with the reason (`--explain`).
+"""
+
+from __future__ import annotations
+
+from ..graph import Graph
+from ..layer import Layer
+from .base import Change, Pass, PassResult, Skip, register
+from .match import Match, fail, matched
+from .shape_expr import split_top_level
+
+_DIM_PARAMS = (0, 1, 11, 2)  # w, h, d, c
+
+
+def _is_int(tok: str) -> bool:
+    return tok.lstrip("-").isdigit()
+
+
+def match_pair(g: Graph, r1: Layer) -> Match:
+    """r1 (dims all 1, no batch params) → r2 (reads n back): the lossy pair, or why not."""
+    p = r1.params
+    if p.get(12, 233) != 233 or p.get(13, 233) != 233 or 6 in p:
+        return fail(r1, "carries batch params or a shape expression", kind=NOT_A_CANDIDATE)
+    dims = [p.get(k, -233) for k in _DIM_PARAMS]
+    given = [d for d in dims if d != -233 and d != 0]
+    if not given or any(d != 1 for d in given):
+        return fail(r1, "its target is not all ones", kind=NOT_A_CANDIDATE)
+    readers = g.consumer_layers(r1.outputs[0])
+    if len(readers) != 1 or readers[0].type != "Reshape":
+        return fail(r1, "not read by exactly one Reshape")
+    r2 = readers[0]
+    q = r2.params
+    if q.get(12, 233) == 233 or q.get(13, 233) != 233:
+        return fail(r1, f"its reader {r2.name!r} does not move the batch axis out (12=, 13=233)")
+    expr = q.get(6)
+    if not isinstance(expr, str):
+        return fail(r1, f"its reader {r2.name!r} has no shape expression")
+    toks = split_top_level(expr)
+    if toks.count("0n") != 1 or not all(t == "0n" or _is_int(t) for t in toks):
+        return fail(r1, f"{r2.name!r}'s target {expr!r} is not static except one 0n")
+    return matched(r1, r2=r2, target=[-1 if t == "0n" else int(t) for t in toks])
+
+
+NOT_A_CANDIDATE = "not-a-candidate"  # Match.kind: an ordinary Reshape, not worth --explain
+
+
+@register
+class FixBatchReshape(Pass):
+    name = "fix-batch-reshape"
+    summary = "a Reshape pair that drops a 1-D tensor's elements into ncnn's batch axis " \
+              "(0=1 1=1 + 12=k 13=233 0n) -> one Reshape"
+    repair_order = 45
+
+    def run(self, g: Graph) -> PassResult:
+        result = PassResult(g, False)
+        todo: list[Match] = []
+        for r1 in g.by_type("Reshape"):
+            m = match_pair(g, r1)
+            if m:
+                todo.append(m)
+            elif m.kind != NOT_A_CANDIDATE:  # near-misses only, for --explain
+                result.skipped.append(Skip(r1.name, m.reason, r1.source_line))
+        for m in todo:
+            r1, r2, target = m.layer, m["r2"], m["target"]
+            line = r1.source_line
+            before = f"{r1.name} ({r1.params}) + {r2.name} ({r2.params})"
+            ids = (0, 1, 2) if len(target) == 3 else _DIM_PARAMS  # w,h,c | w,h,d,c
+            params = {k: v for k, v in zip(ids, target)}
+            src, out, name = r1.inputs[0], r2.outputs[0], r2.name
+            g.remove_layer(r2)
+            g.replace_layer(r1, "Reshape", name, inputs=[src], outputs=[out], params=params)
+            result.changes.append(Change(name, "lossy batch reshape pair merged", before,
+                                         f"Reshape {name} {params}", line))
+            result.modified = True
+        if not todo:
+            result.notes.append("no lossy batch reshape pair")
+        return result
+
+
+def find_lossy_pairs(g: Graph) -> list[tuple[Layer, Layer]]:
+    """(r1, r2) for every pair the pass repairs (for lint)."""
+    out = []
+    for r1 in g.by_type("Reshape"):
+        m = match_pair(g, r1)
+        if m:
+            out.append((r1, m["r2"]))
+    return out

@@ -1,0 +1,151 @@
+"""Lowering rules for leftovers that compute values from shapes: `arange`, integer casts.
+
+Composed into `lower`'s default rules (`paramsurgery.passes.lower.RULES`).
+
+- `torch.arange(end)` with `end` a static number, or exactly the run-time extent of one dim
+  of a tensor (`arange(x.shape[d])`, proven by `int_affine`): a `MemoryData` holding
+  `start, start+1, ..., start+N-1` (N = `ARANGE_TABLE`) cropped against that tensor's extent
+  by a two-bottom `Crop` with a shape expression (`20="1h"`). Exact for every extent up to
+  N; the values are integers, exact in float32 (N < 2**24).
+- Casts (`Tensor.to`, `.long()`, `.float()`, ...) between integer and float dtypes whose
+  input does not come from a graph input: ncnn computes every layer in float32, so an
+  integer tensor computed in the graph (positions from `arange`, shape arithmetic) already
+  holds its integer values as floats, and the cast changes nothing. Integer tensors fed as
+  graph inputs hold int32 bit patterns (what `Embed` reads): a cast of those is refused, as
+  are rounding casts (float → int of computed floats, float → f16/bf16).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import Graph
+from .int_affine import Affine, NotAffine, ShapeArith
+from .lower import Declined, Rule, Rules, Site, rule
+from .lower_layout import ncnn_axis
+
+_VALUES: list[Rule] = []
+ARANGE_TABLE = 32768  # positions a lowered arange can produce (128 KiB of float32)
+_LETTER = {-1: "w", -2: "h"}
+
+_INTS = ("i8", "u8", "i16", "i32", "i64")
+_FLOATS = ("f32", "f64")
+_LAYOUT_ONLY = ("Split", "Reshape", "Crop", "Permute", "Squeeze", "ExpandDims", "Flatten",
+                "Concat", "Slice", "Tensor.to", "Tensor.long", "Tensor.int", "Tensor.float")
+
+
+# arange(start, L) = Crop(MemoryData[start .. start+N-1], [0, L - start)) against x's extent
+@rule("torch.arange", doc="MemoryData [start, start+N) cropped to the extent (static, or a "
+      "tensor's dim via a Crop shape expression)", into=_VALUES)
+def arange(s: Site) -> str:
+    op = s.op()
+    start, step = op.param("start", 0), op.param("step", 1)
+    start = 0 if start is None else start
+    step = 1 if step is None else step
+    if not isinstance(start, int) or step != 1:
+        raise Declined(f"start={start!r} step={step!r}: only a static int start and step 1 "
+                       f"are lowered")
+    if not s.layer.inputs:
+        end = op.param("end")
+        if not isinstance(end, int) or end < start:
+            raise Declined(f"end={end!r} is not a static int")
+        n = end - start
+        _needs_weights(s)
+        return s.emit("MemoryData", [], {0: n}, "table",
+                      {"data": np.arange(start, end, dtype=np.float32)})
+    if len(s.layer.inputs) != 1:
+        raise Declined(f"{len(s.layer.inputs)} computed bottoms (only a computed end is "
+                       f"lowered)")
+    arith = ShapeArith(s.g, s.pnnx)
+    try:
+        end = arith.value(s.layer.inputs[0])
+    except NotAffine as exc:
+        raise Declined(f"end is not exact shape arithmetic: {exc}") from None
+    if not isinstance(end, Affine) or end.const != 0 or len(end.coefs) != 1 \
+            or end.coefs[0][1] != 1 or end.coefs[0][0][0] != "size":
+        raise Declined(f"end = {end}: only the extent of one dim (x.shape[d]) is lowered")
+    sym = end.coefs[0][0]
+    _, _, dim, shape = sym
+    axis = ncnn_axis(s, dim, shape)
+    if axis not in _LETTER:
+        raise Declined(f"the extent of dim {dim} of {shape}: ncnn axis {axis} is c or d "
+                       f"depending on the blob's rank, which the traced shape does not fix")
+    ref = arith.reader[sym]
+    _needs_weights(s)
+    table = s.emit("MemoryData", [], {0: ARANGE_TABLE}, "table",
+                   {"data": np.arange(start, start + ARANGE_TABLE, dtype=np.float32)})
+    limit = f"1{_LETTER[axis]}" if start == 0 else f"-(1{_LETTER[axis]},{start})"
+    return s.emit("Crop", [table, ref], {19: "0", 20: limit, 21: "0"}, "arange")
+
+
+def _needs_weights(s: Site) -> None:
+    if s.g.weights is None:
+        raise Declined("it adds a MemoryData table to the .bin: load the weights (--bin; "
+                       "for a param without weights, synth-bin's)")
+
+
+# a cast of a value computed in the graph: ncnn already holds it as float32 (identity)
+@rule("Tensor.to", "Tensor.long", "Tensor.int", "Tensor.float", "Tensor.double", "aten::to",
+      doc="identity on values computed in the graph (ncnn holds them as float32)",
+      into=_VALUES)
+def int_cast(s: Site) -> str:
+    op = s.op()
+    src = op.arg_names.get("input") or (op.inputs[0] if op.inputs else None)
+    din = s.pnnx.operand(src).dtype if src and s.pnnx.operand(src) else None
+    dout = s.pnnx.operand(op.outputs[0]).dtype if op.outputs and \
+        s.pnnx.operand(op.outputs[0]) else None
+    if din is None or dout is None:
+        raise Declined("pnnx recorded no dtype for its input or output")
+    if din in _FLOATS and dout in _INTS:
+        raise Declined(f"{din} -> {dout} rounds toward zero; ncnn has no such conversion")
+    if not ({din, dout} <= set(_INTS + _FLOATS) or din == "bool"):
+        raise Declined(f"{din} -> {dout} changes the values (ncnn computes in float32)")
+    if din == "bool":
+        raise Declined("bool -> number: a comparison leftover produced it (lowered only "
+                       "with the comparison)")
+    fed = _graph_input_source(s.g, s.input(0))
+    if fed is not None and (din in _INTS) != (dout in _INTS):
+        raise Declined(f"its {din} input comes from graph input {fed!r}, which ncnn holds as "
+                       f"int32 bit patterns, not as float values")
+    return s.input(0)
+
+
+# comparisons: refused, naming a constant pnnx folded at the first trace when there is one
+@rule("torch.lt", "torch.gt", "torch.le", "torch.ge", "torch.eq", "torch.ne",
+      doc="declined: ncnn has no comparison layer; names a trace-folded constant operand",
+      into=_VALUES)
+def compare(s: Site) -> str:
+    why = ("a boolean mask built in the graph: ncnn has no comparison or select layer; "
+           "pass the mask (additive 0/-inf) as an input")
+    for b in s.layer.inputs:
+        prod = s.g.producer(s.g.above_splits(b))
+        if prod is not None and prod.type == "MemoryData" and prod.name.startswith("pnnx_fold"):
+            value = ""
+            if prod.weights is not None and len(prod.weights) and prod.weights[0].count == 1:
+                value = f" = {float(prod.weights[0].array().reshape(-1)[0]):g}"
+            frozen = (f"; it compares with {prod.name!r}{value}, a constant pnnx folded from "
+                      f"the first trace (e.g. `lengths * x.shape[-1]`): in a dynamic export the "
+                      f"mask is frozen at the traced length")
+            raise Declined(why + frozen)
+    raise Declined(why)
+
+
+def _graph_input_source(g: Graph, blob: str) -> str | None:
+    """The graph input `blob` is a layout-only view of, if any (worklist over producers)."""
+    work, seen = [blob], set()
+    while work:
+        b = work.pop()
+        if b in seen:
+            continue
+        seen.add(b)
+        prod = g.producer(b)
+        if prod is None:
+            continue
+        if prod.type == "Input":
+            return b
+        if prod.type in _LAYOUT_ONLY:
+            work.extend(prod.inputs)
+    return None
+
+
+VALUE_RULES = Rules(_VALUES)

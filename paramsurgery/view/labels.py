@@ -1,0 +1,155 @@
+"""What a picture says about a layer and a blob: the box text (type, name, the params that
+differ from ncnn's defaults, weight bytes and dtype) and the shape of each blob when it is
+known (the shapes analysis, `paramsurgery.shapes`, then pnnx's traced shapes from the
+`X.pnnx.param` beside the graph)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from ..layer_params import param_default, param_info
+from ..layer_types import is_converter_leftover, is_ncnn_layer
+
+if TYPE_CHECKING:
+    from ..graph import Graph
+    from ..layer import Layer
+    from ..shapes import ShapeMap
+
+SHAPE_HINTS = 30  # the generic `-23330=` param: top shape hints (net.cpp)
+MAX_LINE = 40  # characters of a box line; the full text is in the tooltip
+PARAM_LINES = 2  # box lines for the params
+
+
+def layer_kind(layer_type: str) -> str:
+    """css class of a layer box: io, leftover (pnnx could not convert the op), unknown
+    (not an ncnn type: a custom layer) or plain."""
+    if layer_type == "Input":
+        return "io"
+    if is_converter_leftover(layer_type):
+        return "leftover"
+    if not is_ncnn_layer(layer_type):
+        return "unknown"
+    return "plain"
+
+
+def key_params(layer: "Layer") -> str:
+    """`name=value` for every param that is not ncnn's default (shape hints left out), in
+    id order."""
+    out = []
+    for pid, value in sorted(layer.params.items()):
+        if pid == SHAPE_HINTS:
+            continue
+        info = param_info(layer.type, pid)
+        if info is not None and _same(value, param_default(layer.type, pid, layer.params)):
+            continue
+        out.append(f"{info.name if info else pid}={_fmt(value)}")
+    return " ".join(out)
+
+
+def weight_text(layer: "Layer") -> str:
+    """`fp16 1.2 MB` for a layer with weights loaded; '' without."""
+    lw = layer.weights
+    if lw is None or not len(lw):
+        return ""
+    dtypes = sorted({w.dtype for w in lw})
+    return f"{'/'.join(dtypes)} {human_bytes(lw.nbytes)}"
+
+
+def layer_lines(layer: "Layer") -> tuple[list[str], list[str], str]:
+    """The box lines, their css classes (type, name, params, weights) and the tooltip."""
+    params = wrap(key_params(layer), PARAM_LINES)
+    lines = [layer.type, layer.name, *params]
+    classes = ["type", "name"] + ["params"] * len(params)
+    wt = weight_text(layer)
+    if wt:
+        lines.append(wt)
+        classes.append("weights")
+    title = f"{layer.type} {layer.name}\n{' '.join(layer.inputs)} -> {' '.join(layer.outputs)}"
+    toks = " ".join(layer.params.tokens())
+    if toks:
+        title += f"\n{toks}"
+    if wt:
+        title += "\nweights: " + ", ".join(f"{w.role} {w.dtype} {tuple(w.shape)} {w.nbytes} B"
+                                           for w in layer.weights)
+    if layer.source_line is not None:
+        title += f"\nline {layer.source_line}"
+    return lines, classes, title
+
+
+def blob_shapes(graph: "Graph", pnnx_param: str | None = None, *,
+                analysis: "ShapeMap | None" = None) -> dict[str, str]:
+    """Blob name → shape text: `[c,h,w]` (ncnn's dims, numpy order of the Mat, symbols such
+    as `T` kept) from the shapes analysis (`analysis`, default: the static one, from the
+    Input layers' params, `-23330=` hints and the per-layer rules), then pnnx's traced torch
+    shapes `(1,?,64)` for the blobs it leaves unknown (`pnnx_param`, default: the
+    `.pnnx.param` beside the graph file, if any)."""
+    from ..shapes import infer_shapes
+    from ..shapes.affine import dim_str
+
+    sm = analysis if analysis is not None else infer_shapes(graph)
+    shapes = {blob: "[" + ",".join(dim_str(d) for d in shape) + "]"
+              for blob, shape in sm.shapes.items()
+              if shape is not None and any(d is not None for d in shape)}
+    path = pnnx_param
+    if path is None and graph.source.path:
+        from ..formats.pnnx_param import find_pnnx_param
+
+        path = find_pnnx_param(graph.source.path)
+    if path and os.path.isfile(path):
+        from ..formats.pnnx_param import read_pnnx_param
+        from ..lint.conformance import map_blobs
+
+        try:
+            traced = read_pnnx_param(path)
+        except Exception:  # noqa: BLE001 - a broken companion file only costs the labels
+            return shapes
+        for blob, operand in map_blobs(graph, traced).items():
+            if operand.shape is not None and blob not in shapes:
+                shapes[blob] = operand.shape_text()
+    return shapes
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def wrap(text: str, lines: int, n: int = MAX_LINE) -> list[str]:
+    """Words of `text` in at most `lines` lines of `n` characters, the last clipped."""
+    out: list[str] = []
+    cur = ""
+    for word in text.split():
+        if cur and len(cur) + 1 + len(word) > n and len(out) < lines - 1:
+            out.append(cur)
+            cur = word
+        else:
+            cur = f"{cur} {word}" if cur else word
+    if cur:
+        out.append(clip(cur, n))
+    return out
+
+
+def clip(text: str, n: int = MAX_LINE) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _same(a: object, b: object) -> bool:
+    if b is None:
+        return False
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return float(a) == float(b)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return False
+    return a == b
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_fmt(v) for v in value)
+    return str(value)

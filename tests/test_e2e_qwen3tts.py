@@ -1,0 +1,107 @@
+"""tools/e2e_qwen3tts.py: the whole Qwen3-TTS pipeline on ncnn against the HF reference
+(fixtures/qwen3_tts/tiny/e2e.ref.npz; no torch needed)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tools"))
+
+import e2e_qwen3tts
+
+LAST = re.compile(r"^e2e: codes (\d+)/(\d+) frames identical; waveform rel (\S+); "
+                  r"chunked == offline rel (\S+)$")
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str], str]:
+    rc = e2e_qwen3tts.main(list(args))
+    out = capsys.readouterr()
+    return rc, out.out.strip().splitlines(), out.err
+
+
+def test_tiny_pipeline_matches_torch(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, lines, _ = _run(capsys, "--frames", "24", "--threads", "1")
+    m = LAST.match(lines[-1])
+    assert m, lines[-1]
+    assert (int(m[1]), int(m[2])) == (24, 24)
+    assert float(m[3]) <= 1e-4 and float(m[4]) <= 1e-4
+    assert rc == 0
+    log = "\n".join(lines)
+    # the passes really ran: kv caches, both codebook fusions, the streaming conv stack
+    assert "add-kvcache: 2 SDPA layer(s)" in log
+    assert log.count("fuse-codebooks: 1 fusion(s), 15 tables") == 2
+    assert re.search(r"add-conv-cache: \d+ state blob", log)
+
+
+def test_a_wrong_reference_code_is_reported(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    with np.load(e2e_qwen3tts.REFERENCE) as data:
+        ref = {k: data[k] for k in data.files}
+    ref["output_codes"] = ref["output_codes"].copy()
+    ref["output_codes"][2, 5] = (ref["output_codes"][2, 5] + 1) % 32
+    path = tmp_path / "e2e.ref.npz"
+    np.savez(path, **ref)
+    monkeypatch.setattr(e2e_qwen3tts, "REFERENCE", path)
+    rc, lines, _ = _run(capsys, "--frames", "3", "--threads", "1")
+    assert rc == 1
+    assert lines[-1].startswith("e2e: codes 2/3 frames identical")
+    assert any(line.startswith("frame 2: ncnn ") for line in lines)
+
+
+def test_frames_beyond_the_reference_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = _run(capsys, "--frames", "25", "--threads", "1")
+    assert rc == 2 and "the reference has 24 frames" in err
+
+
+@pytest.mark.slow
+def test_raw_variant_runs_or_names_the_modules(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, lines, err = _run(capsys, "--variant", "raw", "--frames", "4", "--threads", "1")
+    if rc == 2:
+        assert err.startswith("e2e: --variant raw cannot run: ")
+        assert re.search(r"^  \w+: ", err, re.MULTILINE), err
+    else:
+        assert rc == 0 and LAST.match(lines[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.disk_usage("/tmp").free < 12e9, reason="needs ~9 GB of scratch")
+def test_real_size_synth_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, lines, _ = _run(capsys, "--size", "real", "--synth", "--frames", "2")
+    assert rc == 0
+    assert lines[-1].startswith("e2e real (synth weights, no reference): 2 frames, 7680 samples")
+
+
+@pytest.mark.slow
+def test_raw_modules_that_load_run_right_in_the_pipeline(capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    rc, lines, _ = _run(capsys, "--variant", "raw", "--raw-fallback", "--frames", "6",
+                        "--threads", "1")
+    m = LAST.match(lines[-1])
+    assert m and (int(m[1]), int(m[2])) == (6, 6), lines[-1]
+    assert rc == 0
+    raw_parts = [line for line in lines if ".raw): fix + fold-gqa + lower + fix-batch-reshape: loads" in line]
+    assert len(raw_parts) >= 6, "\n".join(lines)
+
+
+@pytest.mark.slow
+def test_regenerating_the_reference_is_byte_identical(tmp_path: Path) -> None:
+    import importlib.util
+    import subprocess
+
+    for dist in ("torch", "qwen_tts", "transformers"):
+        if importlib.util.find_spec(dist) is None:
+            pytest.skip(f"{dist} is not installed (export environment needed)")
+    out = tmp_path / "fixtures"
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "make_fixtures.py"), "--size",
+                           "tiny", "--only", "e2e", "--out", str(out)], capture_output=True,
+                          text=True, timeout=1800, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    new = out / "qwen3_tts" / "tiny" / "e2e.ref.npz"
+    assert new.read_bytes() == e2e_qwen3tts.REFERENCE.read_bytes()

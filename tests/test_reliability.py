@@ -1,0 +1,331 @@
+"""Issue 14, one test per item: hostile input never gives an internal error, a hang, a
+stray file, or a disagreement with ncnn's own loader."""
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import paramsurgery
+from paramsurgery import ParamSurgeryError
+from paramsurgery.cli import main
+from paramsurgery.io import Terminated
+from paramsurgery.ncnn_loader import load_verdicts
+
+from conftest import REPO
+from fuzz_harness import run_cli
+
+SPLIT_CYCLE = b"7767517\n3 4\nInput in 0 1 a\nSplit s 1 1 x x\nBinaryOp add 2 1 a x y 0=0\n"
+SIMPLE = b"7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a b\n"
+
+
+def write(tmp_path, data: bytes, name="m.param") -> str:
+    p = tmp_path / name
+    p.write_bytes(data)
+    return str(p)
+
+
+# 1 ------------------------------------------------------------------------ cycles
+@pytest.mark.parametrize("cmd", [["lint"], ["fix", "-o", "OUT"], ["fuse-codebooks", "-o", "OUT"],
+                                 ["fold-gqa", "-o", "OUT"], ["lower", "-o", "OUT"]])
+def test_walks_terminate_on_cycles_and_report_them(tmp_path, cmd):
+    p = write(tmp_path, SPLIT_CYCLE)
+    assert load_verdicts([SPLIT_CYCLE])[0].loads  # ncnn loads it
+    argv = [cmd[0], p] + [str(tmp_path / "o.param") if a == "OUT" else a for a in cmd[1:]]
+    code, out, err = run_cli(argv, timeout=30)
+    assert code in (0, 1, 2), (code, err)
+    if cmd[0] == "lint":
+        assert "PS105 error layer 's' reads its own top 'x' (a cycle)" in out
+
+
+def test_embed_sum_walk_with_a_cycle(tmp_path):
+    data = (b"7767517\n4 6\nInput in 0 2 a c\nEmbed e 1 1 c y 0=4 1=8 3=32\n"
+            b"Split s 1 1 x x\nBinaryOp add 2 1 a x y 0=0\n")
+    code, out, _ = run_cli(["lint", "--no-run", write(tmp_path, data)], timeout=30)
+    assert code == 1 and "PS105" in out
+
+
+# 2 ------------------------------------------------------------------------ huge integers
+@pytest.mark.parametrize("data,line", [
+    (b"7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a b 0=" + b"9" * 5000 + b"\n", 4),
+    (b"7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a b -23300=" + b"9" * 5000 + b",1\n", 4),
+    (b"7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a b " + b"1" * 5000 + b"=1\n", 4),
+    (b"7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a b 0=1," + b"9" * 5000 + b"\n", 4),
+    (b"9" * 5000 + b"\n2 2\nInput in 0 1 a\n", 1),
+    (b"7767517\n" + b"9" * 5000 + b" 2\nInput in 0 1 a\n", 2),
+    (b"7767517\n2 2\nInput in 0 1 a\nReLU r " + b"1" * 5000 + b" 1 a b\n", 4),
+])
+def test_huge_integer_tokens_are_located_errors(tmp_path, data, line):
+    p = write(tmp_path, data)
+    assert not load_verdicts([data])[0].loads
+    for argv in (["lint", p], ["fmt", p, "-o", str(tmp_path / "o.param")], ["info", p]):
+        code, _, err = run_cli(argv)
+        assert code == 2, (argv, err)
+        assert err.startswith(f"{p}:{line}:"), err
+        assert len(err) < 1000  # the token is not echoed whole
+
+
+# 3 ------------------------------------------------------------------------ header counts
+def test_fmt_counts_blobs_as_ncnn_does(tmp_path):
+    data = b"7767517\n3 3\nInput in 0 1 a\nReLU r1 1 1 a b\nReLU r2 1 1 a b\n"
+    assert load_verdicts([data])[0].loads
+    out = tmp_path / "o.param"
+    assert main(["fmt", write(tmp_path, data), "-o", str(out)]) == 0
+    assert out.read_bytes().split(b"\n")[1] == b"3 3"  # one blob per top: b twice
+    assert load_verdicts([out.read_bytes()])[0].loads
+    g = paramsurgery.loads(b"7767517\n2 3\nInput in 0 1 a\nReLU r 1 1 x b\n")
+    assert g.blob_count() == 3  # a dangling bottom makes a blob too
+
+
+def test_header_only_file_keeps_its_header(tmp_path):
+    out = tmp_path / "o.param"
+    assert main(["fmt", write(tmp_path, b"7767517\n1 1\n"), "-o", str(out)]) == 0
+    assert out.read_bytes() == b"7767517\n1 1\n"
+
+
+def test_every_writer_keeps_a_loadable_file_loadable(tmp_path):
+    """Each rewriting command on files ncnn loads (the corpus): its output loads too."""
+    from conftest import corpus_params
+
+    outs = []
+    for src in corpus_params()[:12]:
+        for cmd in (["fmt"], ["fix"], ["remove-passthrough"]):
+            out = tmp_path / f"{src.stem}.{cmd[0]}.param"
+            code, _, err = run_cli(cmd + [str(src), "-o", str(out)])
+            if code in (0, 1) and out.exists():
+                outs.append((src, cmd[0], out.read_bytes()))
+            else:
+                assert code == 2, err
+    ins = load_verdicts([s.read_bytes() for s, _, _ in outs])
+    got = load_verdicts([o for _, _, o in outs])
+    bad = [(s.name, c, g.message) for (s, c, _), i, g in zip(outs, ins, got)
+           if i.loads and not g.loads]
+    assert not bad
+
+
+# 4 ------------------------------------------------------------------------ grammar
+@pytest.mark.parametrize("data", [
+    b"7767517\n2 2 Input in 0 1 a\nReLU r 1 1 a b\n",
+    b"7767517 2 2 Input in 0 1 a\nReLU r 1 1 a b 0=1\n",
+    b"7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a b 0=a\"b 1=ab\" 2=a,b\"c\n",
+    b"7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a b -0=1 -00=2 031=1\n",
+    b"7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a b -23300=+1,5 -23301=-0 -023302=1,2\n",
+    b"7767517\n1 1\nInput in +0 01 a\n",
+    b"7767517\n1 1\nInput in -0 1 a\n",
+    b"7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a b 0=" + b"0" * 126 + b"1\n",
+    b"7767517\n1 1000000\nInput in 0 1 a\n",
+])
+def test_reader_accepts_what_ncnn_loads_byte_exact(data):
+    assert load_verdicts([data])[0].loads
+    g = paramsurgery.loads(data, "m.param")
+    for layer in g:
+        layer.params.check()
+    assert g.dump_bytes() == data
+
+
+def test_first_layer_on_the_header_line_keeps_positions():
+    g = paramsurgery.loads(b"7767517\n2 2 Input in 0 1 a\nReLU r 1 1 a b\n")
+    assert [x.source_line for x in g] == [2, 3]
+    with pytest.raises(ParamSurgeryError) as info:
+        paramsurgery.loads(b"7767517\n2 2  Input in 0 1 a\nReLU r 1 1 a b 0=,\n", "m.param")
+    assert info.value.line == 3
+    with pytest.raises(ParamSurgeryError) as info:
+        paramsurgery.loads(b"7767517\n2 2  Input in 0 1 a 0=1x\nReLU r 1 1 a b\n", "m.param")
+    assert (info.value.line, info.value.col) == (2, len("2 2  Input in 0 1 a ") + 1)
+
+
+@pytest.mark.parametrize("data,line", [
+    (b"7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a b 0=" + b"0" * 127 + b"1\n", 4),
+    (b"7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a b " + b"0" * 15 + b"1=1\n", 4),
+    (b"7767517\n1 1\nInput in 0 " + b"0" * 31 + b"1 a\n", 3),
+    (b"7767517\n1 1000001\nInput in 0 1 a\n", 2),
+    (b"7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a b 0=\"ab\"c\n", 4),
+    (b"7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a b 1=" + b"a" * 256 + b"\n", 4),
+])
+def test_reader_rejects_what_ncnn_rejects(data, line):
+    assert not load_verdicts([data])[0].loads
+    with pytest.raises(ParamSurgeryError) as info:
+        g = paramsurgery.loads(data, "m.param")
+        for layer in g:
+            layer.params.check()
+    assert info.value.line == line
+
+
+@pytest.mark.parametrize("data,line,message", [
+    (b"7767517\n2 2\nInput in 0 1 a\nPooling p 1 1 a b 2=2\n", 4, "layer load_param 1 p failed"),
+    (b"7767517\n2 2\nInput in 0 1 a\nReLU r 2 1 a a b\n", 4, "one_blob_only layer 1"),
+    (b"7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a b -23331=1,1\n", 4, "invalid feature mask"),
+    (b"7767517\n2 2\nInput in 0 1 a\nSoftmax s 1 1 a b 0=1\n", 4, "layer load_param 1 s"),
+])
+def test_lint_reports_ncnns_own_message_on_the_line(tmp_path, data, line, message):
+    p = write(tmp_path, data)
+    code, out, _ = run_cli(["lint", p], timeout=60)
+    assert code == 1
+    errors = [ln for ln in out.splitlines() if ln.startswith(f"{p}:{line}: ") and " error " in ln]
+    assert errors, out
+    # ncnn's own words, unless a more specific rule already reports this line
+    if not any("PS112" not in ln for ln in errors):
+        assert "PS112 error ncnn's loader rejects this file: " in out and message in out
+
+
+def test_no_false_error_past_the_header_count(tmp_path):
+    data = b"7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a b\nMyLayer m 1 1 b c\n"
+    assert load_verdicts([data])[0].loads
+    code, out, _ = run_cli(["lint", write(tmp_path, data)], timeout=60)
+    assert code == 0, out
+    assert "PS005 info" in out and "past the header's layer count" in out
+
+
+# 5 ------------------------------------------------------------------------ long arrays
+RSS_SCRIPT = textwrap.dedent("""
+    import os, resource, sys
+    import paramsurgery
+    from paramsurgery.io import load
+    path = sys.argv[1]
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    g = load(path)
+    for layer in g:
+        layer.params.check()
+    assert len(g.layer("m").params.value(0).value) == 2000000
+    data = g.dump_bytes()
+    assert len(data) == os.path.getsize(path)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print((peak - base) * 1024 / os.path.getsize(path))
+""")
+
+
+def test_long_array_peak_memory_is_bounded(tmp_path):
+    n = 2000000
+    p = tmp_path / "long.param"
+    p.write_text("7767517\n2 2\nInput in 0 1 a\nMemoryData m 0 1 b "
+                 f"-23300={n},{','.join(['1'] * n)}\n")
+    r = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(p)], capture_output=True,
+                       text=True, timeout=300, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout) <= 10.0, r.stdout  # ncnn itself: ~6x
+
+
+# 6 ------------------------------------------------------------------------ write failures
+EXPLICIT_CACHE = (b"7767517\n6 13\nInput in0 0 6 q k v past_k past_v mask\n"
+                  b"Concat cat_k 2 1 past_k k kk 0=1\nSplit split_k 1 2 kk kk_0 present_k\n"
+                  b"Concat cat_v 2 1 past_v v vv 0=1\nSplit split_v 1 2 vv vv_0 present_v\n"
+                  b"SDPA sdpa_0 4 1 q kk_0 vv_0 mask out0 5=1\n")
+
+
+@pytest.mark.parametrize("cmd", [["fmt"], ["fix"], ["fold-explicit-cache"], ["remove-passthrough"],
+                                 ["synth-bin"], ["rename-blobs", "b=c"],
+                                 ["extract", "--outputs", "b"]])
+@pytest.mark.parametrize("where", ["missing_dir", "a_directory"])
+def test_write_failures_exit_2_naming_the_path(tmp_path, cmd, where):
+    src = write(tmp_path, EXPLICIT_CACHE if cmd[0] == "fold-explicit-cache" else SIMPLE)
+    out = tmp_path / "nope" / "o.param" if where == "missing_dir" else tmp_path / "d.param"
+    if where == "a_directory":
+        out.mkdir()
+        if cmd[0] in ("synth-bin", "extract"):
+            return  # synth-bin refuses an existing path; extract writes PATH.param
+    code, _, err = run_cli([cmd[0], src, "-o", str(out)] + cmd[1:])
+    assert code == 2, err
+    assert err.startswith(f"{out}: cannot write: "), err
+
+
+def test_disk_full_exits_2_and_leaves_no_temp_file(tmp_path, monkeypatch):
+    import paramsurgery.io as io
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(io.os, "fsync", full)
+    src = write(tmp_path, SIMPLE)
+    out = tmp_path / "out" / "o.param"
+    out.parent.mkdir()
+    code, _, err = run_cli(["fmt", src, "-o", str(out)])
+    assert code == 2 and err.startswith(f"{out}: cannot write: No space left on device")
+    assert list(out.parent.iterdir()) == []
+
+
+# 7 ------------------------------------------------------------------------ signals
+CHILD = textwrap.dedent("""
+    import sys, time
+    from paramsurgery.io import atomic_open
+    with atomic_open(sys.argv[1]) as fh:
+        fh.write(b"x" * 1000)
+        print("ready", flush=True)
+        time.sleep(60)
+""")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_signals_remove_the_temporary_file(tmp_path, sig):
+    out = tmp_path / "o.bin"
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=REPO)
+    assert proc.stdout.readline().strip() == b"ready"
+    assert len(list(tmp_path.iterdir())) == 1  # the hidden temporary
+    proc.send_signal(sig)
+    proc.wait(timeout=30)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_exits_128_plus_signal(monkeypatch, capsys):
+    from paramsurgery.commands import info
+
+    def killed(args):
+        raise Terminated(signal.SIGTERM)
+
+    monkeypatch.setattr(info, "run", killed)
+    assert main(["info", "x.param"]) == 128 + signal.SIGTERM
+    assert "terminated" in capsys.readouterr().err
+
+
+# 8 ------------------------------------------------------------------------ synth-bin
+def test_synth_bin_refuses_to_overwrite_without_force(tmp_path):
+    p = write(tmp_path, b"7767517\n2 2\nInput in 0 1 a\nInnerProduct fc 1 1 a b 0=4 1=1 2=16\n")
+    b = tmp_path / "m.bin"
+    b.write_bytes(b"real weights")
+    code, _, err = run_cli(["synth-bin", p, "-o", str(b)])
+    assert code == 2 and err.startswith(f"{b}: exists") and "--force" in err
+    assert b.read_bytes() == b"real weights"
+    assert run_cli(["synth-bin", p, "-o", str(b), "--force"])[0] == 0
+    assert b.stat().st_size == 4 + 16 * 4 + 4 * 4
+
+
+# 9 ------------------------------------------------------------------------ side files
+@pytest.mark.parametrize("content", [b"", b"garbage", b"PK\x03\x04broken"])
+def test_bad_reference_next_to_the_model_is_a_finding(tmp_path, content):
+    p = write(tmp_path, SIMPLE, "X.ncnn.param")
+    (tmp_path / "X.ref.npz").write_bytes(content)
+    code, out, err = run_cli(["lint", p], timeout=60)
+    assert code == 0, err
+    assert "PS400 warning reference not used:" in out and "X.ref.npz" in out
+
+
+def test_reading_a_device_is_bounded():
+    t = time.perf_counter()
+    code, _, err = run_cli(["info", "/dev/zero"], timeout=60)
+    assert code == 2 and err.startswith("/dev/zero: not a regular file and longer than")
+    assert time.perf_counter() - t < 30
+
+
+def test_huge_integers_in_pnnx_side_file(tmp_path):
+    p = write(tmp_path, SIMPLE, "X.ncnn.param")
+    (tmp_path / "X.pnnx.param").write_bytes(
+        b"7767517\n2 2\npnnx.Input in 0 1 a #a=(1," + b"9" * 5000 + b")f32\n"
+        b"nn.ReLU r 1 1 a b #a=(1,4)f32 #b=(1,4)f32 k=" + b"9" * 5000 + b"\n")
+    code, _, err = run_cli(["lint", "--no-run", p], timeout=60)
+    assert code in (0, 1, 2), err
+    assert code != 2 or err.startswith(str(tmp_path)), err
+
+
+def test_layer_with_too_few_bottoms_is_no_internal_error(tmp_path):
+    """Found by the slow fuzz: a Split with no bottom crashed the shape analysis (exit 3)."""
+    data = (b"7767517\n4 4\nInput in0 0 1 in0\nSplit spl1 0 1 in1\nSigmoid s 1 1 in1 a\n"
+            b"ReLU r 1 1 a out0\n")
+    p = write(tmp_path, data)
+    code, out, err = run_cli(["lint", "--no-run", p], timeout=60)
+    assert code == 0, err  # ncnn loads it too
+    assert load_verdicts([data])[0].loads

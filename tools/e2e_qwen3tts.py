@@ -1,0 +1,229 @@
+#!/usr/bin/env python
+"""Qwen3-TTS end to end on ncnn: assemble the pipeline from the fixture graphs with
+paramsurgery's passes, generate greedily, decode offline and in chunks, compare with torch.
+
+    python tools/e2e_qwen3tts.py [--frames N] [--variant ported|raw] [--threads T]
+                                 [--chunks 1,3,2]
+    python tools/e2e_qwen3tts.py --size real --synth [--frames N]
+
+Tiny (default): the torch reference is `fixtures/qwen3_tts/tiny/e2e.ref.npz` (greedy HF
+generation with the fixtures' weights, made by `tools/make_fixtures.py --only e2e`); no
+torch needed here. Last line:
+
+    e2e: codes N/N frames identical; waveform rel X; chunked == offline rel Y
+
+(waveform rel = max|ncnn offline - torch| / max|torch| over the N frames' samples; chunked
+== offline rel = the same between the chunked and the offline ncnn decodes.) Exit 1 when a
+frame differs or a rel exceeds --tol.
+
+`--size real --synth`: the real-size graphs (fixtures/qwen3_tts/real, .param only) with
+`synth-bin` weights (seeded random, in a temporary directory: ~4 GB), random text ids and
+mels; prints time per frame and the real-time factor. No reference comparison (random
+weights make random codes).
+
+`--variant raw`: the raw (HF code) exports after `paramsurgery fix` (+ fold-gqa); stops with
+exit 2 naming every module that has no raw export or does not load after `fix`, unless
+`--raw-fallback`, which keeps those modules' ported graphs and names them in the log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from qwen3tts import assemble, configs
+from qwen3tts.ncnn_pipeline import Generator, Settings
+
+REFERENCE = ROOT / "fixtures" / "qwen3_tts" / "tiny" / "e2e.ref.npz"
+SAMPLE_RATE = 24000
+SAMPLES_PER_FRAME = 1920
+SYNTH_SEED = 0
+
+
+def rel(a: np.ndarray, ref: np.ndarray) -> float:
+    if a.shape != ref.shape:
+        return float("inf")
+    scale = float(np.max(np.abs(ref))) or 1.0
+    return float(np.max(np.abs(a.astype(np.float64) - ref))) / scale
+
+
+def real_settings(frames: int) -> Settings:
+    """The generation settings at real size, from the released config values (what
+    e2e.ref.npz's meta_* keys record at tiny size)."""
+    tts, talker = configs.get("real", "tts"), configs.get("real", "talker")
+    talker_sup, pred_sup = configs.suppressed_ids("real")
+    eos = talker["codec_eos_token_id"]
+    return Settings(frames=frames, hidden=talker["hidden_size"],
+                    tts_bos_eos_pad=[tts["tts_bos_token_id"], tts["tts_eos_token_id"],
+                                     tts["tts_pad_token_id"]],
+                    codec_think=[talker["codec_think_id"], talker["codec_think_bos_id"],
+                                 talker["codec_language_id"]["english"],
+                                 talker["codec_think_eos_id"]],
+                    codec_pad_bos=[talker["codec_pad_id"], talker["codec_bos_id"]],
+                    codec_eos=eos, talker_banned=np.asarray(talker_sup + [eos]),
+                    predictor_banned=np.asarray(pred_sup, dtype=np.int64),
+                    groups=talker["num_code_groups"])
+
+
+def synth_bins(manifest: dict, work: Path, log: list[str]) -> dict[str, Path]:
+    """synth-bin weights for every real-size source graph the pipeline reads."""
+    from paramsurgery import load
+    from paramsurgery.weights.synth import write_synth_bin
+
+    bins: dict[str, Path] = {}
+    for module, variant in assemble.SOURCES.values():
+        key = f"{module}.{variant}"
+        if key in bins:
+            continue
+        rec = assemble.export_record(manifest, module, variant, "real")
+        param = assemble.FIXTURES / rec["files"]["ncnn_param"]
+        out = work / f"{key}.synth.bin"
+        t = time.perf_counter()
+        with open(out, "wb") as fh:
+            write_synth_bin(load(param), fh, seed=SYNTH_SEED)
+        bins[key] = out
+        log.append(f"synth-bin {key}: {out.stat().st_size / 1e6:.0f} MB in "
+                   f"{time.perf_counter() - t:.1f} s")
+    return bins
+
+
+def timing_lines(gen: Generator, frames: int, threads: int) -> tuple[list[str], dict]:
+    t = gen.timing
+    per_frame = float(np.mean(t.per_frame)) if t.per_frame else 0.0
+    per_frame_cpu = float(np.mean(t.per_frame_cpu)) if t.per_frame_cpu else 0.0
+    codec_chunked = sum(t.codec_chunks)
+    audio = frames * SAMPLES_PER_FRAME / SAMPLE_RATE
+    total = t.prompt + sum(t.per_frame) + codec_chunked
+    figures = {"prompt_s": t.prompt, "generate_ms_per_frame": per_frame * 1e3,
+               "generate_cpu_ms_per_frame": per_frame_cpu * 1e3,
+               "codec_offline_ms_per_frame": t.codec_offline / frames * 1e3,
+               "codec_chunked_ms_per_frame": codec_chunked / frames * 1e3,
+               "total_s": total, "audio_s": audio, "rtf": total / audio}
+    lines = [(f"timing ({threads} threads): prompt {t.prompt * 1e3:.1f} ms; talker + "
+              f"predictor {per_frame * 1e3:.1f} ms/frame (CPU {per_frame_cpu * 1e3:.1f}); "
+              f"codec offline "
+              f"{figures['codec_offline_ms_per_frame']:.1f} ms/frame, chunked "
+              f"{figures['codec_chunked_ms_per_frame']:.1f} ms/frame"),
+             (f"real-time factor {figures['rtf']:.3f} ({total:.2f} s for {audio:.2f} s of "
+              f"audio: prompt + generation + chunked decode; load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")]
+    return lines, figures
+
+
+def run_tiny(args: argparse.Namespace, work: Path) -> int:
+    with np.load(REFERENCE) as data:
+        ref = {k: data[k] for k in data.files}
+    s = Settings.from_npz(ref)
+    frames = args.frames
+    if not 1 <= frames <= s.frames:
+        print(f"--frames {frames}: the reference has {s.frames} frames", file=sys.stderr)
+        return 2
+    pipe = assemble.assemble("tiny", args.variant, work, raw_fallback=args.raw_fallback)
+    for line in pipe.log:
+        print("  " + line)
+    gen = Generator(pipe, threads=args.threads)
+    out = gen.generate(ref["input_text_ids"], ref["input_mels"], s, frames)
+    want = ref["output_codes"][:frames]
+    same = [bool(np.array_equal(out["codes"][i], want[i])) for i in range(frames)]
+    first_bad = next((i for i, ok in enumerate(same) if not ok), None)
+    print(f"x-vector rel {rel(out['xvector'], ref['output_xvector']):.2e}; prompt embeds rel "
+          f"{rel(out['prompt'], ref['output_prompt_embeds']):.2e}; trailing text rel "
+          f"{rel(out['trailing'], ref['output_trailing_text']):.2e}")
+    if first_bad is not None:
+        print(f"frame {first_bad}: ncnn {out['codes'][first_bad].tolist()} != torch "
+              f"{want[first_bad].tolist()}")
+    codes = out["codes"]
+    wav = gen.decode_offline(codes)
+    chunks = [int(c) for c in args.chunks.split(",")]
+    chunked = gen.decode_chunked(codes, chunks)
+    ref_wav = ref["output_wav"][:frames * SAMPLES_PER_FRAME]
+    wav_rel, chunk_rel = rel(wav, ref_wav), rel(chunked, wav)
+    for line in timing_lines(gen, frames, args.threads)[0]:
+        print(line)
+    print(f"e2e: codes {sum(same)}/{frames} frames identical; waveform rel {wav_rel:.2e}; "
+          f"chunked == offline rel {chunk_rel:.2e}")
+    ok = all(same) and wav_rel <= args.tol and chunk_rel <= args.tol
+    return 0 if ok else 1
+
+
+def run_real(args: argparse.Namespace, work: Path) -> int:
+    manifest = json.loads((assemble.FIXTURES / "manifest.json").read_text())
+    log: list[str] = []
+    t0 = time.perf_counter()
+    bins = synth_bins(manifest, work, log)
+    pipe = assemble.assemble("real", args.variant, work, bins=bins, manifest=manifest)
+    for line in log + pipe.log:
+        print("  " + line)
+    print(f"  assembled in {time.perf_counter() - t0:.0f} s")
+    s = real_settings(args.frames)
+    rng = np.random.default_rng(SYNTH_SEED)
+    tts = configs.get("real", "tts")
+    words = rng.integers(0, 150000, 8).tolist()
+    text_ids = np.asarray([tts["im_start_token_id"], tts["assistant_token_id"],
+                           tts["newline_token_id"]] + words +
+                          [tts["im_end_token_id"], tts["newline_token_id"],
+                           tts["im_start_token_id"], tts["assistant_token_id"],
+                           tts["newline_token_id"]], np.int32)
+    mels = rng.standard_normal((1, 300, configs.get("real", "speaker")["mel_dim"])) \
+        .astype(np.float32)
+    gen = Generator(pipe, threads=args.threads)
+    out = gen.generate(text_ids, mels, s, args.frames)
+    codes = out["codes"]
+    wav = gen.decode_offline(codes)
+    chunked = gen.decode_chunked(codes, [int(c) for c in args.chunks.split(",")])
+    lines, _ = timing_lines(gen, args.frames, args.threads)
+    for line in lines:
+        print(line)
+    print(f"e2e real (synth weights, no reference): {args.frames} frames, "
+          f"{wav.size} samples; chunked == offline rel {rel(chunked, wav):.2e}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--frames", type=int, default=24, help="frames to generate (default 24)")
+    ap.add_argument("--variant", choices=["ported", "raw"], default="ported")
+    ap.add_argument("--raw-fallback", action="store_true",
+                    help="--variant raw: keep the ported graph of a module whose raw export "
+                         "cannot run yet (named in the log) instead of stopping")
+    ap.add_argument("--size", choices=["tiny", "real"], default="tiny")
+    ap.add_argument("--synth", action="store_true",
+                    help="real size: synth-bin weights (required with --size real)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="ncnn threads (default: 1 tiny, 2 real)")
+    ap.add_argument("--chunks", default="1,3,2",
+                    help="chunked decode: frames per chunk, cycled (default 1,3,2)")
+    ap.add_argument("--tol", type=float, default=1e-4,
+                    help="relative tolerance of both waveform comparisons (default 1e-4)")
+    ap.add_argument("--keep", type=Path, help="keep the assembled graphs in this directory")
+    args = ap.parse_args(argv)
+    if args.size == "real" and not args.synth:
+        ap.error("--size real needs --synth (the real .bin files are not in the fixtures)")
+    if args.frames < 1:
+        ap.error("--frames must be at least 1")
+    if args.threads is None:
+        args.threads = 2 if args.size == "real" else 1
+    try:
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            return (run_real if args.size == "real" else run_tiny)(args, args.keep)
+        with tempfile.TemporaryDirectory(prefix="e2e-qwen3tts-") as tmp:
+            return (run_real if args.size == "real" else run_tiny)(args, Path(tmp))
+    except assemble.RawNotReady as exc:
+        print(f"e2e: --variant raw cannot run: {exc.module}: {exc.reason}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,340 @@
+"""Assemble the ncnn Qwen3-TTS pipeline from the fixture graphs with paramsurgery's passes
+(no torch): what a user of the tool does to a fresh pnnx export.
+
+| pipeline part | fixture graph | passes |
+|---|---|---|
+| talker | talker_decoder | fold-gqa (native GQA), add-kvcache |
+| code predictor | predictor_decoder | fold-gqa, add-kvcache |
+| frame feedback sum | predictor_embeds.unfused (15 Embeds + adds) | fuse-codebooks (one table, sum in-graph) |
+| predictor step rows | predictor_embeds.ported (the port's fused table) | -- |
+| codec decoder | codec_decoder.ported_levelsum_per_level (15 acoustic Embeds) | fuse-codebooks, then extract: front (codes -> transformer output) + conv stack, add-conv-cache on the conv stack |
+| text / codec embeds, heads, speaker | `ported` nets as exported | -- |
+
+`variant="raw"`: every module that has a raw export is first run through `paramsurgery
+fix` (the CLI, as a user would) and `fold-gqa`, and must load in ncnn; the raw graphs keep
+their own I/O conventions (the manifest `io` and reference shapes say how to feed them). A
+module that has no raw export or that ncnn still cannot load stops the assembly with
+`RawNotReady` naming it, or with `raw_fallback` keeps its ported graph. The predictor's
+single-group rows always come from the port's fused table (no raw net computes them).
+
+Passes that leave the weights alone (fold-gqa, add-kvcache) write only a `.param` and reuse
+the source `.bin`; passes that change weights (fuse-codebooks, extract, add-conv-cache)
+write their own `.bin`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paramsurgery import load
+from paramsurgery.errors import PassRefused
+from paramsurgery.graph import Graph
+from paramsurgery.passes.extract import extract_subgraph
+from paramsurgery.passes.fold_gqa import FoldGQA
+from paramsurgery.passes.fuse_codebooks import FuseCodebooks, FusedManifest
+from paramsurgery.passes.kvcache import AddKVCache, cache_slots
+from paramsurgery.runtime import child_env, run_isolated
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "fixtures"
+
+# pipeline part -> (module, ported-variant graph it starts from)
+SOURCES: dict[str, tuple[str, str]] = {
+    "text_embed": ("talker_text_embed", "ported"),
+    "codec_embed": ("talker_codec_embed", "ported"),
+    "talker": ("talker_decoder", "ported"),
+    "codec_head": ("talker_codec_head", "ported"),
+    "predictor": ("predictor_decoder", "ported"),
+    "predictor_rows": ("predictor_embeds", "ported"),
+    "feedback_sum": ("predictor_embeds", "unfused"),
+    "predictor_heads": ("predictor_heads", "ported"),
+    "speaker": ("speaker_encoder", "ported"),
+    "codec": ("codec_decoder", "ported_levelsum_per_level"),
+}
+# parts whose module has a raw export that replaces the ported graph in the raw variant
+RAW_PARTS = ("text_embed", "codec_embed", "talker", "codec_head", "predictor", "feedback_sum",
+             "predictor_heads", "speaker", "codec")
+
+
+class RawNotReady(RuntimeError):
+    """The raw variant cannot be assembled: `module` has no raw export or `fix` leaves it
+    unloadable."""
+
+    def __init__(self, module: str, reason: str) -> None:
+        super().__init__(f"{module}: {reason}")
+        self.module = module
+        self.reason = reason
+
+
+@dataclass
+class Part:
+    """One assembled net: files, the manifest `io` of the module it came from (pnnx blob
+    names and batch axes) and the reference input shapes (their ranks)."""
+
+    name: str
+    module: str
+    variant: str
+    param: Path
+    bin: Path | None
+    io: dict[str, Any]
+    ref_shapes: list[list[int]]
+    extra: dict[str, Any] = field(default_factory=dict)
+    log: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Pipeline:
+    size: str
+    variant: str
+    parts: dict[str, Part]
+    codec_cut: str                    # blob where the codec's conv stack starts
+    codec_front: Part
+    codec_stream: dict[str, Any]      # streaming.convert(...) result fields
+    log: list[str] = field(default_factory=list)
+
+
+def export_record(manifest: dict[str, Any], module: str, variant: str, size: str) -> dict:
+    for rec in manifest["qwen3_tts"]["exports"]:
+        if (rec["module"], rec["variant"], rec["size"]) == (module, variant, size):
+            return rec
+    raise KeyError(f"{module}.{variant} ({size}) is not in fixtures/manifest.json")
+
+
+def _fixture(rec: dict[str, Any], kind: str) -> Path | None:
+    rel = rec.get("files", {}).get(kind)
+    return FIXTURES / rel if rel else None
+
+
+def _save(g: Graph, work: Path, stem: str, with_bin: bool) -> tuple[Path, Path | None]:
+    param = work / f"{stem}.param"
+    if with_bin:
+        binp = work / f"{stem}.bin"
+        g.save(param, bin=binp)
+        return param, binp
+    g.save(param)
+    return param, None
+
+
+def _decoder_with_cache(g: Graph, log: list[str]) -> Graph:
+    try:
+        res = FoldGQA()(g)
+        log.append(f"fold-gqa: {len(res.changes)} change(s)" if res.modified
+                   else "fold-gqa: " + "; ".join(res.notes or ["nothing to fold"]))
+        g = res.graph
+    except PassRefused as exc:
+        log.append(f"fold-gqa: refused: {exc}")
+    res = AddKVCache()(g)
+    log.append(f"add-kvcache: {len(cache_slots(res.graph))} SDPA layer(s) with a native cache")
+    return res.graph
+
+
+def codec_cut_blob(g: Graph) -> str:
+    """The blob the codec's conv stack starts from: what the first Deconvolution1D reads,
+    followed back through layout-only layers (Permute/Reshape) to the transformer's output
+    projection, (T, C) frames."""
+    deconvs = g.by_type("Deconvolution1D")
+    if not deconvs:
+        raise ValueError("the codec decoder has no Deconvolution1D (no conv upsampler)")
+    blob = deconvs[0].inputs[0]
+    producer = g.producer(blob)
+    while producer is not None and producer.type in ("Permute", "Reshape") \
+            and len(producer.inputs) == 1:
+        blob = producer.inputs[0]
+        producer = g.producer(blob)
+    return blob
+
+
+def front_context(front: Graph, window: int) -> int:
+    """Frames of left context after which the codec front (causal convs + sliding-window
+    attention) no longer depends on earlier frames: sum of (K-1)*dilation over its
+    Convolution1D layers plus (window-1) per attention layer."""
+    ctx = 0
+    for conv in front.by_type("Convolution1D"):
+        k, d = int(conv.params.get(1, 1)), int(conv.params.get(2, 1))
+        ctx += (k - 1) * d
+    return ctx + len(front.by_type("SDPA")) * (window - 1)
+
+
+def _left_types(fix_output: str, g: Graph) -> str:
+    """What keeps a graph from loading, briefly: the non-ncnn layer types left, counted."""
+    from paramsurgery.layer_types import is_ncnn_layer
+
+    counts: dict[str, int] = {}
+    for layer in g:
+        if not is_ncnn_layer(layer.type):
+            counts[layer.type] = counts.get(layer.type, 0) + 1
+    if not counts:
+        return fix_output.strip().splitlines()[-1] if fix_output.strip() else "?"
+    return ", ".join(f"{t} x{n}" for t, n in sorted(counts.items()))
+
+
+@functools.cache
+def _fix_takes_bin() -> bool:
+    """Whether this `paramsurgery fix` takes the weights (`--bin`, Goal 1 of issue 19); the
+    older one repairs the .param only and leaves the weights as they are."""
+    proc = subprocess.run([sys.executable, "-m", "paramsurgery", "fix", "--help"], check=False,
+                          capture_output=True, text=True, env=child_env())
+    return "--bin" in proc.stdout
+
+
+def _repairs_fix_does_not_run_yet(g: Graph, traced: Path) -> tuple[Graph, list[tuple[str, str]]]:
+    """fold-gqa, lower (with pnnx's traced IR) and fix-batch-reshape, the repairs the raw
+    modules need beyond what this `paramsurgery fix` runs (as tests/test_rawfix_qwen3tts.py
+    chains them); each refusal is kept, the others still apply."""
+    from paramsurgery.passes.base import PassManager
+    from paramsurgery.passes.fix_batch_reshape import FixBatchReshape
+    from paramsurgery.passes.lower import Lower
+
+    passes = ([FoldGQA()] if g.by_type("SDPA") else []) + \
+        [Lower(traced=traced if traced.exists() else None), FixBatchReshape()]
+    current, _, failures = PassManager(passes, early_stop=False).run(g)
+    return current, failures
+
+
+def _fix_raw(module: str, rec: dict[str, Any], work: Path) -> tuple[Path, Path | None]:
+    """`paramsurgery fix` on a raw export, then an ncnn load check in a child process."""
+    param, binp = _fixture(rec, "ncnn_param"), _fixture(rec, "ncnn_bin")
+    if param is None:
+        status = rec.get("status", {})
+        code = status.get("returncode")
+        raise RawNotReady(module, f"no raw export in the fixtures (pnnx: {status.get('kind')}"
+                                  + (f", exit {code})" if code is not None else ")"))
+    out = work / f"{module}.raw.fixed.param"
+    cmd = [sys.executable, "-m", "paramsurgery", "fix", str(param), "-o", str(out)]
+    if binp is not None and _fix_takes_bin():
+        cmd += ["--bin", str(binp)]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=child_env())
+    if not out.exists():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise RawNotReady(module, "paramsurgery fix wrote nothing: " + " | ".join(tail))
+    fixed_bin = out.with_suffix(".bin")
+    binp = fixed_bin if fixed_bin.exists() else binp
+    traced = param.with_name(param.name.replace(".ncnn.param", ".pnnx.param"))
+    g, failures = _repairs_fix_does_not_run_yet(load(out, bin=binp), traced)
+    out_bin = work / f"{module}.raw.fixed.bin"
+    if binp is not None:
+        g.save(out, bin=out_bin)
+        binp = out_bin
+    else:
+        g.save(out)
+    check = run_isolated(out, binp, {}, [])
+    if check.status != "ok":
+        left = _left_types(proc.stdout + proc.stderr, load(out))
+        refused = "; ".join(f"{name} refused: {msg.splitlines()[0][:160]}"
+                            for name, msg in failures)
+        raise RawNotReady(module, f"ncnn cannot load it after fix + fold-gqa + lower + "
+                                  f"fix-batch-reshape ({check.describe()}); left: {left}"
+                                  + (f"; {refused}" if refused else ""))
+    return out, binp
+
+
+def fix_raw_modules(size: str, manifest: dict[str, Any], work: Path
+                    ) -> tuple[dict[str, tuple[Path, Path | None]], list[RawNotReady]]:
+    """`fix` (+ fold-gqa) on every raw module the pipeline uses: the ones ncnn loads
+    afterwards, and a RawNotReady per module that has no raw export or still does not load."""
+    fixed: dict[str, tuple[Path, Path | None]] = {}
+    failures: list[RawNotReady] = []
+    for module in dict.fromkeys(SOURCES[part][0] for part in RAW_PARTS):
+        try:
+            fixed[module] = _fix_raw(module, export_record(manifest, module, "raw", size), work)
+        except KeyError:
+            failures.append(RawNotReady(module, "no raw record in fixtures/manifest.json"))
+        except RawNotReady as exc:
+            failures.append(exc)
+    return fixed, failures
+
+
+def _fuse(part: str, g: Graph, work: Path, extra: dict[str, Any], log: list[str]
+          ) -> tuple[Path, Path | None, Graph]:
+    try:
+        res = FuseCodebooks()(g)
+    except PassRefused as exc:
+        log.append(f"fuse-codebooks: refused: {exc}")
+        extra["fusion"] = None
+        param, binp = _save(g, work, f"{part}.unfused", with_bin=True)
+        return param, binp, g
+    fm: FusedManifest = res.data["manifest"]
+    log.append(f"fuse-codebooks: {len(fm.fusions)} fusion(s), "
+               + ", ".join(f"{len(f.groups)} tables -> {f.embed} ({f.input_dim} rows)"
+                           for f in fm.fusions))
+    extra["fusion"] = fm.fusions[0]
+    param, binp = _save(res.graph, work, f"{part}.fused", with_bin=True)
+    return param, binp, res.graph
+
+
+def assemble(size: str, variant: str, work: Path, bins: dict[str, Path] | None = None,
+             manifest: dict[str, Any] | None = None, raw_fallback: bool = False) -> Pipeline:
+    """Build every net of the pipeline into `work`. `bins` overrides the weights of source
+    graphs by module.variant (real size: synth-bin files). `variant="raw"` uses the raw
+    exports after `fix`; a module that cannot run raw raises RawNotReady unless
+    `raw_fallback`, which keeps its ported graph (and says so in the log)."""
+    from paramsurgery.streaming import convert
+
+    manifest = manifest or json.loads((FIXTURES / "manifest.json").read_text())
+    bins = bins or {}
+    parts: dict[str, Part] = {}
+    log: list[str] = []
+    fixed: dict[str, tuple[Path, Path | None]] = {}
+    if variant == "raw":
+        fixed, failures = fix_raw_modules(size, manifest, work)
+        if failures and not raw_fallback:
+            raise RawNotReady(", ".join(f.module for f in failures),
+                              "\n" + "\n".join(f"  {f.module}: {f.reason}" for f in failures))
+        log += [f"{f.module}: ported graph kept (raw: {f.reason})" for f in failures]
+    codec_graph = None
+    for part, (module, var) in SOURCES.items():
+        if part in RAW_PARTS and module in fixed:
+            var = "raw"
+        rec = export_record(manifest, module, var, size)
+        if var == "raw":
+            src_param, src_bin = fixed[module]
+        else:
+            src_param = _fixture(rec, "ncnn_param")
+            src_bin = bins.get(f"{module}.{var}") or _fixture(rec, "ncnn_bin")
+        item_log: list[str] = ["fix + fold-gqa + lower + fix-batch-reshape: loads in ncnn"] if var == "raw" else []
+        extra: dict[str, Any] = {}
+        if part in ("talker", "predictor"):
+            g = _decoder_with_cache(load(src_param), item_log)
+            param, _ = _save(g, work, f"{part}.kv", with_bin=False)
+            binp = src_bin
+            extra["slots"] = [[s.k_in, s.v_in, s.k_out, s.v_out] for s in cache_slots(g)]
+            extra["convention"] = rec.get("notes", {}).get("convention", {})
+        elif part == "codec" or (part == "feedback_sum" and var != "raw"):
+            param, binp, g = _fuse(part, load(src_param, bin=src_bin), work, extra, item_log)
+            if part == "codec":
+                codec_graph = g
+        else:
+            param, binp = src_param, src_bin
+        if part == "predictor_rows":
+            extra["vocab"] = rec["notes"]["vocab"]
+        parts[part] = Part(part, module, var, param, binp, rec["io"],
+                           rec["input_shapes"]["reference"], extra, item_log)
+        log += [f"{part} ({module}.{var}): {line}" for line in item_log]
+
+    assert codec_graph is not None
+    codec = parts["codec"]
+    cut = codec_cut_blob(codec_graph)
+    front = extract_subgraph(codec_graph, None, [cut])
+    conv = extract_subgraph(codec_graph, [cut], list(codec_graph.outputs))
+    fp, fb = _save(front, work, "codec_front", with_bin=True)
+    cp, cb = _save(conv, work, "codec_conv", with_bin=True)
+    stream = convert(cp, cb, str(work / "codec_conv.stream"))
+    notes = export_record(manifest, "codec_decoder", "ported", size)["notes"]
+    win = int(notes["sliding_window"])
+    front_part = Part("codec_front", codec.module, codec.variant, fp, fb, codec.io,
+                      codec.ref_shapes, {"context": front_context(front, win), "window": win,
+                                         "rope_theta": notes["rope_theta"],
+                                         "head_dim": notes["head_dim"]})
+    states = stream.manifest["states"]
+    log.append(f"codec: extract front -> {cut} ({len(front)} layers), conv stack "
+               f"{cut} -> {', '.join(conv.outputs)} ({len(conv)} layers); add-conv-cache: "
+               f"{len(states)} state blob(s); front context {front_part.extra['context']} frames")
+    return Pipeline(size, variant, parts, cut, front_part,
+                    {"param": stream.param, "bin": stream.bin, "manifest": stream.manifest_path,
+                     "start_param": stream.start_param}, log)
