@@ -93,16 +93,16 @@ RAW = {
     "predictor_heads": ([], [], []),
     # dynamic repeat_kv (case 1): fold-gqa feeds SDPA the kv heads; nothing is left
     "predictor_decoder": ([], [], ["fold-gqa"]),
-    # repeat_kv folded; the interleaved M-RoPE slice/slice_copy need a torch-side change
-    "talker_decoder": (["Tensor.slice", "Tensor.slice_copy"], [], ["fold-gqa"]),
-    # length-mask arithmetic (arange/lt/masked_fill) in the graph; its Tensor.to is no
-    # passthrough (the pnnx IR has no dtype for it), so remove-passthrough keeps it
+    # repeat_kv folded; the interleaved M-RoPE slice/slice_copy lowered (Crop + Concat)
+    "talker_decoder": ([], [], ["fold-gqa", "lower"]),
+    # length-mask arithmetic (lt/eq/masked_fill) in the graph; lower keeps the arange and
+    # the mask expressions it feeds, remove-passthrough the Tensor.to (no dtype in the IR)
     "speaker_encoder": (["Tensor.expand", "Tensor.masked_fill", "Tensor.repeat",
-                         "pnnx.Expression", "torch.arange", "torch.eq", "torch.lt"],
-                        ["Tensor.to"], []),
-    # extra padding from the traced length (case 5), replicate F.pad, in-graph positions;
-    # both Tensor.to convert ints to floats (no passthrough)
-    "mimi_encoder": (["F.pad", "pnnx.Expression", "torch.arange"], ["Tensor.to"], []),
+                         "pnnx.Expression", "torch.eq", "torch.lt"],
+                        ["Tensor.to", "pnnx.Expression", "torch.arange"], []),
+    # the computed pads are lowered and the lossy Reshape pair merged; the in-graph
+    # positions (arange over the length) stay (lower needs the weights for its table)
+    "mimi_encoder": ([], ["pnnx.Expression", "torch.arange"], ["lower", "fix-batch-reshape"]),
 }
 
 
