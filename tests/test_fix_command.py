@@ -192,3 +192,19 @@ def test_fix_plan_comes_from_the_pass_declarations():
     assert res.ok, res.describe()
     np.testing.assert_allclose(res.outputs["out0"], np.maximum(x / (np.abs(x) + 1), 0),
                                rtol=1e-6)
+
+
+def test_fix_rewrites_weights_when_a_repair_adds_some(tmp_path, capsys):
+    """Raw mimi encoder: lower's arange rule adds a position table (a weighted layer), so
+    `fix --bin` writes new weights next to the output (not a link) and the result matches
+    the torch reference (--verify, T=9, neither traced length)."""
+    from paramsurgery.cli import main
+
+    stem = TINY / "mimi_encoder.raw"
+    out = tmp_path / "out.param"
+    assert main(["fix", f"{stem}.ncnn.param", "--bin", f"{stem}.ncnn.bin", "-o", str(out),
+                 "--verify"]) == 0
+    text = capsys.readouterr().out
+    assert f"weights: rewritten to {tmp_path / 'out.bin'}" in text and "verify against" in text
+    assert (tmp_path / "out.bin").stat().st_ino != (TINY / "mimi_encoder.raw.ncnn.bin").stat().st_ino
+    assert paramsurgery.lint.lint_file(out, run=False) == []
