@@ -112,8 +112,8 @@ def test_raw_qwen3_tts_fixture(module, tmp_path):
     g = paramsurgery.load(p)
     rep = fix_graph(g, traced=companion_pnnx(p))
     unrepairable, kept, changed_by = RAW[module]
-    assert sorted({g.layer(f.layer).type for f in rep.unrepairable}) == unrepairable
-    assert sorted({g.layer(f.layer).type for f in rep.fixable_left}) == kept
+    assert sorted({g.layer(f.layer).type for f in rep.unrepairable if f.layer}) == unrepairable
+    assert sorted({g.layer(f.layer).type for f in rep.fixable_left if f.layer}) == kept
     assert [r.pass_name for r in rep.results if r.modified] == changed_by
     assert not rep.failures
     if not (unrepairable or kept or changed_by):
@@ -207,4 +207,4 @@ def test_fix_rewrites_weights_when_a_repair_adds_some(tmp_path, capsys):
     text = capsys.readouterr().out
     assert f"weights: rewritten to {tmp_path / 'out.bin'}" in text and "verify against" in text
     assert (tmp_path / "out.bin").stat().st_ino != (TINY / "mimi_encoder.raw.ncnn.bin").stat().st_ino
-    assert paramsurgery.lint.lint_file(out, run=False) == []
+    assert [f for f in paramsurgery.lint.lint_file(out, run=False) if f.severity != "info"] == []

@@ -129,3 +129,13 @@ def test_raw_real_params_repaired_load(param: Path, tmp_path: Path) -> None:
     out = tmp_path / "y.param"
     out.write_text(g.dumps())
     assert check_loads(out)["kind"] == "loads"
+
+
+def test_raw_codec_decoder_real_static_export_fixed_loads(tmp_path: Path) -> None:
+    """Real size (no weights kept): fix-slice makes the static trace load; dynamizing it
+    needs both exports' real weights (the position tables are compared value by value)."""
+    real = QWEN / "real"
+    assert check_loads(real / "codec_decoder.raw_static.ncnn.param")["kind"] == "load_fails"
+    out = tmp_path / "y.param"
+    out.write_text(static_codec("raw_static", real).dumps())
+    assert check_loads(out)["kind"] == "loads"

@@ -16,7 +16,6 @@ DECODER = TINY / "predictor_decoder.ported.ncnn.param"
 
 @pytest.mark.parametrize("argv", [
     ["add-kvcache", str(DECODER), "--verify"],
-    ["fold-gqa", str(DECODER), "--verify"],
     ["fix", str(DECODER), "--verify"],
     ["extract", str(DECODER), "--outputs", "out0", "--verify"],
 ])

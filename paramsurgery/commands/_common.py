@@ -114,7 +114,7 @@ def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str,
 
     return GraphCommand(tag, lambda _args: pass_obj, verify=check if verify else None,
                         refusal="the rewrite could not be proven; nothing written",
-                        raise_on_failed_check=True)(args)
+                        raise_on_failed_check=True, verify_needs_bin=False)(args)
 
 
 def run_pass_located(pass_obj: Any, g: Any, path: str) -> Any:

@@ -147,7 +147,6 @@ class GraphCommand:
                 prefix = prefix[: -len(".param")]
             out = Outputs(prefix + ".param", prefix + ".bin" if bin_in else None,
                           {role: prefix + suffix for role, suffix in self.extra.items()})
-            _directory_exists(out.param)
             for path in out.all():
                 for src in (args.param, bin_in):
                     if src and os.path.exists(path) and os.path.samefile(path, src):
@@ -162,7 +161,6 @@ class GraphCommand:
             return Outputs(param)
         if param == args.param:  # --in-place: the weights stay where they are
             return Outputs(param, bin_in)
-        _directory_exists(param)
         return Outputs(param, bin_path_for(param) if bin_in else None)
 
     def _run(self, args: argparse.Namespace) -> int:
@@ -279,12 +277,6 @@ def weights_changed(before: "Graph", after: "Graph") -> bool:
         return [id(layer.weights) for layer in g if layer.weights]
 
     return weighted(before) != weighted(after)
-
-
-def _directory_exists(path: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise ParamSurgeryError("no such directory", file=directory)
 
 
 def bin_path_for(param_path: str) -> str:

@@ -385,12 +385,10 @@ def write_param(g: Graph) -> bytes:
         nb = count_ncnn_blobs(layers[:nl])
     parts: list[str] = []
     header = src.header.decode("utf-8", "surrogateescape") if src.header else ""
-    # The header as written stays when it still holds: same layer count and room for every
-    # blob ncnn allocates (declaring more is fine). An empty graph keeps it too: `0 0` is
-    # no more loadable than whatever the file said.
-    if header and (not g.modified or not layers or
-                   (src.declared_layers == nl and src.declared_blobs is not None
-                    and nb <= src.declared_blobs)):
+    # The header as written stays while nothing changed; an edited graph gets the counts
+    # ncnn will allocate. An empty graph keeps it too: `0 0` is no more loadable than
+    # whatever the file said.
+    if header and (not g.modified or not layers):
         parts.append(header)
     elif not layers and src.declared_layers:
         parts.append(f"{MAGIC}\n{src.declared_layers} {src.declared_blobs or 0}\n")

@@ -34,12 +34,13 @@ import os
 import re
 import tempfile
 import zipfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
+from ..compare.mapping import input_key as _in_key, ordered_outputs as _ordered_outputs, map_blobs
 from ..layer_types import is_ncnn_layer
 
 if TYPE_CHECKING:
@@ -168,7 +169,7 @@ class Reference:
     outputs: dict[str, tuple[int, ...]]
     output_batch: dict[str, int] = field(default_factory=dict)
     path: str | None = None
-    values: dict[str, np.ndarray] = field(default_factory=dict)  # output blob → torch's array
+    output_keys: dict[str, str] = field(default_factory=dict)  # output blob -> npz key
 
     @classmethod
     def load(cls, path: str, graph: "Graph", pnnx: "PnnxGraph | None" = None) -> "Reference":
@@ -205,8 +206,7 @@ class Reference:
         specs.sort(key=lambda s: ins.index(s.blob))
         outputs = {blob: tuple(np.asarray(data[key]).shape) for blob, key in out_map.items()}
         out_b = {blob: bidx[blob] for blob in outputs if blob in bidx}
-        values = {blob: np.asarray(data[key]) for blob, key in out_map.items()}
-        return cls(specs, outputs, out_b, path, values)
+        return cls(specs, outputs, out_b, path, dict(out_map))
 
     @classmethod
     def from_arrays(cls, inputs: "dict[str, tuple[np.ndarray, int | None]]",
@@ -259,13 +259,6 @@ def _pair(blobs: list[str], operands: list["Operand"], keys: list[str],
     return {blobs[j]: keys[i] for j, i in used.items()}
 
 
-def _ordered_outputs(graph: "Graph") -> list[str]:
-    outs = list(graph.outputs)
-    if outs and all(re.fullmatch(r"out[0-9]+", b) for b in outs):
-        outs.sort(key=lambda b: int(b[3:]))
-    return outs
-
-
 # what reading a broken reference `.npz` raises (empty file: EOFError; not a zip:
 # BadZipFile; a pickle: ValueError)
 REFERENCE_ERRORS = (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile)
@@ -281,102 +274,6 @@ def find_reference(param_path: str) -> str | None:
         if os.path.isfile(cand):
             return cand
     return None
-
-
-# =========================================================================== mapping
-
-# pnnx op type -> ncnn layer types it becomes (1:1 conversions)
-ANCHORS: dict[str, tuple[str, ...]] = {
-    "nn.Linear": ("Gemm", "InnerProduct"),
-    "nn.Conv1d": ("Convolution1D", "ConvolutionDepthWise1D"),
-    "nn.Conv2d": ("Convolution", "ConvolutionDepthWise"),
-    "nn.Conv3d": ("Convolution3D", "ConvolutionDepthWise3D"),
-    "nn.ConvTranspose1d": ("Deconvolution1D", "DeconvolutionDepthWise1D"),
-    "nn.ConvTranspose2d": ("Deconvolution", "DeconvolutionDepthWise"),
-    "nn.Embedding": ("Embed",),
-    "nn.LayerNorm": ("LayerNorm",),
-    "nn.RMSNorm": ("RMSNorm",),
-    "nn.GroupNorm": ("GroupNorm",),
-    "nn.BatchNorm1d": ("BatchNorm",),
-    "nn.BatchNorm2d": ("BatchNorm",),
-    "F.scaled_dot_product_attention": ("SDPA",),
-    "nn.MultiheadAttention": ("MultiHeadAttention",),
-    "torch.chunk": ("Slice",),
-    "torch.tensor_split": ("Slice",),
-    "torch.split": ("Slice",),
-    "Tensor.split": ("Slice",),
-    "torch.cat": ("Concat",),
-    "F.pad": ("Padding", "Crop"),
-    "torch.transpose": ("Permute",),
-    "torch.permute": ("Permute",),
-    "Tensor.permute": ("Permute",),
-    "torch.unsqueeze": ("ExpandDims",),
-    "torch.squeeze": ("Squeeze",),
-    "F.silu": ("Swish",),
-    "nn.SiLU": ("Swish",),
-    "F.gelu": ("GELU",),
-    "nn.GELU": ("GELU",),
-    "nn.ReLU": ("ReLU",),
-    "F.relu": ("ReLU",),
-    "nn.ELU": ("ELU",),
-    "nn.Sigmoid": ("Sigmoid",),
-    "F.sigmoid": ("Sigmoid",),
-    "nn.Tanh": ("TanH",),
-    "F.softmax": ("Softmax",),
-    "torch.matmul": ("MatMul",),
-    "torch.sum": ("Reduction",), "torch.mean": ("Reduction",),
-}
-
-
-def map_blobs(graph: "Graph", pnnx: "PnnxGraph") -> dict[str, "Operand"]:
-    """ncnn blob → pnnx operand for every blob the structure pins down (see the module doc)."""
-    out: dict[str, "Operand"] = {}
-    ins = list(graph.inputs)
-    p_ins = pnnx.inputs
-    if len(ins) == len(p_ins):
-        for b, o in zip(sorted(ins, key=_in_key), p_ins):
-            out[b] = o
-    outs = _ordered_outputs(graph)
-    p_outs = pnnx.outputs
-    if len(outs) == len(p_outs):
-        for b, o in zip(outs, p_outs):
-            out[b] = o
-    # group pnnx types that share ncnn types into one class (Slice <- chunk/tensor_split/…)
-    classes: dict[frozenset, list[str]] = {}
-    for ptype, ntypes in ANCHORS.items():
-        key = frozenset(ntypes)
-        classes.setdefault(key, []).append(ptype)
-    merged = {tuple(sorted(ntypes)): tuple(ptypes) for ntypes, ptypes in classes.items()}
-    for ntypes, ptypes in merged.items():
-        p_ops = [op for op in pnnx.ops if op.type in ptypes]
-        n_layers = [lay for lay in graph.by_type(*ntypes) if "_ncnnreshape" not in lay.name]
-        if not p_ops or len(p_ops) != len(n_layers):
-            continue
-        for lay, op in zip(n_layers, p_ops):
-            if len(lay.outputs) != len(op.outputs):
-                continue
-            for b, o in zip(lay.outputs, op.outputs):
-                b = _follow_ncnnreshape(graph, b)
-                operand = pnnx.operands.get(o)
-                if operand is not None and b not in out:
-                    out[b] = operand
-    return out
-
-
-def _in_key(b: str) -> tuple[int, str]:
-    m = re.fullmatch(r"in([0-9]+)", b)
-    return (int(m.group(1)), b) if m else (1 << 30, b)
-
-
-def _follow_ncnnreshape(graph: "Graph", blob: str) -> str:
-    for _ in range(8):
-        readers = graph.consumer_layers(blob)
-        if len(readers) == 1 and readers[0].type == "Reshape" and \
-                "_ncnnreshape" in readers[0].name and readers[0].outputs:
-            blob = readers[0].outputs[0]
-        else:
-            break
-    return blob
 
 
 # =========================================================================== shapes
@@ -469,28 +366,10 @@ class Conformance:
 
     # ------------------------------------------------------------------ planning
     def _traced_specs(self) -> tuple[list[InputSpec] | None, str]:
+        from ..compare.inputs import traced_input_specs
+
         ctx = self.ctx
-        g = ctx.graph
-        ins = sorted(g.inputs, key=_in_key)
-        if ctx.input_shapes:
-            specs = [replace(s, blob=ins[i]) if i < len(ins) and s.blob not in ins else s
-                     for i, s in enumerate(ctx.input_shapes)]
-            return specs, "given"
-        script = find_pnnx_script(ctx.path) if ctx.path else None
-        if script:
-            try:
-                specs, _ = read_pnnx_script(script)
-            except (OSError, ValueError):
-                specs = []
-            if specs and [s.blob for s in specs] == ins:
-                return specs, "traced"
-        pn = ctx.pnnx
-        if pn is not None and not pn.is_dynamic:
-            p_ins = pn.inputs
-            if len(p_ins) == len(ins) and all(o.shape is not None for o in p_ins):
-                return [InputSpec(b, tuple(o.shape), "i32" if o.is_int else "f32", None)
-                        for b, o in zip(ins, p_ins)], "traced"
-        return None, ""
+        return traced_input_specs(ctx.graph, ctx.path, ctx.pnnx, ctx.input_shapes)
 
     def _weights(self, tmp: str) -> tuple[str | None, str | None]:
         """(bin path or None, reason to skip)."""

@@ -337,8 +337,11 @@ def stale_shape_hint(ctx: "LintContext") -> Iterator[Hit]:
     refreshing the hints (by hand, or a tool that does not know them) leaves them stale.
     Checked against the static shape analysis from the Input layers' own shapes (or
     `--inputshape`). Fix: `paramsurgery shapes FILE --write-hints --in-place`."""
+    from ..shapes.hints import has_hints
     from ..shapes.shapemap import ShapeMap
 
+    if not has_hints(ctx.graph):  # a text scan: no analysis for the (many) unhinted files
+        return
     for lid, blob, hinted, computed in ctx.shapes.hint_conflicts:
         layer = ctx.graph.layer(lid)
         yield Hit(layer, f"{layer.type} {layer.name!r}: the -23330 hint of {blob!r} says "

@@ -178,9 +178,9 @@ class FixSlice(Pass):
                 g.remove_layer(p)
             new = g.replace_layer(layer, "torch.unbind", layer.name, inputs=list(layer.inputs),
                                   outputs=tops, params={})
-            aligned[new.id] = _traced.PnnxOp("torch.unbind", op.name, list(op.inputs[:1]),
-                                             [f"{op.name}.{i}" for i in range(len(tops))],
-                                             {"dim": str(dims[0])}, dict(op.shapes), op.line)
+            aligned[new.id] = _traced.pnnx_op("torch.unbind", op.name, list(op.inputs[:1]),
+                                              [f"{op.name}.{i}" for i in range(len(tops))],
+                                              {"dim": str(dims[0])}, dict(op.shapes), op.line)
             result.changes.append(Change(layer.name, f"Slice of the batch axis + "
                                          f"{len(parts)} unbinds of its parts = one unbind of "
                                          f"{len(tops)}", ", ".join(p.name for p in parts),

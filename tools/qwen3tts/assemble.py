@@ -11,7 +11,8 @@
 | text / codec embeds, heads, speaker | `ported` nets as exported | -- |
 
 `variant="raw"`: every module that has a raw export is first run through `paramsurgery
-fix` (the CLI, as a user would) and `fold-gqa`, and must load in ncnn; the raw graphs keep
+fix` (the CLI, as a user would), then the repairs `fix` does not chain yet (fold-gqa, lower
+with pnnx's traced IR, fix-batch-reshape), and must load in ncnn; the raw graphs keep
 their own I/O conventions (the manifest `io` and reference shapes say how to feed them). A
 module that has no raw export or that ncnn still cannot load stops the assembly with
 `RawNotReady` naming it, or with `raw_fallback` keeps its ported graph. The predictor's
@@ -197,9 +198,27 @@ def _repairs_fix_does_not_run_yet(g: Graph, traced: Path) -> tuple[Graph, list[t
     return current, failures
 
 
+def _static_codec(work: Path) -> tuple[Path, Path | None]:
+    """The raw codec decoder: pnnx exports it only statically (two traces kept in the
+    fixtures); fix-slice + `dynamize --pair` make it dynamic (tools/qwen3tts/rawfix.py)."""
+    from qwen3tts.rawfix import repair_codec
+
+    res = repair_codec()
+    out, out_bin = work / "codec_decoder.raw.fixed.param", work / "codec_decoder.raw.fixed.bin"
+    res.graph.save(out, bin=out_bin)
+    check = run_isolated(out, out_bin, {}, [])
+    if check.status != "ok":
+        raise RawNotReady("codec_decoder", f"the static raw export after fix-slice + dynamize "
+                                           f"--pair does not load ({check.describe()})")
+    return out, out_bin
+
+
 def _fix_raw(module: str, rec: dict[str, Any], work: Path) -> tuple[Path, Path | None]:
     """`paramsurgery fix` on a raw export, then an ncnn load check in a child process."""
     param, binp = _fixture(rec, "ncnn_param"), _fixture(rec, "ncnn_bin")
+    if param is None and module == "codec_decoder" and rec["size"] == "tiny" \
+            and (FIXTURES / "qwen3_tts/tiny/codec_decoder.raw_static_pair.ncnn.param").exists():
+        return _static_codec(work)
     if param is None:
         status = rec.get("status", {})
         code = status.get("returncode")
@@ -292,12 +311,16 @@ def assemble(size: str, variant: str, work: Path, bins: dict[str, Path] | None =
         if part in RAW_PARTS and module in fixed:
             var = "raw"
         rec = export_record(manifest, module, var, size)
+        if var == "raw" and "io" not in rec:      # the codec: its static raw export's I/O
+            rec = export_record(manifest, module, "raw_static", size)
         if var == "raw":
             src_param, src_bin = fixed[module]
         else:
             src_param = _fixture(rec, "ncnn_param")
             src_bin = bins.get(f"{module}.{var}") or _fixture(rec, "ncnn_bin")
-        item_log: list[str] = ["fix + fold-gqa + lower + fix-batch-reshape: loads in ncnn"] if var == "raw" else []
+        how = ("static export, fix-slice + dynamize --pair" if "raw_static" in rec["variant"]
+               else "fix + fold-gqa + lower + fix-batch-reshape")
+        item_log: list[str] = [f"{how}: loads in ncnn"] if var == "raw" else []
         extra: dict[str, Any] = {}
         if part in ("talker", "predictor"):
             g = _decoder_with_cache(load(src_param), item_log)
