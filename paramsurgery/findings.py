@@ -20,7 +20,8 @@ class Finding:
     layer: str | None = None  # layer name
     line: int | None = None  # 1-based line in the source file
     file: str | None = None
-    fix: str | None = None  # the command or pass that repairs it
+    fix: str | None = None  # the command that repairs it, for people
+    fix_pass: str | None = None  # the registered pass that repairs it (what `fix` runs)
 
     def format(self, default_file: str | None = None) -> str:
         where = self.file or default_file or "<graph>"

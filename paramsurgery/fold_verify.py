@@ -118,13 +118,13 @@ def _child(d: Path) -> int:
                  for i, names in enumerate(spec["steps"])]
     keep: list = []
 
-    def mat(a: np.ndarray):  # noqa: ANN202 - ncnn.Mat
+    def mat(a: np.ndarray):
         a = np.ascontiguousarray(a)
         a = a.astype(np.int32 if a.dtype.kind in "iub" else np.float32)
         keep.append(a)
         return ncnn.Mat(a).clone()
 
-    def run(net, feeds: dict, extract: list[str], raw: list[str]) -> tuple[dict, dict]:  # noqa: ANN001
+    def run(net, feeds: dict, extract: list[str], raw: list[str]) -> tuple[dict, dict]:
         ex = net.create_extractor()
         ex.set_light_mode(False)  # intermediate blobs (current k/v, Concat outputs) are read
         for name, value in feeds.items():

@@ -1,11 +1,13 @@
-"""The IR: an ncnn graph as a `networkx.MultiDiGraph`.
+"""The IR: an ncnn graph as its layers in file order plus blob indexes, with a
+`networkx.MultiDiGraph` view.
 
-Nodes are layers (node id = `Layer.id`, attribute ``layer``); each edge is one blob read by
-one consumer slot: ``producer -> consumer`` with key = the consumer's input slot and data
-``{"blob", "src", "dst"}`` (producer slot, consumer slot). Blob indexes (producers and
-consumers per name) and the layer order (what the `.param` lists, which ncnn requires to
-be topological) are kept beside it and updated by every edit, so queries are O(1) and no
-edit rescans the graph. Every traversal is iterative.
+The layer order (what the `.param` lists, which ncnn requires to be topological) and the
+blob indexes (producers and consumers per name) are the graph: every query and edit uses
+them, so queries are O(1) and no edit rescans the graph. Every traversal is iterative.
+`Graph.nx` is a view for networkx's algorithms, built on first use and kept in sync by
+every edit afterwards: nodes are layers (node id = `Layer.id`, attribute ``layer``); each
+edge is one blob read by one consumer slot, ``producer -> consumer`` with key = the
+consumer's input slot and data ``{"blob", "src", "dst"}`` (producer slot, consumer slot).
 
 ncnn semantics kept here (ncnn-format.md §1.2): a blob's producer is its first writer;
 graph inputs are the tops of `Input` layers; graph outputs are blobs with a producer and no
@@ -726,7 +728,7 @@ class Graph:
             split = self.add_layer("Split", self.unique_layer_name(f"splitncnn_{blob}"), [blob],
                                    [], None, after=prod)
             outs = []
-            for i, c in enumerate(ordered):
+            for i, _c in enumerate(ordered):
                 nb = names[i]
                 while self.has_blob(nb) or nb in outs:
                     nb = self.unique_blob_name(nb + "_")
@@ -833,7 +835,7 @@ class Graph:
         return self
 
     # ================================================================== checks & output
-    def shapes(self, inputshape: Mapping | str | list | None = None, **options: object):  # noqa: ANN201
+    def shapes(self, inputshape: Mapping | str | list | None = None, **options: object):
         """Every blob's shape (`paramsurgery.shapes.infer_shapes`): `shape_of(blob)` is the
         numpy-order shape of the ncnn.Mat, dims symbolic in the input sizes."""
         from .shapes import infer_shapes

@@ -226,9 +226,9 @@ def verify_kvcache(param: str | Path, bin: str | Path | None, *, n: int, m: int,
         return _run_child(spec, Path(tmp), ParityReport(n, m, tol), timeout)
 
 
-def _verify_generic(g: Graph, param, bin, slots, n: int, m: int, io: DecoderIO,  # noqa: ANN001
-                    tol: float, seed: int, reference_param, timeout: float,  # noqa: ANN001
-                    inputshape: dict, inputs) -> ParityReport:  # noqa: ANN001
+def _verify_generic(g: Graph, param, bin, slots, n: int, m: int, io: DecoderIO,
+                    tol: float, seed: int, reference_param, timeout: float,
+                    inputshape: dict, inputs) -> ParityReport:
     from .shapes import normalize_inputshape
     from .shapes.affine import evaluate
     from .shapes.feeds import make_feeds
@@ -339,12 +339,12 @@ def _child(spec_path: Path) -> int:
 
     keep: list = []  # numpy arrays backing Mats stay alive until the call ends
 
-    def mat(a: np.ndarray):  # noqa: ANN202
+    def mat(a: np.ndarray):
         a = np.ascontiguousarray(a, np.int32 if a.dtype.kind in "iu" else np.float32)
         keep.append(a)
         return ncnn.Mat(a).clone()
 
-    def call(net_, start: int, stop: int, past: int, caches: dict | None):  # noqa: ANN001, ANN202
+    def call(net_, start: int, stop: int, past: int, caches: dict | None):
         ex = net_.create_extractor()
         if generic:
             feeds = {b: _slice_step(a, generic["plans"][b], start, stop)

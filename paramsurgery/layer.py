@@ -1,7 +1,7 @@
 """One ncnn layer: type, name, ordered bottoms/tops, params, and where it came from.
 
 Bottoms and tops are read-only tuples here; rewiring goes through `Graph` so the blob
-indexes and the networkx edges stay consistent.
+indexes (and the networkx view, once built) stay consistent.
 """
 
 from __future__ import annotations

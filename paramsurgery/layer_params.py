@@ -533,7 +533,7 @@ def param_name(layer_type: str, pid: int) -> str:
     return f"{pid}({info.name})" if info else str(pid)
 
 
-def param_default(layer_type: str, pid: int, params=None):  # noqa: ANN001, ANN201
+def param_default(layer_type: str, pid: int, params=None):
     """ncnn's default for a param id; `Same(k)` defaults are resolved through `params`
     (anything with `.get(id, default)`) when given."""
     info = param_info(layer_type, pid)

@@ -287,7 +287,7 @@ class Params:
         return "Params(" + " ".join(self.tokens()) + ")"
 
 
-def _located(params: Params, token: str, offset: int, message: str):  # noqa: ANN202
+def _located(params: Params, token: str, offset: int, message: str):
     """A ParamSyntaxError at the token's column in the layer's source line (if known)."""
     from .errors import ParamSyntaxError
 

@@ -57,7 +57,7 @@ class RunOptions:
     fp32: bool = True
     packing: bool = True
 
-    def apply(self, net) -> None:  # noqa: ANN001 - ncnn.Net
+    def apply(self, net) -> None:
         opt = net.opt
         if self.fp32:
             for key in ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic",
@@ -110,7 +110,7 @@ def _as_fetch(value: FetchLike) -> Fetch:
     return value if isinstance(value, Fetch) else Fetch(value)
 
 
-def _to_mat(feed: Feed):  # noqa: ANN202 - ncnn.Mat
+def _to_mat(feed: Feed):
     import ncnn
 
     arr = feed.array
@@ -131,7 +131,7 @@ def _to_mat(feed: Feed):  # noqa: ANN202 - ncnn.Mat
     return clone
 
 
-def _from_mat(mat, fetch: Fetch) -> np.ndarray:  # noqa: ANN001
+def _from_mat(mat, fetch: Fetch) -> np.ndarray:
     if mat.dims == 0:
         return np.zeros((0,), np.float32)
     if fetch.type == 1:
@@ -147,7 +147,7 @@ def _from_mat(mat, fetch: Fetch) -> np.ndarray:  # noqa: ANN001
 
 
 def load_net(param: str | os.PathLike, bin: str | os.PathLike | bytes | None = None,
-             options: RunOptions | None = None):  # noqa: ANN201 - ncnn.Net
+             options: RunOptions | None = None):
     """Load a net with fp32 options; `param` is a path or the text itself (contains a newline).
     `bin=None` serves zeros-free empty weights (DataReaderFromEmpty)."""
     import ncnn
@@ -176,7 +176,7 @@ def load_net(param: str | os.PathLike, bin: str | os.PathLike | bytes | None = N
 
 
 def run_net(net, inputs: Mapping[str, FeedLike], outputs: Sequence[FetchLike],
-            light_mode: bool | None = None) -> dict[str, np.ndarray]:  # noqa: ANN001
+            light_mode: bool | None = None) -> dict[str, np.ndarray]:
     """Feed `inputs` and extract `outputs` from an already loaded net."""
     mats = {name: _to_mat(_as_feed(v)) for name, v in inputs.items()}
     result: dict[str, np.ndarray] = {}

@@ -216,6 +216,19 @@ def output_paths(out: str) -> tuple[str, str, str, str]:
     return base + ".param", base + ".bin", base + ".start.param", base + ".json"
 
 
+def stream_manifest(result: Any, param_out: str, bin_out: str, start_out: str | None,
+                    param: str | os.PathLike | None, bin: str | os.PathLike | None) -> dict:
+    """The host manifest of an `add-conv-cache` result, naming the files it is written to
+    (`start_out` None: no start graph) and the source files."""
+    manifest = dict(result.data["manifest"])
+    manifest["param"] = os.path.basename(param_out)
+    manifest["bin"] = os.path.basename(bin_out)
+    manifest["start_param"] = os.path.basename(start_out) if start_out is not None else None
+    manifest["source"] = {"param": os.fspath(param) if param is not None else None,
+                          "bin": os.fspath(bin) if bin is not None else None}
+    return manifest
+
+
 def convert(param: str | os.PathLike, bin: str | os.PathLike | None, out: str, *,
             time_axis: Any = None, graph: Any = None,
             inputshape: Mapping[str, tuple] | None = None) -> Converted:
@@ -232,12 +245,8 @@ def convert(param: str | os.PathLike, bin: str | os.PathLike | None, out: str, *
     g = graph if graph is not None else load(param, bin=bin)
     result = AddConvCache(time_axis, inputshape=inputshape)(g)
     start = result.data["start_graph"]
-    manifest = dict(result.data["manifest"])
-    manifest["param"] = os.path.basename(p_path)
-    manifest["bin"] = os.path.basename(b_path)
-    manifest["start_param"] = os.path.basename(s_path) if start is not None else None
-    manifest["source"] = {"param": os.fspath(param) if param is not None else None,
-                          "bin": os.fspath(bin) if bin is not None else None}
+    manifest = stream_manifest(result, p_path, b_path, s_path if start is not None else None,
+                               param, bin)
     steady = result.graph
     writers = {p_path: lambda fh: fh.write(steady.dump_bytes()),
                b_path: lambda fh: write_weights(steady, fh),

@@ -33,7 +33,7 @@ def validate_graph(g: "Graph") -> list[Finding]:
                            "layer_count <= 0"))
         return out
 
-    def f(code: str, sev: str, msg: str, layer=None, fix: str | None = None) -> None:  # noqa: ANN001
+    def f(code: str, sev: str, msg: str, layer=None, fix: str | None = None) -> None:
         out.append(Finding(code, sev, msg, layer.name if layer is not None else None,
                            layer.source_line if layer is not None else None,
                            layer.source_file if layer is not None else None, fix))

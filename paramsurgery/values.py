@@ -59,23 +59,23 @@ class Value:
 
 # --------------------------------------------------------------------------- constructors
 
-def Int(v: int) -> Value:  # noqa: N802 - reads like a type in rewrite rules
+def Int(v: int) -> Value:
     return Value(Kind.INT, _check_int(v))
 
 
-def Float(v: float) -> Value:  # noqa: N802
+def Float(v: float) -> Value:
     return Value(Kind.FLOAT, _to_f32(v))
 
 
-def Ints(v: Sequence[int]) -> Value:  # noqa: N802
+def Ints(v: Sequence[int]) -> Value:
     return Value(Kind.INTS, tuple(_check_int(x) for x in v))
 
 
-def Floats(v: Sequence[float]) -> Value:  # noqa: N802
+def Floats(v: Sequence[float]) -> Value:
     return Value(Kind.FLOATS, tuple(_to_f32(x) for x in v))
 
 
-def Str(v: str, quoted: bool | None = None) -> Value:  # noqa: N802
+def Str(v: str, quoted: bool | None = None) -> Value:
     if '"' in v or "\n" in v or "\r" in v:
         raise ValueError(f"a param string cannot contain quotes or newlines: {v!r}")
     if len(v.encode("utf-8", "surrogateescape")) > 255:

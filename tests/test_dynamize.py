@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.passes.dynamize import Dynamize
-from paramsurgery.passes._traced import PnnxOp, companion_pnnx
+from paramsurgery.passes._traced import companion_pnnx, pnnx_op
 from paramsurgery.runtime import Feed, Fetch, run
 
 from conftest import FIXTURES
@@ -100,9 +100,9 @@ def test_hypothesis_crop_amounts_and_lengths(L, r, s, run_len):
     """A static `x[..., s:L-r]` on (C, L) dynamized, run at another length: equals numpy."""
     text = ("7767517\n2 2\nInput in0 0 1 in0\n"
             f"Crop crop_0 1 1 in0 out0 -23310=1,{L - r} -23311=1,1 -23309=1,{s}\n")
-    op = PnnxOp("Tensor.slice", "Tensor.slice_0", ["0"], ["1"],
+    op = pnnx_op("Tensor.slice", "Tensor.slice_0", ["0"], ["1"],
                 {"dim": "2", "start": str(s), "end": str(L - r)}, {"0": ((1, 3, L), "f32")})
-    g = Dynamize(L, traced=[op] + [PnnxOp("pnnx.Input", "in", [], ["0"], {},
+    g = Dynamize(L, traced=[op] + [pnnx_op("pnnx.Input", "in", [], ["0"], {},
                                           {"0": ((1, 3, L), "f32")})])(paramsurgery.loads(text)).graph
     x = np.random.default_rng(L * 7 + run_len).standard_normal((3, run_len)).astype(np.float32)
     got = run(g.dumps(), None, {"in0": x}, ["out0"])["out0"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import paramsurgery
-from paramsurgery.commands.fix import detect, fix_graph, lint_findings
+from paramsurgery.commands.fix import fix_graph, lint_findings
 from paramsurgery.passes._traced import companion_pnnx
 from paramsurgery.runtime import Feed, Fetch, run
 
@@ -80,27 +80,29 @@ def test_fix_dequant_equals_ported(tmp_path):
 
 
 # ------------------------------------------------------------------ the raw Qwen3-TTS fixtures
-# raw fixture -> (findings, outcome). "nothing to repair": pnnx converted it right (manifest
-# status runs_right) and fix leaves it byte-identical. "refused": the broken layers are
-# converter leftovers no repair pass rewrites (they need a torch-side change).
-# codec_decoder has no raw export: pnnx itself aborts on it (manifest: pnnx_failed); its
-# dequant (stack(levels, 0).sum(0)) is covered by fixtures/repairs/dequant_raw above.
+# raw fixture -> (leftover types no pass repairs, leftover types a pass is named for but
+# keeps, passes that change the graph). Empty/empty/none: pnnx converted it right (manifest
+# status runs_right) and fix leaves it byte-identical. codec_decoder has no raw export: pnnx
+# itself aborts on it (manifest: pnnx_failed); its dequant (stack(levels, 0).sum(0)) is
+# covered by fixtures/repairs/dequant_raw above.
 RAW = {
-    "talker_text_embed": ([], "nothing to repair"),
-    "talker_codec_embed": ([], "nothing to repair"),
-    "talker_codec_head": ([], "nothing to repair"),
-    "predictor_embeds": ([], "nothing to repair"),
-    "predictor_heads": ([], "nothing to repair"),
-    "predictor_decoder": (["pnnx.Expression", "Tensor.expand"],
-                          "refused: dynamic repeat_kv (case 1), no param-level repair"),
-    "talker_decoder": (["Tensor.expand", "Tensor.slice", "Tensor.slice_copy", "pnnx.Expression"],
-                       "refused: repeat_kv (case 1) and interleaved M-RoPE slice/slice_copy"),
-    "speaker_encoder": (["Tensor.expand", "Tensor.masked_fill", "Tensor.repeat", "Tensor.to",
-                         "pnnx.Expression", "torch.arange", "torch.eq", "torch.lt"],
-                        "refused: length-mask arithmetic (arange/lt/masked_fill) in the graph"),
-    "mimi_encoder": (["F.pad", "Reshape", "Tensor.to", "pnnx.Expression", "torch.arange"],
-                     "refused: extra padding from the traced length (case 5), replicate F.pad, "
-                     "in-graph positions"),
+    "talker_text_embed": ([], [], []),
+    "talker_codec_embed": ([], [], []),
+    "talker_codec_head": ([], [], []),
+    "predictor_embeds": ([], [], []),
+    "predictor_heads": ([], [], []),
+    # dynamic repeat_kv (case 1): fold-gqa feeds SDPA the kv heads; nothing is left
+    "predictor_decoder": ([], [], ["fold-gqa"]),
+    # repeat_kv folded; the interleaved M-RoPE slice/slice_copy lowered (Crop + Concat)
+    "talker_decoder": ([], [], ["fold-gqa", "lower"]),
+    # length-mask arithmetic (lt/eq/masked_fill) in the graph; lower keeps the arange and
+    # the mask expressions it feeds, remove-passthrough the Tensor.to (no dtype in the IR)
+    "speaker_encoder": (["Tensor.expand", "Tensor.masked_fill", "Tensor.repeat",
+                         "pnnx.Expression", "torch.eq", "torch.lt"],
+                        ["Tensor.to", "pnnx.Expression", "torch.arange"], []),
+    # the computed pads are lowered and the lossy Reshape pair merged; the in-graph
+    # positions (arange over the length) stay (lower needs the weights for its table)
+    "mimi_encoder": ([], ["pnnx.Expression", "torch.arange"], ["lower", "fix-batch-reshape"]),
 }
 
 
@@ -109,17 +111,100 @@ def test_raw_qwen3_tts_fixture(module, tmp_path):
     p = TINY / f"{module}.raw.ncnn.param"
     g = paramsurgery.load(p)
     rep = fix_graph(g, traced=companion_pnnx(p))
-    leftovers, outcome = RAW[module]
-    assert sorted({g.layer(f.layer).type for f in rep.unrepairable}) == sorted(leftovers)
-    assert rep.fixable_left == [] and not rep.failures
-    if outcome == "nothing to repair":
+    unrepairable, kept, changed_by = RAW[module]
+    assert sorted({g.layer(f.layer).type for f in rep.unrepairable if f.layer}) == unrepairable
+    assert sorted({g.layer(f.layer).type for f in rep.fixable_left if f.layer}) == kept
+    assert [r.pass_name for r in rep.results if r.modified] == changed_by
+    assert not rep.failures
+    if not (unrepairable or kept or changed_by):
         assert rep.before == [] and rep.exit_code == 0
         assert rep.graph.dump_bytes() == p.read_bytes()
     else:
-        assert rep.exit_code == 1 and not any(r.modified for r in rep.results)
+        assert rep.exit_code == (1 if unrepairable or kept else 0)
 
 
-def test_detect_matches_the_pass_preconditions():
-    g = paramsurgery.load(REPROS / "stack-sum-batch-axis" / "bug" / "model.ncnn.param")
-    assert [(f.layer, f.fix) for f in detect(g)] == [("sum_3", "paramsurgery fix-reduction")]
-    assert lint_findings(g)
+def test_fix_repairs_raw_predictor_decoder(tmp_path, capsys):
+    """The issue's case: `fix --bin` on the raw tiny predictor (dynamic repeat_kv) writes a
+    graph that ncnn loads and runs right against the torch reference at T=9 (neither traced
+    length, 37 and 5), with the weights hard-linked (fold-gqa removes weightless layers)."""
+    from paramsurgery.cli import main
+    from paramsurgery.verify_reference import relative_error
+
+    stem = TINY / "predictor_decoder.raw"
+    out = tmp_path / "out.param"
+    assert main(["fix", f"{stem}.ncnn.param", "--bin", f"{stem}.ncnn.bin", "-o", str(out)]) == 0
+    assert "fold-gqa: 2 change(s)" in capsys.readouterr().out
+    assert (tmp_path / "out.bin").stat().st_ino == (TINY / "predictor_decoder.raw.ncnn.bin").stat().st_ino
+    assert paramsurgery.lint.lint_file(out, run=False) == []
+    io = next(r for r in json.loads((FIXTURES / "manifest.json").read_text())["qwen3_tts"]["exports"]
+              if r.get("module") == "predictor_decoder" and r.get("variant") == "raw"
+              and "ncnn_bin" in r["files"])["io"]
+    ref = np.load(f"{stem}.ref.npz")
+    from paramsurgery.runtime import run_isolated
+
+    res = run_isolated(out, tmp_path / "out.bin",
+                       {i["blob"]: Feed(ref[i["key"]], i["batch_index"]) for i in io["inputs"]},
+                       [Fetch(o["blob"], o["batch_index"]) for o in io["outputs"]])
+    assert res.ok, res.describe()
+    for o in io["outputs"]:
+        assert relative_error(res.outputs[o["blob"]], ref[o["key"]]) <= 1e-4
+
+
+def test_fix_verify_refuses_a_wrong_result(tmp_path, capsys):
+    """--verify compares with the reference before writing: a reference whose output is
+    off makes fix refuse (exit 1) and write nothing."""
+    from paramsurgery.cli import main
+
+    stem = TINY / "predictor_decoder.raw"
+    ref = dict(np.load(f"{stem}.ref.npz"))
+    ref["output_hidden"] = ref["output_hidden"] + 1.0
+    np.savez(tmp_path / "bad.npz", **ref)
+    out = tmp_path / "out.param"
+    args = ["fix", f"{stem}.ncnn.param", "--bin", f"{stem}.ncnn.bin", "-o", str(out), "--verify"]
+    assert main(args + ["--reference", str(tmp_path / "bad.npz")]) == 1
+    assert "MISMATCH" in capsys.readouterr().err and not out.exists()
+    assert main(args) == 0
+    assert "verify against" in capsys.readouterr().out and out.exists()
+
+
+def test_fix_plan_comes_from_the_pass_declarations():
+    """Lint names the pass that claims a leftover (PS004 → lower, remove-passthrough), and
+    fix runs it: no list of repairs in fix itself. The result loads in ncnn and computes
+    x/(|x|+1) then ReLU."""
+    from paramsurgery.passes.base import repair_for, repairs
+    from paramsurgery.runtime import run_isolated
+
+    g = paramsurgery.loads("7767517\n4 4\nInput in0 0 1 in0\n"
+                           "F.softsign F.softsign_0 1 1 in0 a\n"
+                           "Tensor.contiguous Tensor.contiguous_1 1 1 a b\n"
+                           "ReLU relu 1 1 b out0\n", "m.param")
+    order = [p.name for p in repairs()]
+    assert order[:3] == ["fold-gqa", "lower", "remove-passthrough"]
+    assert {"fix-slice", "fix-reduction", "dynamize"} <= set(order)
+    assert [repair_for(layer) for layer in g] == [None, "lower", "remove-passthrough", None]
+    rep = fix_graph(g)
+    assert sorted(f.fix_pass for f in rep.before) == ["lower", "remove-passthrough"]
+    assert rep.wanted == ["lower", "remove-passthrough"] and rep.exit_code == 0
+    assert rep.after == [] and [r.pass_name for r in rep.results if r.modified] == rep.wanted
+    assert {layer.type for layer in rep.graph} == {"Input", "Split", "UnaryOp", "BinaryOp", "ReLU"}
+    x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
+    res = run_isolated(rep.graph.dumps(), None, {"in0": x}, ["out0"])
+    assert res.ok, res.describe()
+    np.testing.assert_allclose(res.outputs["out0"], np.maximum(x / (np.abs(x) + 1), 0),
+                               rtol=1e-6)
+
+
+def test_fix_rewrites_weights_when_a_repair_adds_some(tmp_path, capsys):
+    """Raw mimi encoder: lower's arange rule adds a position table (a weighted layer), so
+    `fix --bin` writes new weights next to the output (not a link) and the result matches
+    the torch reference (--verify, T=9, neither traced length)."""
+    from paramsurgery.cli import main
+
+    stem = TINY / "mimi_encoder.raw"
+    out = tmp_path / "out.param"
+    assert main(["fix", f"{stem}.ncnn.param", "--bin", f"{stem}.ncnn.bin", "-o", str(out),
+                 "--verify"]) == 0
+    text = capsys.readouterr().out
+    assert f"weights: rewritten to {tmp_path / 'out.bin'}" in text and "verify against" in text
+    assert (tmp_path / "out.bin").stat().st_ino != (TINY / "mimi_encoder.raw.ncnn.bin").stat().st_ino
+    assert [f for f in paramsurgery.lint.lint_file(out, run=False) if f.severity != "info"] == []

@@ -161,10 +161,10 @@ def test_partial_keeps_the_provable_rewrite():
 
 
 def _lone_traced(shape: str, dim: str) -> list:
-    from paramsurgery.passes._traced import PnnxOp
+    from paramsurgery.passes._traced import pnnx_op
 
     dims = tuple(None if s == "?" else int(s) for s in shape.split(","))
-    return [PnnxOp("torch.sum", "torch.sum_0", ["0"], ["1"], {"dim": dim},
+    return [pnnx_op("torch.sum", "torch.sum_0", ["0"], ["1"], {"dim": dim},
                    {"0": (dims, "f32")}, line=3)]
 
 

@@ -84,17 +84,17 @@ def test_hypothesis_paramless_unbind(k, h, w, hint):
 def test_hypothesis_batch_axis_random_sizes(k, t, case, tmp_path_factory):
     """The batch-axis rewrite on K codebooks of length T (K, T drawn): each part equals the
     row of the input, read back from the repaired net."""
-    from paramsurgery.passes._traced import PnnxOp
+    from paramsurgery.passes._traced import pnnx_op
 
     outs = " ".join(str(i + 1) for i in range(k))
     if case == "unbind-batch-axis":
         layer = f"torch.unbind torch.unbind_0 1 {k} in0 {outs}"
-        op = PnnxOp("torch.unbind", "torch.unbind_0", ["0"], [str(i + 1) for i in range(k)],
+        op = pnnx_op("torch.unbind", "torch.unbind_0", ["0"], [str(i + 1) for i in range(k)],
                     {"dim": "0"}, {"0": ((k, None), "f32")})
     else:
         idx = ",".join(str(i) for i in range(1, k))
         layer = f"Slice tensor_split_0 1 {k} in0 {outs} 1=-233 -23302={k - 1},{idx}"
-        op = PnnxOp("torch.tensor_split", "Tensor.slice_0", ["0"], [str(i + 1) for i in range(k)],
+        op = pnnx_op("torch.tensor_split", "Tensor.slice_0", ["0"], [str(i + 1) for i in range(k)],
                     {"dim": "0", "indices": f"({idx})"}, {"0": ((k, None), "f32")})
     relus = [f"ReLU r{i} 1 1 {i + 1} out{i}" for i in range(k)]
     text = f"7767517\n{k + 2} {2 * k + 1}\nInput in0 0 1 in0\n{layer}\n" + "\n".join(relus) + "\n"
@@ -136,10 +136,10 @@ def test_refuses_fused_qkv_rank5():
 
 
 def test_refuses_dynamic_uneven_chunk():
-    from paramsurgery.passes._traced import PnnxOp
+    from paramsurgery.passes._traced import pnnx_op
 
     text = "7767517\n2 3\nInput in0 0 1 in0\nSlice chunk_0 1 2 in0 out0 out1\n"
-    op = PnnxOp("torch.chunk", "torch.chunk_0", ["0"], ["1", "2"], {"chunks": "2", "dim": "2"},
+    op = pnnx_op("torch.chunk", "torch.chunk_0", ["0"], ["1", "2"], {"chunks": "2", "dim": "2"},
                 {"0": ((1, 4, None), "f32")})
     with pytest.raises(PassRefused, match=r"the traced extent along dim 2 is dynamic"):
         FixSlice(traced=[op])(paramsurgery.loads(text))

@@ -226,8 +226,6 @@ def test_kvcache_references_follow_the_documented_convention() -> None:
 def test_param_round_trips_byte_identical(rel: str) -> None:
     import paramsurgery
 
-    if not hasattr(paramsurgery, "loads"):
-        pytest.skip("paramsurgery.loads (the core parser) is not available yet")
     text = (FIXTURES / rel).read_text()
     assert paramsurgery.loads(text).dumps() == text
 

@@ -13,7 +13,8 @@ import pytest
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.layer_types import is_converter_leftover
-from paramsurgery.passes.passthrough import RemovePassthrough, cast_verdict, NotPassthrough
+from paramsurgery.passes.match import NoMatch
+from paramsurgery.passes.passthrough import RemovePassthrough, cast_verdict
 from paramsurgery.runtime import Feed, Fetch, run
 
 from conftest import FIXTURES, REPO, ncnn_loads
@@ -91,7 +92,7 @@ def test_cast_verdicts(din, dout, ok):
     if ok:
         assert cast_verdict(din, dout)
     else:
-        with pytest.raises(NotPassthrough):
+        with pytest.raises(NoMatch):
             cast_verdict(din, dout)
 
 

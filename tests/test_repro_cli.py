@@ -149,11 +149,6 @@ def test_issue_overwrites_a_stale_bundle(tmp_path: Path) -> None:
 
 
 def test_issue_cites_lint_when_available(tmp_path: Path) -> None:
-    pytest.importorskip("paramsurgery.lint", reason="paramsurgery.lint not available")
-    from paramsurgery import lint
-
-    if not hasattr(lint, "lint_file"):
-        pytest.skip("paramsurgery.lint has no lint_file yet")
     write_issue("stack-sum-batch-axis", tmp_path)
     text = (tmp_path / "ISSUE.md").read_text()
     assert "`paramsurgery lint model.ncnn.param`:" in text

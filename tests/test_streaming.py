@@ -228,7 +228,8 @@ def test_cli_add_conv_cache_refuses_with_reason(tmp_path):
     assert "stride 2: downsampling convs are not handled" in r.stderr
     assert not list(tmp_path.iterdir())
     r = cli("add-conv-cache", *case_files("causal_conv"), "-o", tmp_path / "nodir" / "out")
-    assert r.returncode == 2 and "no such directory" in r.stderr
+    # the shared write contract (tests/test_reliability.py): `PATH: cannot write: <reason>`
+    assert r.returncode == 2 and "out.param: cannot write: No such file or directory" in r.stderr
 
 
 def test_cli_stream_check_exit_codes(tmp_path):

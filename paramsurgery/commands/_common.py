@@ -105,40 +105,16 @@ def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str,
     """Load, run one pass (on a copy), write the result atomically, print the report.
     Exit 0 when the pass ran (changed or not); a refusal raises PassRefused (exit 2).
     `verify(result)`, when given and the pass changed something, returns a report with
-    `.ok`, `.format()` and `.to_json()`; a failed proof writes nothing (VerificationError)."""
-    from ..errors import VerificationError
-    from ..io import atomic_write, load
+    `.ok`, `.format()` and `.to_json()`; a failed proof writes nothing (VerificationError).
+    (The shared runner, `_runner.GraphCommand`, with nothing but the pass declared.)"""
+    from ._runner import GraphCommand
 
-    if args.output is None and not args.in_place:
-        args.output = derived_output(args.param, tag)
-    out = output_path(args, args.param)
-    g = load(args.param)
-    result = run_pass_located(pass_obj, g, args.param)
-    data = result.graph.dump_bytes()
-    proof = verify(result) if verify is not None and result.modified else None
-    if proof is not None and not proof.ok:
-        print(proof.format(), file=sys.stderr)
-        raise VerificationError("the rewrite could not be proven; nothing written",
-                                file=args.param)
-    if out == "-":
-        sys.stdout.buffer.write(data)
-    elif result.modified or out != args.param:
-        atomic_write(out, data)
-    if args.format == "json":
-        print_json({"pass": result.pass_name, "output": out, "modified": result.modified,
-                    "changes": [c.__dict__ for c in result.changes],
-                    "skipped": [s.__dict__ for s in result.skipped], "notes": result.notes,
-                    "contract_changes": result.contract_changes,
-                    **({"verify": proof.to_json()} if proof is not None else {})})
-        return 0
-    stream = sys.stderr if out == "-" else sys.stdout
-    print(result.format(args.explain), file=stream)
-    if proof is not None:
-        print(proof.format(), file=stream)
-    if out != "-":
-        print(f"wrote {out}" if (result.modified or out != args.param) else f"{out} unchanged",
-              file=stream)
-    return 0
+    def check(run: Any, staged: Any) -> Any:
+        return verify(run.result) if verify is not None and run.result.modified else None
+
+    return GraphCommand(tag, lambda _args: pass_obj, verify=check if verify else None,
+                        refusal="the rewrite could not be proven; nothing written",
+                        raise_on_failed_check=True, verify_needs_bin=False)(args)
 
 
 def run_pass_located(pass_obj: Any, g: Any, path: str) -> Any:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import sys
 import tempfile
 
 from ..errors import ParamSurgeryError
-from ._common import add_format_arg, add_report_arg, print_json
+from ._runner import (Check, GraphCommand, Outputs, PassLike, Run, Writer, add_bin_arg,
+                      add_verify_args)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,25 +26,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "when the stream has start trims, OUT.start.param; all atomically. "
                     "Refuses, with the layer and the reason, what it cannot stream.")
     p.add_argument("param", help="input .param (e.g. a codec decoder's conv part)")
-    p.add_argument("bin", help="its weights (.bin)")
+    add_bin_arg(p, positional=True, required=True)
     p.add_argument("-o", "--output", metavar="OUT",
                    help="output prefix (OUT.param, OUT.bin, OUT.json; default: <input>.stream)")
     p.add_argument("--time-axis", metavar="AXIS",
                    help="numpy axis of the frames in each 2-D input: 0 = rows (T, C), 1 = "
                         "columns (C, T), or NAME=AXIS,...; default: inferred")
-    p.add_argument("--verify", action="store_true",
-                   help="stream random frames through the result and compare with the input "
-                        "graph before writing; refuse on a mismatch")
+    add_verify_args(p, "stream random frames through the result and compare with the input "
+                       "graph", tol=1e-5)
     p.add_argument("--chunks", default="1,3,2,1", help="--verify: chunk sizes in frames "
                    "(default 1,3,2,1)")
-    p.add_argument("--tol", type=float, default=1e-5, help="--verify: relative tolerance")
-    p.add_argument("--explain", action="store_true", help="list every change")
     from ._common import add_inputshape_args
 
     add_inputshape_args(p, inputs=False)
-    add_format_arg(p)
-    add_report_arg(p)
-    p.set_defaults(run=run)
+    run.finish(p, explain="list every change")
 
 
 def default_output(param: str) -> str:
@@ -51,68 +47,88 @@ def default_output(param: str) -> str:
     return base + ".stream"
 
 
-def run(args: argparse.Namespace) -> int:
-    from ..streaming import check_stream, convert, output_paths
+def _make_pass(args: argparse.Namespace) -> PassLike:
+    from ..passes.conv_cache import AddConvCache
 
-    out = args.output or default_output(args.param)
-    paths = output_paths(out)
-    if any(os.path.exists(x) and os.path.samefile(x, y) for x in paths
-           for y in (args.param, args.bin)):
-        raise ParamSurgeryError("the output would overwrite the input; choose another -o",
-                                file=args.param)
-    check = None
-    if args.verify:
-        chunks = parse_chunks(args.chunks)
-        with tempfile.TemporaryDirectory(prefix="paramsurgery-cc-") as tmp:
-            check, _ = check_stream(args.param, args.bin, chunks, tol=args.tol,
-                                    time_axis=args.time_axis, workdir=tmp)
-        if not check.ok:
-            if args.format == "text":
-                print(check.format())
-            print(f"{args.param}: refusing to write {paths[0]}: the streamed output differs "
-                  f"from the offline output", file=sys.stderr)
-            return 1
     from ._common import inputshape_of
 
-    conv = convert(args.param, args.bin, out, time_axis=args.time_axis,
-                   inputshape=inputshape_of(args) or None)
-    man = conv.manifest
-    result = conv.result
-    written = [conv.param, conv.bin, conv.manifest_path] + ([conv.start_param]
-                                                            if conv.start_param else [])
-    if args.format == "json":
-        print_json({"outputs": written, "changes": [c.__dict__ for c in result.changes],
-                    "notes": result.notes,
-                    "manifest": {k: v for k, v in man.items() if not k.startswith("_")},
-                    "verify": None if check is None else {
-                        "ok": check.ok, "max_abs": check.max_abs, "rel": check.rel,
-                        "chunks": [c.__dict__ for c in check.chunks]}})
-        return 0
+    return AddConvCache(args.time_axis, inputshape=inputshape_of(args) or None)
+
+
+def _before_write(run: Run) -> None:
+    """The start graph exists only when the stream has start trims; the manifest names the
+    files as written."""
+    from ..streaming import stream_manifest
+
+    out, args = run.out, run.args
+    if run.result.data["start_graph"] is None:
+        del out.extra["start"]
+    assert out.bin is not None  # the .bin is a required argument
+    run.result.data["host_manifest"] = stream_manifest(run.result, out.param, out.bin,
+                                                       out.extra.get("start"), args.param,
+                                                       args.bin)
+
+
+def _extra_writers(run: Run) -> dict[str, Writer]:
+    manifest = (json.dumps(run.result.data["host_manifest"], indent=2) + "\n").encode()
+    writers: dict[str, Writer] = {"json": lambda fh: fh.write(manifest)}
+    start = run.result.data["start_graph"]
+    if start is not None:
+        writers["start"] = lambda fh: fh.write(start.dump_bytes())
+    return writers
+
+
+def _verify(run: Run, staged: Outputs) -> Check | None:
+    """Streams random frames through a conversion of the input and compares with running
+    the input once on all frames."""
+    from ..streaming import check_stream
+
+    args = run.args
+    if not args.verify:
+        return None
+    with tempfile.TemporaryDirectory(prefix="paramsurgery-cc-") as tmp:
+        check, _ = check_stream(args.param, args.bin, parse_chunks(args.chunks), tol=args.tol,
+                                time_axis=args.time_axis, workdir=tmp)
+    return check
+
+
+def _json(run: Run) -> dict:
+    check, man = run.check, run.result.data["host_manifest"]
+    return {"outputs": run.out.all(),
+            "manifest": {k: v for k, v in man.items() if not k.startswith("_")},
+            "verify": None if check is None else {
+                "ok": check.ok, "max_abs": check.max_abs, "rel": check.rel,
+                "chunks": [c.__dict__ for c in check.chunks]}}
+
+
+def _summary(run: Run) -> list[str]:
+    man, result = run.result.data["host_manifest"], run.result
     states = man["states"]
-    print(f"add-conv-cache: {len(states)} state blob(s), "
-          f"{sum(s['samples'] * s['channels'] for s in states)} floats of state")
-    if args.explain:
-        print(result.format(True))
+    lines = [f"add-conv-cache: {len(states)} state blob(s), "
+             f"{sum(s['samples'] * s['channels'] for s in states)} floats of state"]
+    if run.args.explain:
+        lines.append(result.format(True))
     else:
-        for s in states:
-            print(f"  {s['in']} -> {s['out']}: {s['kind']} {s['layer']}, numpy "
-                  f"{tuple(s['numpy_shape'])}, init {s['init']['fill']:g}")
-        for n in result.notes:
-            print(f"  note: {n}")
-    for i in man["inputs"]:
-        print(f"  input {i['name']}: frames along numpy axis {i['numpy_axis']} of "
-              f"{_shape(i['numpy_shape'])}")
-    for o in man["outputs"]:
-        print(f"  output {o['name']}: {o['samples_per_frame']} samples per frame along numpy "
+        lines += [f"  {s['in']} -> {s['out']}: {s['kind']} {s['layer']}, numpy "
+                  f"{tuple(s['numpy_shape'])}, init {s['init']['fill']:g}" for s in states]
+        lines += [f"  note: {n}" for n in result.notes]
+    lines += [f"  input {i['name']}: frames along numpy axis {i['numpy_axis']} of "
+              f"{_shape(i['numpy_shape'])}" for i in man["inputs"]]
+    lines += [f"  output {o['name']}: {o['samples_per_frame']} samples per frame along numpy "
               f"axis {o['numpy_axis']}" + (f", minus {o['start_trim']} at the stream start"
-                                           if o["start_trim"] else ""))
+                                           if o["start_trim"] else "") for o in man["outputs"]]
     if man["stream_start"]["graph"] == "start_param":
-        print(f"  stream start: buffer {man['stream_start']['buffer_frames']} frame(s), run "
-              f"{os.path.basename(conv.start_param)} once, then {os.path.basename(conv.param)}")
-    if check is not None:
-        print(check.format())
-    print("wrote " + ", ".join(written))
-    return 0
+        lines.append(f"  stream start: buffer {man['stream_start']['buffer_frames']} frame(s), "
+                     f"run {os.path.basename(man['start_param'])} once, then "
+                     f"{os.path.basename(man['param'])}")
+    return lines
+
+
+run = GraphCommand("stream", _make_pass, prefix=True, default_prefix=default_output,
+                   extra={"json": ".json", "start": ".start.param"}, bin_required=True,
+                   before_write=_before_write, extra_writers=_extra_writers, verify=_verify,
+                   refusal="the streamed output differs from the offline output",
+                   summary=_summary, json=_json)
 
 
 def _shape(shape: list) -> str:

@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
 SHAPE_MISMATCH_REL = 1e6
 
 
-def _write_html(path: str, graph, report) -> None:  # noqa: ANN001 - Graph, Report
+def _write_html(path: str, graph, report) -> None:
     """The view page with the largest relative error of each layer's compared tops."""
     from ..io import atomic_write
     from ..view.page import values_page
@@ -157,7 +157,7 @@ def _write_html(path: str, graph, report) -> None:  # noqa: ANN001 - Graph, Repo
                                    title=f"{report.target} vs {report.reference}"))
 
 
-def _concrete_inputshape(args: argparse.Namespace, graph) -> dict | None:  # noqa: ANN001
+def _concrete_inputshape(args: argparse.Namespace, graph) -> dict | None:
     """`--inputshape` with its symbols bound by `--at` (default: the oracle's base value)."""
     from ..shapes.affine import evaluate
     from ..shapes.oracle import DEFAULT_VALUES
@@ -185,7 +185,7 @@ def _concrete_inputshape(args: argparse.Namespace, graph) -> dict | None:  # noq
     return out
 
 
-def _reference_outputs(npz: str | None, graph, pnnx):  # noqa: ANN001, ANN202
+def _reference_outputs(npz: str | None, graph, pnnx):
     """Output arrays of the original model in the --inputs file, by output blob."""
     if npz is None:
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ._common import add_pass_args, run_param_pass
+from ._runner import add_bin_arg, add_pnnx_arg, traced_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,12 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="only rewrite Reshape dims on these ncnn axes (w h d c)")
     p.add_argument("--layers", nargs="+", metavar="NAME[:PARAM]",
                    help="only rewrite these layers (and params); resolves ambiguous occurrences")
-    p.add_argument("--pnnx", metavar="PNNX_PARAM",
-                   help="pnnx's IR with traced shapes (default: X.pnnx.param next to "
-                        "X.ncnn.param)")
-    p.add_argument("--bin", metavar="BIN",
-                   help="the weights (with --pair-bin: position tables traced at T are "
-                        "extended from the paired export's); writes <output>.bin")
+    add_pnnx_arg(p)
+    add_bin_arg(p)  # with --pair-bin: position tables traced at T extended from the pair's
     p.add_argument("--pair-bin", metavar="OTHER_BIN", help="the weights of --pair")
     p.add_argument("--pair-pnnx", metavar="OTHER_PNNX_PARAM",
                    help="pnnx's IR of --pair (default: next to it)")
@@ -50,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         raise ParamSurgeryError("give --traced-len T or --pair OTHER.param", file=args.param)
     from ._common import inputshape_of
 
-    traced = args.pnnx or companion_pnnx(args.param)
+    traced = traced_path(args)
     shapes = inputshape_of(args)
     if shapes and any(not isinstance(d, int) for s in shapes.values() for d in s):
         raise ParamSurgeryError("dynamize: --inputshape gives the traced shapes: numbers only "
@@ -67,8 +64,4 @@ def run(args: argparse.Namespace) -> int:
                  inputshape=shapes,
                  pair_traced=args.pair_pnnx or (companion_pnnx(args.pair) if args.pair_bin
                                                 else None))
-    if args.bin:
-        from ._withbin import run_with_bin
-
-        return run_with_bin(args, p, "dynamic")
     return run_param_pass(args, p, "dynamic")

@@ -1,186 +1,195 @@
-"""`paramsurgery fix FILE`: lint, run every repair pass the findings call for, write.
+"""`paramsurgery fix FILE`: lint, run every repair pass the findings call for, re-lint, write.
 
-The passes run in a `PassManager` (fix-slice, then fix-reduction, then dynamize when a
-length is given); a pass that refuses is rolled back and its reason printed, the others
-still apply. Afterwards the graph is linted again: what is left is either nothing, or
-findings no pass repairs (listed, exit 1), or refusals (exit 2).
+The plan is data: each lint finding names the pass that repairs it (`Finding.fix_pass`, set
+by its rule or check), and each pass declares in its own file whether `fix` may run it
+(`repair_order`), how (`for_fix`) and which converter leftovers it claims (`claims`, what
+lint's PS004 names as the fix). The passes run in a `PassManager`; one that refuses is
+rolled back and its reason printed, the others still apply. A repair can make another
+finding visible: the plan is rebuilt from the new findings until no new pass is called for
+(each pass runs at most once).
 
-Findings come from `paramsurgery.lint.lint_graph` when it is available; otherwise from the
-repair passes' own detectors (the same patterns: parameterless / batch-axis Slices, raw
-unbinds, Reductions with empty axes, and non-ncnn layer types, which no pass repairs).
+With `--bin`, the weights are loaded (and checked against the graph) and the output gets
+its `.bin` next to it: rewritten when a repair changed the weighted layers, else a hard link
+(or copy) of the input's. `--verify` runs the result through ncnn (child process) against a
+torch reference (`X.ref.npz` next to the input, or `--reference`).
+
+What is left afterwards is nothing, or findings no pass repairs (listed, exit 1), or
+refusals (exit 2).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
+import os
 from dataclasses import dataclass, field
 
+from ..errors import ParamSurgeryError
 from ..findings import ERROR, WARNING, Finding
 from ..graph import Graph
-from ._common import add_format_arg, add_output_args, derived_output, output_path, print_json
-
-REPAIRS = ("fix-slice", "fix-reduction", "dynamize")
+from ..passes.base import PassManager, PassResult, RepairContext, repairs
+from ._common import add_output_args
+from ._runner import (Check, GraphCommand, Outputs, Run, add_bin_arg, add_pnnx_arg,
+                      add_verify_args, traced_path)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("fix", help="lint, then run every repair pass the findings call for "
-                       "(fix-slice, fix-reduction, dynamize)")
+    names = ", ".join(p.name for p in repairs())
+    p = sub.add_parser("fix", help=f"lint, then run every repair pass the findings call for "
+                                   f"({names})")
     p.add_argument("param", help="input .param")
     add_output_args(p, "output .param (default: <input>.fixed.param)")
-    p.add_argument("--pnnx", metavar="PNNX_PARAM",
-                   help="pnnx's IR with traced shapes (default: X.pnnx.param next to "
-                        "X.ncnn.param, if present)")
+    add_bin_arg(p)
+    add_pnnx_arg(p)
     p.add_argument("--traced-len", type=int, metavar="T",
                    help="also dynamize a static export traced at T")
     p.add_argument("--pair", metavar="OTHER_PARAM",
                    help="also dynamize against the same model exported at another length")
-    p.add_argument("--explain", action="store_true", help="also list what each pass left alone")
-    add_format_arg(p)
-    p.set_defaults(run=run)
-
-
-# --------------------------------------------------------------------------- detection
-
-def detect(g: Graph) -> list[Finding]:
-    """The patterns the repair passes know, as findings (used until/unless lint is present)."""
-    from ..layer_types import is_converter_leftover, is_ncnn_layer
-    from ..passes.fix_reduction import batch_concat, has_empty_axes
-    from ..passes.fix_slice import needs_fix
-
-    out: list[Finding] = []
-    for layer in g:
-        why = needs_fix(layer)
-        if why:
-            out.append(Finding("slice", ERROR, why, layer.name, layer.source_line,
-                               fix="paramsurgery fix-slice"))
-            continue
-        if has_empty_axes(layer):
-            msg = ("Reduction of a Concat 0=-233 stack (empty axes)" if batch_concat(g, layer)
-                   else "Reduction with empty axes and 1=0 reduces nothing")
-            out.append(Finding("reduction-empty-axes", ERROR, msg, layer.name,
-                               layer.source_line, fix="paramsurgery fix-reduction"))
-            continue
-        if not is_ncnn_layer(layer.type):
-            kind = "a pnnx/torch leftover" if is_converter_leftover(layer.type) else "unknown"
-            out.append(Finding("not-ncnn-layer", ERROR, f"layer type {layer.type} is {kind}; "
-                               f"ncnn cannot load it", layer.name, layer.source_line))
-    return out
-
-
-def lint_findings(g: Graph, traced=None) -> list[Finding]:  # noqa: ANN001
-    try:
-        from ..lint import lint_graph  # type: ignore[attr-defined]
-    except ImportError:
-        return detect(g)
-    try:
-        found = list(lint_graph(g))
-    except Exception:  # noqa: BLE001 - a lint in progress must not break repairs
-        return detect(g)
-    # the passes' own detectors as a safety net for patterns a lint rule may not cover yet
-    seen = {(f.layer, _repair_of(f)) for f in found}
-    found += [f for f in detect(g) if f.fix and (f.layer, _repair_of(f)) not in seen]
-    return found
-
-
-def _repair_of(f: Finding) -> str | None:
-    for name in REPAIRS:
-        if f.fix and name in f.fix.split():
-            return name
-        if f.fix and f.fix.endswith(name):
-            return name
-    return None
+    add_verify_args(p, "run the result through ncnn against a torch reference (needs --bin; "
+                       "X.ref.npz next to the input or --reference)", tol=1e-4)
+    p.add_argument("--reference", metavar="NPZ", help="--verify: the reference (.npz)")
+    run.finish(p, explain="also list what each pass left alone")
 
 
 # --------------------------------------------------------------------------- fix
+
+def lint_findings(g: Graph) -> list[Finding]:
+    """What `fix` acts on: the default lint rules on the graph alone."""
+    from ..lint import lint_graph
+
+    return list(lint_graph(g))
+
 
 @dataclass
 class FixReport:
     graph: Graph
     before: list[Finding]
     after: list[Finding]
-    results: list = field(default_factory=list)
+    results: list[PassResult] = field(default_factory=list)
     failures: list[tuple[str, str]] = field(default_factory=list)
     wanted: list[str] = field(default_factory=list)
 
     @property
     def fixable_left(self) -> list[Finding]:
-        return [f for f in self.after if _repair_of(f)]
+        """Findings a repair pass is named for but did not repair."""
+        names = {p.name for p in repairs()}
+        return [f for f in self.after if f.fix_pass in names]
 
     @property
     def unrepairable(self) -> list[Finding]:
-        return [f for f in self.after if not _repair_of(f) and f.severity in (ERROR, WARNING)]
+        names = {p.name for p in repairs()}
+        return [f for f in self.after
+                if f.fix_pass not in names and f.severity in (ERROR, WARNING)]
+
+    @property
+    def modified(self) -> bool:
+        return any(r.modified for r in self.results)
 
     @property
     def exit_code(self) -> int:
         if self.failures:
             return 2
-        return 1 if any(f.severity == ERROR for f in self.unrepairable) else 0
+        return 1 if any(f.severity == ERROR for f in self.after) else 0
 
 
-def fix_graph(g: Graph, *, traced=None, traced_len: int | None = None,  # noqa: ANN001
-              pair=None) -> FixReport:  # noqa: ANN001
-    from ..passes.base import PassManager
-    from ..passes.dynamize import Dynamize
-    from ..passes.fix_reduction import FixReduction
-    from ..passes.fix_slice import FixSlice
-    from ..passes import _traced
-
-    traced_ops = _traced.load_traced(traced)
+def fix_graph(g: Graph, *, traced: str | os.PathLike | None = None,
+              traced_len: int | None = None, pair: str | os.PathLike | None = None) -> FixReport:
+    """Lint `g`, run the repairs the findings (and the given length) call for, re-lint;
+    repeated while the findings call for a pass that has not run yet."""
+    ctx = RepairContext(os.fspath(traced) if traced is not None else None, traced_len,
+                        os.fspath(pair) if pair is not None else None,
+                        weights=any(layer.weights for layer in g))
     before = lint_findings(g)
-    wanted = {r for f in before if (r := _repair_of(f))}
-    if traced_len is not None or pair is not None:
-        wanted.add("dynamize")
-    passes = []
-    if "fix-slice" in wanted:
-        passes.append(FixSlice(traced=traced_ops))
-    if "fix-reduction" in wanted:
-        passes.append(FixReduction(traced=traced_ops))
-    if "dynamize" in wanted and (traced_len is not None or pair is not None):
-        passes.append(Dynamize(traced_len, pair=pair, traced=traced_ops))
-    current, results, failures = PassManager(passes, early_stop=False).run(g)
-    if "dynamize" in wanted and traced_len is None and pair is None:
-        failures.append(("dynamize", "a finding calls for dynamize, which needs --traced-len T "
-                                     "or --pair OTHER.param"))
-    after = lint_findings(current)
-    return FixReport(current, before, after, results, failures,
-                     [p.name for p in passes])
+    found = before
+    current = g
+    done: set[str] = set()
+    results: list[PassResult] = []
+    failures: list[tuple[str, str]] = []
+    while True:
+        asked = {f.fix_pass for f in found if f.fix_pass}
+        plan = []
+        for cls in repairs():
+            if cls.name in done:
+                continue
+            try:
+                pass_ = cls.for_fix(ctx, cls.name in asked)
+            except ParamSurgeryError as exc:
+                done.add(cls.name)
+                failures.append((cls.name, exc.message))
+                continue
+            if pass_ is not None:
+                done.add(cls.name)
+                plan.append(pass_)
+        if not plan:
+            break
+        current, ran, refused = PassManager(plan, early_stop=False).run(current)
+        results += ran
+        failures += refused
+        found = lint_findings(current)
+    wanted = [p.name for p in repairs() if p.name in done]
+    return FixReport(current, before, found, results, failures, wanted)
 
 
-def run(args: argparse.Namespace) -> int:
-    from ..io import atomic_write, load
-    from ..passes._traced import companion_pnnx
+class _FixAll:
+    """`fix_graph` in the runner's shape: graph in, one PassResult out (the report in
+    `data["report"]`)."""
 
-    if args.output is None and not args.in_place:
-        args.output = derived_output(args.param, "fixed")
-    out = output_path(args, args.param)
-    g = load(args.param)
-    traced = args.pnnx or companion_pnnx(args.param)
-    rep = fix_graph(g, traced=traced, traced_len=args.traced_len, pair=args.pair)
-    modified = any(r.modified for r in rep.results)
-    data = rep.graph.dump_bytes()
-    if out == "-":
-        sys.stdout.buffer.write(data)
-    elif modified or out != args.param:
-        atomic_write(out, data)
-    if args.format == "json":
-        print_json({"output": out, "modified": modified,
-                    "findings_before": [f.to_json() for f in rep.before],
-                    "passes": [{"pass": r.pass_name, "modified": r.modified,
-                                "changes": [c.__dict__ for c in r.changes]} for r in rep.results],
-                    "refused": [{"pass": n, "reason": m} for n, m in rep.failures],
-                    "findings_after": [f.to_json() for f in rep.after]})
-        return rep.exit_code
-    stream = sys.stderr if out == "-" else sys.stdout
-    print(f"{len(rep.before)} finding(s); repairs called for: "
-          f"{', '.join(rep.wanted) or 'none'}", file=stream)
-    for r in rep.results:
-        print(r.format(args.explain), file=stream)
-    for name, msg in rep.failures:
-        print(f"{name}: refused (rolled back): {msg}", file=stream)
-    for f in rep.unrepairable:
-        print(f"not repairable here: {f.format(args.param)}", file=stream)
-    if out != "-":
-        print(f"wrote {out}" if (modified or out != args.param) else f"{out} unchanged",
-              file=stream)
-    return rep.exit_code
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.traced = traced_path(args)
+
+    def __call__(self, g: Graph) -> PassResult:
+        rep = fix_graph(g, traced=self.traced, traced_len=self.args.traced_len,
+                        pair=self.args.pair)
+        return PassResult(rep.graph, rep.modified,
+                          [c for r in rep.results for c in r.changes],
+                          [s for r in rep.results for s in r.skipped], pass_name="fix",
+                          data={"report": rep})
+
+
+def _report(run: Run) -> FixReport:
+    return run.result.data["report"]
+
+
+def _summary(run: Run) -> list[str]:
+    rep, explain = _report(run), run.args.explain
+    lines = [f"{len(rep.before)} finding(s); repairs called for: "
+             f"{', '.join(rep.wanted) or 'none'}"]
+    lines += [r.format(explain) for r in rep.results]
+    lines += [f"{name}: refused (rolled back): {msg}" for name, msg in rep.failures]
+    lines += [f"not repaired ({f.fix_pass} left it; --explain says why): "
+              f"{f.format(run.args.param)}" for f in rep.fixable_left]
+    lines += [f"not repairable here: {f.format(run.args.param)}" for f in rep.unrepairable]
+    return lines
+
+
+def _json(run: Run) -> dict:
+    rep = _report(run)
+    return {"findings_before": [f.to_json() for f in rep.before],
+            "passes": [{"pass": r.pass_name, "modified": r.modified,
+                        "changes": [c.__dict__ for c in r.changes]} for r in rep.results],
+            "refused": [{"pass": n, "reason": m} for n, m in rep.failures],
+            "findings_after": [f.to_json() for f in rep.after],
+            "weights": run.bin_note,
+            "verify": None if run.check is None else run.check.to_json()}
+
+
+def _verify(run: Run, staged: Outputs) -> Check | None:
+    """The repaired graph against the torch reference (a raw export may not load at all,
+    so the reference is torch's numbers, not the input graph)."""
+    from ..lint.conformance import find_reference
+    from ..verify_reference import verify_against_reference
+
+    args = run.args
+    if not (args.verify and run.result.modified):
+        return None
+    ref = args.reference or find_reference(args.param)
+    if ref is None:
+        raise ParamSurgeryError("--verify needs a torch reference: X.ref.npz next to the input "
+                                "or --reference REF.npz", file=args.param)
+    return verify_against_reference(staged.param, staged.bin, os.fspath(ref), graph=run.graph,
+                                    pnnx=args.pnnx or None, source=args.param, tol=args.tol)
+
+
+run = GraphCommand("fixed", _FixAll, bin_note=True, verify=_verify,
+                   refusal="the repaired graph does not match the reference", summary=_summary,
+                   json=_json, exit_code=lambda run: _report(run).exit_code)

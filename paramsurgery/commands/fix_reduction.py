@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ._common import add_pass_args, run_param_pass
+from ._runner import add_partial_arg, add_pnnx_arg, traced_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -13,18 +14,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_pass_args(p, "fixred")
     p.add_argument("--style", choices=("eltwise", "binaryop"), default="eltwise",
                    help="write one Eltwise (default) or a chain of BinaryOps")
-    p.add_argument("--pnnx", metavar="PNNX_PARAM",
-                   help="pnnx's own IR with traced shapes (default: X.pnnx.param next to "
-                        "X.ncnn.param, if present)")
-    p.add_argument("--partial", action="store_true",
-                   help="rewrite what can be proven and list the rest, instead of refusing")
+    add_pnnx_arg(p)
+    add_partial_arg(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..passes._traced import companion_pnnx
     from ..passes.fix_reduction import FixReduction
 
-    traced = args.pnnx or companion_pnnx(args.param)
-    return run_param_pass(args, FixReduction(style=args.style, traced=traced,
+    return run_param_pass(args, FixReduction(style=args.style, traced=traced_path(args),
                                              partial=args.partial), "fixred")

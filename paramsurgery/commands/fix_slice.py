@@ -5,23 +5,20 @@ from __future__ import annotations
 import argparse
 
 from ._common import add_pass_args, run_param_pass
+from ._runner import add_partial_arg, add_pnnx_arg, traced_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fix-slice", help="repair Slices ncnn cannot run (no slices/indices, "
                        "raw torch.unbind, 1=-233 batch-axis slices)")
     add_pass_args(p, "fixslice")
-    p.add_argument("--pnnx", metavar="PNNX_PARAM",
-                   help="pnnx's IR with traced shapes (default: X.pnnx.param next to "
-                        "X.ncnn.param, if present)")
-    p.add_argument("--partial", action="store_true",
-                   help="rewrite what can be proven and list the rest, instead of refusing")
+    add_pnnx_arg(p)
+    add_partial_arg(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..passes._traced import companion_pnnx
     from ..passes.fix_slice import FixSlice
 
-    traced = args.pnnx or companion_pnnx(args.param)
-    return run_param_pass(args, FixSlice(traced=traced, partial=args.partial), "fixslice")
+    return run_param_pass(args, FixSlice(traced=traced_path(args), partial=args.partial),
+                          "fixslice")

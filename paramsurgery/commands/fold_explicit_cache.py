@@ -62,7 +62,7 @@ def load_steps(path: str) -> list[dict]:
     return [steps[i] for i in range(len(steps))]
 
 
-def _prove(args: argparse.Namespace, result, steps: list[dict]):  # noqa: ANN001, ANN202
+def _prove(args: argparse.Namespace, result, steps: list[dict]):
     from ..fold_verify import FoldedCache, verify_fold
     from ..io import atomic_write
 

@@ -71,9 +71,10 @@ exit: 0 reduced, 1 the source graph does not fail, 2 usage or input error.""")
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import ParamSurgeryError
-    from ..repro.reduce import (BuiltinCheck, CommandCheck, SourcePasses, Step, load_predicate,
-                                reduce_graph)
+    from ..repro.reduce import (BuiltinCheck, Check, CommandCheck, SourcePasses, Step,
+                                load_predicate, reduce_graph)
 
+    check: Check
     if args.check is not None:
         check = CommandCheck(args.check, fail_codes=args.fail_code, fail_regex=args.fail_regex,
                              timeout=args.timeout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ._common import add_pass_args
+from ._runner import add_partial_arg, add_pnnx_arg, traced_path
 from .set_param import run_located
 
 
@@ -15,19 +16,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_pass_args(p, "nopass")
     p.add_argument("--type", nargs="+", default=(), metavar="TYPE",
                    help="only these layer types (default: every known passthrough type)")
-    p.add_argument("--pnnx", metavar="PNNX_PARAM",
-                   help="pnnx's IR with the traced dtypes (default: X.pnnx.param next to "
-                        "X.ncnn.param, if present); needed for Tensor.to")
-    p.add_argument("--partial", action="store_true",
-                   help="remove the provable ones and keep (and list) the rest instead of "
-                        "refusing")
+    add_pnnx_arg(p, "traced dtypes, needed for Tensor.to")
+    add_partial_arg(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..passes._traced import companion_pnnx
     from ..passes.passthrough import RemovePassthrough
 
-    traced = args.pnnx or companion_pnnx(args.param)
+    traced = traced_path(args)
     return run_located(args, lambda: RemovePassthrough(args.type, traced=traced,
                                                        partial=args.partial), "nopass")

@@ -78,7 +78,7 @@ def run_check(args: argparse.Namespace) -> int:
 
         raise ParamSurgeryError(str(exc.args[0])) from None
 
-    def progress(vc) -> None:  # noqa: ANN001
+    def progress(vc) -> None:
         mark = "" if not vc.changed else f"   (recorded {vc.baseline})"
         print(f"  {vc.case:<24} {vc.variant:<10} {vc.status:<11} {vc.seconds:5.1f}s{mark}",
               file=sys.stderr)
@@ -106,6 +106,6 @@ def run_issue(args: argparse.Namespace) -> int:
         written = write_issue(args.id, args.output, use_fresh=args.fresh, lint=not args.no_lint)
     except KeyError as exc:
         raise ParamSurgeryError(str(exc.args[0])) from None
-    for name, path in written.items():
+    for path in written.values():
         print(path)
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from ._common import add_pass_args, run_param_pass
+from ._common import add_pass_args
 
 # a token that is an assignment, not a layer name / type: `0=1`, `-23300=2,1,2`, `axis=-1`
 _ASSIGN_RE = re.compile(r"^(-?[0-9]+|[a-z_][a-z0-9_]*)=")
@@ -16,7 +16,7 @@ def intermixed(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     orig = parser.parse_known_args
     busy: list[int] = []
 
-    def parse_known_args(args=None, namespace=None):  # noqa: ANN001, ANN202
+    def parse_known_args(args=None, namespace=None):
         if busy:
             return orig(args, namespace)
         busy.append(1)
@@ -40,16 +40,12 @@ def take_assignments(args: argparse.Namespace, *names: str) -> None:
         setattr(args, name, keep)
 
 
-def run_located(args: argparse.Namespace, make_pass, tag: str) -> int:  # noqa: ANN001
-    """`run_param_pass`, with refusals that name no file located at the input .param."""
-    from ..errors import ParamSurgeryError
+def run_located(args: argparse.Namespace, make_pass, tag: str) -> int:
+    """Run the pass `make_pass()` builds through the shared runner (refusals that name no
+    file are located at the input .param)."""
+    from ._runner import GraphCommand
 
-    try:
-        return run_param_pass(args, make_pass(), tag)
-    except ParamSurgeryError as exc:
-        if exc.file is None:
-            exc.file = args.param
-        raise
+    return GraphCommand(tag, lambda _args: make_pass())(args)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

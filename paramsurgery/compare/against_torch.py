@@ -126,7 +126,7 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
 
 
 def _against_model(row, arr: np.ndarray, n: int, model_out: np.ndarray,
-                   ok) -> None:  # noqa: ANN001 - BlobRow, predicate
+                   ok) -> None:
     """Hold a graph output against the original model's output too."""
     err = measure(arr, model_out, batch_n=n)
     if ok(err):

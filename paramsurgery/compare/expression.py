@@ -132,7 +132,7 @@ def subterm_values(expr: str, inputs: list[np.ndarray | None]) -> list[tuple[str
 _PAD_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 
 
-def conv_padding_terms(op, inputs: list[np.ndarray | None]) -> list[tuple[str, np.ndarray]]:  # noqa: ANN001 - formats.pnnx_param.Op
+def conv_padding_terms(op, inputs: list[np.ndarray | None]) -> list[tuple[str, np.ndarray]]:
     """("pad", padded input) of a Conv1d/2d/3d whose padding mode is not zeros (pnnx writes
     the Padding layer even for padding 0: then it is a copy)."""
     mode = _PAD_MODES.get(str(op.params.get("padding_mode", "zeros")))

@@ -20,7 +20,7 @@ from ..runtime import Feed, Fetch, _from_mat, _to_mat
 from .frames import write_frame
 
 
-def _load(spec: dict, out: IO[bytes]):  # noqa: ANN202 - ncnn.Net or None
+def _load(spec: dict, out: IO[bytes]):
     import ncnn
 
     net = ncnn.Net()

@@ -70,7 +70,7 @@ def capture_forward(model: Any, args: list[Any], out: IO[bytes]) -> Any:
                 _write_value(out, n, loc[n], written)
         pending.clear()
 
-    def local(frame: FrameType, event: str, arg: Any):  # noqa: ANN202 - trace protocol
+    def local(frame: FrameType, event: str, arg: Any):
         if event == "line":
             flush(frame)
             pending.extend(by_line.get(frame.f_lineno, ()))
@@ -78,7 +78,7 @@ def capture_forward(model: Any, args: list[Any], out: IO[bytes]) -> Any:
             flush(frame)
         return local
 
-    def global_(frame: FrameType, event: str, arg: Any):  # noqa: ANN202 - trace protocol
+    def global_(frame: FrameType, event: str, arg: Any):
         if event == "call" and frame.f_code is code:
             loc = frame.f_locals
             for n in code.co_varnames[1:code.co_argcount]:

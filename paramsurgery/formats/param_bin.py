@@ -243,7 +243,7 @@ def read_param_bin(data: bytes, path: str | None = None, *,
 _IDH_RE = re.compile(r"const int (LAYER|BLOB|TYPEINDEX)_(\S+) = (-?\d+);")
 
 
-def _restore_names(path, names, records, layer_names, blob_names,  # noqa: ANN001
+def _restore_names(path, names, records, layer_names, blob_names,
                    type_names) -> str | None:
     candidates: list[str] = []
     if names is not None:
@@ -267,7 +267,7 @@ def _restore_names(path, names, records, layer_names, blob_names,  # noqa: ANN00
     return None
 
 
-def _names_from_param(cand, records, layer_names, blob_names, type_names) -> bool:  # noqa: ANN001
+def _names_from_param(cand, records, layer_names, blob_names, type_names) -> bool:
     from .param_text import read_param
 
     data = Path(cand).read_bytes()
@@ -305,7 +305,7 @@ def _names_from_param(cand, records, layer_names, blob_names, type_names) -> boo
     return True
 
 
-def _names_from_idh(cand, records, layer_names, blob_names, type_names) -> bool:  # noqa: ANN001
+def _names_from_idh(cand, records, layer_names, blob_names, type_names) -> bool:
     text = Path(cand).read_text("utf-8", "replace")
     layers, blobs, types = {}, {}, {}
     for kind, name, val in _IDH_RE.findall(text):

@@ -77,6 +77,8 @@ class Op:
     attrs: dict[str, tuple[Shape | None, str | None]]  # @name -> (shape, dtype)
     arg_names: dict[str, str]  # $argname -> operand name
     line: int
+    # the traced (shape, dtype) of each operand it reads or writes (the graph's operands)
+    shapes: dict[str, tuple[Shape, str]] = field(default_factory=dict)
 
     def param(self, key: str, default: object = None) -> object:
         """A param converted to Python: int, float, bool, None, tuple, or the raw string."""
@@ -84,6 +86,31 @@ class Op:
         if text is None:
             return default
         return parse_value(text)
+
+    def shape(self, blob: str) -> Shape | None:
+        s = self.shapes.get(blob)
+        return s[0] if s else None
+
+    @property
+    def in_shape(self) -> Shape | None:
+        return self.shape(self.inputs[0]) if self.inputs else None
+
+    @property
+    def out_shape(self) -> Shape | None:
+        return self.shape(self.outputs[0]) if self.outputs else None
+
+    def ints(self, key: str) -> list[int] | None:
+        """An int or int tuple param (`dim=0`, `dim=(0,1)`, `shape=(10,4,8)`)."""
+        v = self.params.get(key)
+        if v is None:
+            return None
+        v = v.strip("()[]")
+        if not v:
+            return []
+        try:
+            return [int(x) for x in v.split(",") if x.strip()]
+        except ValueError:
+            return None
 
 
 @dataclass
@@ -270,7 +297,7 @@ def _parse(text: str, path: str | None) -> PnnxGraph:
             else:
                 params[key] = value
         op = Op(typ, nm, ins, outs, params, attrs, arg_names, lineno)
-        for slot, o in enumerate(outs):
+        for o in outs:
             od = operand(o)
             if od.producer is None:
                 od.producer = op
@@ -283,6 +310,11 @@ def _parse(text: str, path: str | None) -> PnnxGraph:
         ops.append(op)
     if len(ops) < n_ops:
         raise err(f"header declares {n_ops} ops but the file has {len(ops)}", len(lines))
+    for op in ops:
+        for name in op.inputs + op.outputs:
+            od = operands[name]
+            if od.shape is not None:
+                op.shapes[name] = (tuple(od.shape), od.dtype or "")
     return PnnxGraph(ops, operands, path)
 
 

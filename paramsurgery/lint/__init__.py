@@ -16,6 +16,7 @@ string is its `--explain` text.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from .._gc import paused_gc
@@ -134,18 +135,20 @@ def _unread_layers(g: "Graph") -> set[int]:
 def _to_finding(ctx: LintContext, r: Rule, hit: "Hit | Finding") -> Finding:
     if isinstance(hit, Finding):
         if hit.file is None and ctx.path is not None:
-            return Finding(hit.code, hit.severity, hit.message, hit.layer, hit.line, ctx.path,
-                           hit.fix)
+            return replace(hit, file=ctx.path)
         return hit
     layer = hit.layer
-    fix = hit.fix if (hit.fix is not None or hit.fix_pass is not None) else r.fix
-    if hit.fix_pass is not None and hit.fix is None:
-        fix = f"paramsurgery {hit.fix_pass}"
+    if hit.fix is not None or hit.fix_pass is not None:
+        fix, fix_pass = hit.fix, hit.fix_pass
+    else:
+        fix, fix_pass = r.fix, r.fix_pass
+    if fix_pass is not None and fix is None:
+        fix = f"paramsurgery {fix_pass}"
     return Finding(r.code, hit.severity or r.severity, hit.message,
                    layer.name if layer is not None else None,
                    layer.source_line if layer is not None else hit.line,
                    (layer.source_file if layer is not None and layer.source_file else ctx.path),
-                   fix)
+                   fix, fix_pass)
 
 
 def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
@@ -217,12 +220,8 @@ def _bin_next_to(p: str) -> str | None:
 
 def fix_pass_of(finding: Finding) -> str | None:
     """The pass that repairs a finding (`fix-slice`, `fix-reduction`, `fold-gqa`, …) or
-    None: the finding's `paramsurgery <pass>` fix, else its rule's `fix_pass`."""
-    if finding.fix and finding.fix.startswith("paramsurgery "):
-        name = finding.fix.split()[1]
-        return name
-    r = get_rule(finding.code)
-    return r.fix_pass if r is not None and finding.fix == r.fix else None
+    None: the pass its rule or check named (`Finding.fix_pass`)."""
+    return finding.fix_pass
 
 
 def fixable(findings: Iterable[Finding]) -> dict[str, list[Finding]]:

@@ -82,24 +82,15 @@ class LintContext:
 
     def through_splits(self, blob: str) -> list["Layer"]:
         """The layers reading `blob`, looking through `Split` copies."""
-        out: list["Layer"] = []
-        work = [blob]
-        seen = set()
-        while work:
-            b = work.pop()
-            if b in seen:
-                continue
-            seen.add(b)
-            for c in self.graph.consumer_layers(b):
-                if c.type == "Split":
-                    work.extend(c.outputs)
-                else:
-                    out.append(c)
-        return out
+        from ..passes.match import through_splits
+
+        return through_splits(self.graph, blob)
 
     def source_of(self, blob: str) -> "Layer | None":
         """The producer of `blob`, looking back through `Split` copies."""
-        return self.graph.producer(self.graph.above_splits(blob))
+        from ..passes.match import source_of
+
+        return source_of(self.graph, blob)
 
     # ------------------------------------------------------------------ shared analyses
     @cached_property

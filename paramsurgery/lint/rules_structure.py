@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .context import LintContext
 
 
-def _from_validate(code: str):  # noqa: ANN202
+def _from_validate(code: str):
     def check(ctx: "LintContext") -> Iterator[Finding]:
         for f in ctx.validate_findings:
             if f.code == code:

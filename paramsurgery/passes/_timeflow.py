@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 from ..graph import Graph
 from ..layer import Layer
+from .match import NoMatch
 from .shape_expr import split_top_level
 
 if TYPE_CHECKING:
@@ -54,19 +55,7 @@ class Dim:
 Extent = Union[int, Dim, str]
 
 
-class Refusal(Exception):
-    """A layer the streaming rewrite cannot handle, and why."""
-
-    def __init__(self, layer: Layer | None, reason: str) -> None:
-        super().__init__(reason)
-        self.layer = layer
-        self.reason = reason
-
-    def format(self) -> str:
-        if self.layer is None:
-            return self.reason
-        where = f"line {self.layer.source_line}: " if self.layer.source_line else ""
-        return f"{where}{self.layer.type} {self.layer.name}: {self.reason}"
+Refusal = NoMatch  # a layer the streaming rewrite cannot handle, and why
 
 
 def value_of(e: Extent) -> int | str | None:

@@ -1,77 +1,46 @@
-"""What the repair passes read from pnnx's own IR (`model.pnnx.param`): each op's type,
-name, params (`dim=0`, `shape=(10,4,8)`, ...) and the traced shape of every operand
-(`#4=(3,1,4,?)f32`, `?` = a dynamic size).
+"""What the repair passes read from pnnx's own IR (`model.pnnx.param`), and how its ops are
+paired with the layers of the ncnn graph pnnx wrote next to it.
 
-The repair passes (fix-reduction, fix-slice, dynamize) see pnnx ops through this small view
-of the shared reader `paramsurgery.formats.pnnx_param`.
+The op model is the shared reader's, `paramsurgery.formats.pnnx_param.Op`: type, name,
+params as text (`dim=0`, `shape=(10,4,8)`; `Op.ints`, `Op.param`) and the traced shape of
+every operand it reads or writes (`Op.shape(blob)`, `?` = None).
 
-pnnx renames ops when it writes the ncnn graph (`torch.sum_0` becomes `sum_3`), so an ncnn
-layer is paired with its pnnx op by kind and order (`align`): the k-th ncnn Reduction with
-the k-th pnnx reduction op, checked by kind, and refused when the counts differ.
+Pairing (`align`, `op_named`): pnnx keeps a converter leftover's name in the ncnn graph
+(`Tensor.expand_39` stays `Tensor.expand_39`), so leftovers are found by name and type;
+layers pnnx converted are renamed (`torch.sum_0` becomes `sum_3`), so they are paired by
+kind and order: the k-th ncnn Reduction with the k-th pnnx reduction op, all or none,
+refused (NoMatch) when the counts differ or a pair does not agree.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
+from ..formats.pnnx_param import Op
+from .match import NoMatch
+
+if TYPE_CHECKING:
+    from ..layer import Layer
+
+PnnxOp = Op  # the name the repair passes used for it
 Dim = int | None  # None = dynamic ('?')
 
 
-@dataclass
-class PnnxOp:
-    type: str
-    name: str
-    inputs: list[str]
-    outputs: list[str]
-    params: dict[str, str] = field(default_factory=dict)
-    shapes: dict[str, tuple[tuple[Dim, ...], str]] = field(default_factory=dict)
-    line: int = 0
-
-    def shape(self, blob: str) -> tuple[Dim, ...] | None:
-        s = self.shapes.get(blob)
-        return s[0] if s else None
-
-    @property
-    def in_shape(self) -> tuple[Dim, ...] | None:
-        return self.shape(self.inputs[0]) if self.inputs else None
-
-    @property
-    def out_shape(self) -> tuple[Dim, ...] | None:
-        return self.shape(self.outputs[0]) if self.outputs else None
-
-    def ints(self, key: str) -> list[int] | None:
-        """An int or int tuple param (`dim=0`, `dim=(0,1)`, `shape=(10,4,8)`)."""
-        v = self.params.get(key)
-        if v is None:
-            return None
-        v = v.strip("()[]")
-        if not v:
-            return []
-        try:
-            return [int(x) for x in v.split(",") if x.strip()]
-        except ValueError:
-            return None
+def pnnx_op(type: str, name: str, inputs: list[str], outputs: list[str],
+            params: dict[str, str] | None = None,
+            shapes: dict[str, tuple[tuple[Dim, ...], str]] | None = None, line: int = 0) -> Op:
+    """An op built by hand (tests, synthetic graphs)."""
+    return Op(type, name, list(inputs), list(outputs), dict(params or {}), {}, {}, line,
+              dict(shapes or {}))
 
 
-def read_pnnx_param(path: str | os.PathLike) -> list[PnnxOp]:
-    """The ops of a `.pnnx.param` (parsed by `paramsurgery.formats.pnnx_param`) with the
-    traced shape of each operand they read or write."""
+def read_pnnx_param(path: str | os.PathLike) -> list[Op]:
+    """The ops of a `.pnnx.param`, each with the traced shapes of its operands."""
     from ..formats.pnnx_param import read_pnnx_param as read_graph
 
-    graph = read_graph(path)
-    ops: list[PnnxOp] = []
-    for op in graph.ops:
-        shapes: dict[str, tuple[tuple[Dim, ...], str]] = {}
-        for name in list(op.inputs) + list(op.outputs):
-            operand = graph.operand(name)
-            if operand is not None and operand.shape is not None:
-                shapes[name] = (tuple(operand.shape), operand.dtype or "")
-        ops.append(PnnxOp(op.type, op.name, list(op.inputs), list(op.outputs), dict(op.params),
-                          shapes, op.line))
-    return ops
+    return list(read_graph(path).ops)
 
 
 def companion_pnnx(param_path: str | os.PathLike | None) -> Path | None:
@@ -84,7 +53,7 @@ def companion_pnnx(param_path: str | os.PathLike | None) -> Path | None:
     return Path(found) if found else None
 
 
-def load_traced(source: str | os.PathLike | Sequence[PnnxOp] | None) -> list[PnnxOp] | None:
+def load_traced(source: str | os.PathLike | Sequence[Op] | None) -> list[Op] | None:
     if source is None:
         return None
     if isinstance(source, (str, os.PathLike)):
@@ -92,5 +61,33 @@ def load_traced(source: str | os.PathLike | Sequence[PnnxOp] | None) -> list[Pnn
     return list(source)
 
 
-def ops_of(ops: Sequence[PnnxOp], types: Sequence[str]) -> list[PnnxOp]:
+def ops_of(ops: Sequence[Op], types: Sequence[str]) -> list[Op]:
     return [op for op in ops if op.type in types]
+
+
+def align(layers: Sequence["Layer"], ops: Sequence[Op], *, what: str = "layers",
+          op_what: str = "ops",
+          agree: Callable[["Layer", Op], str | None] | None = None) -> dict[int, Op]:
+    """Layer id → pnnx op, pairing renamed (converted) layers by kind and order: the k-th
+    layer with the k-th op. All or none: NoMatch when the counts differ ("the graph has N
+    <what>, the .pnnx.param M <op_what>") or `agree(layer, op)` names a reason."""
+    if len(layers) != len(ops):
+        raise NoMatch(layers[0] if layers else None,
+                      f"the graph has {len(layers)} {what}, the .pnnx.param {len(ops)} "
+                      f"{op_what}")
+    out: dict[int, Op] = {}
+    for layer, op in zip(layers, ops):
+        why = agree(layer, op) if agree is not None else None
+        if why:
+            raise NoMatch(layer, why)
+        out[layer.id] = op
+    return out
+
+
+def op_named(ops: Sequence[Op], layer: "Layer", path: str | None) -> Op:
+    """pnnx's op for a converter leftover (pnnx keeps its name and type in the ncnn graph);
+    NoMatch naming the file when there is none."""
+    for op in ops:
+        if op.name == layer.name and op.type == layer.type:
+            return op
+    raise NoMatch(layer, f"{path} has no {layer.type} op named {layer.name!r}")

@@ -5,24 +5,39 @@ A pass never hands back a half-rewritten graph: `Pass.__call__` works on a copy 
 otherwise, and the manager keeps the last good graph when a pass refuses or its
 postcondition fails. Passes register themselves by name so `paramsurgery passes` can list
 them.
+
+A pass that repairs what lint finds declares it here, in its own class: `repair_order` (set:
+`paramsurgery fix` may run it, in this order), `claims(layer)` (the converter leftovers it
+rewrites, which lint's PS004 names as its fix) and `for_fix(ctx, asked)` (the instance `fix`
+runs). `fix` builds its plan from these and the findings' `fix_pass`: adding a repair is one
+file.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
 from ..errors import PassRefused
 from ..findings import ERROR, Finding
 from ..graph import Graph
 
+if TYPE_CHECKING:
+    from ..layer import Layer
+    from ._traced import PnnxOp
+
 PASSES: dict[str, type["Pass"]] = {}
 
 
 def register(cls: type["Pass"]) -> type["Pass"]:
-    """Class decorator: make a pass known to `paramsurgery passes`."""
+    """Class decorator: make a pass known to `paramsurgery passes` (its command, unless it
+    says otherwise, is `paramsurgery <name>`)."""
     if cls.name in PASSES and PASSES[cls.name] is not cls:
         raise ValueError(f"two passes are named {cls.name!r}")
+    if "command" not in cls.__dict__:
+        cls.command = f"paramsurgery {cls.name}"
     PASSES[cls.name] = cls
     return cls
 
@@ -38,6 +53,26 @@ def all_passes() -> dict[str, type["Pass"]]:
         if info.name not in ("base", "match") and not info.name.startswith("_"):
             importlib.import_module(f"{passes.__name__}.{info.name}")
     return dict(sorted(PASSES.items()))
+
+
+def repairs() -> list[type["Pass"]]:
+    """The passes `paramsurgery fix` may run, in their `repair_order` (the package is
+    scanned once per process)."""
+    return list(_repairs())
+
+
+@functools.lru_cache(maxsize=None)
+def _repairs() -> tuple[type["Pass"], ...]:
+    found = [p for p in all_passes().values() if p.repair_order is not None]
+    return tuple(sorted(found, key=lambda p: (p.repair_order or 0, p.name)))
+
+
+def repair_for(layer: "Layer") -> str | None:
+    """The repair pass that claims a converter leftover, or None."""
+    for p in repairs():
+        if p.claims(layer):
+            return p.name
+    return None
 
 
 @dataclass
@@ -101,13 +136,43 @@ class PassResult:
         return "\n".join(lines)
 
 
+@dataclass
+class RepairContext:
+    """What `paramsurgery fix` knows besides the graph, for `Pass.for_fix`."""
+
+    traced: str | None = None  # pnnx's X.pnnx.param (traced shapes, constants)
+    traced_len: int | None = None  # the length a static export was traced at
+    pair: str | None = None  # the same model exported at another length
+    weights: bool = False  # the graph carries the weights of its .bin
+
+    @cached_property
+    def traced_ops(self) -> "list[PnnxOp] | None":
+        """pnnx's ops, parsed once for every pass that reads them."""
+        from ._traced import load_traced
+
+        return load_traced(self.traced)
+
+
 class Pass:
     """Base class. Subclasses set `name`/`summary` and implement `run`; override `requires`
     to refuse up front and `ensures` to add postconditions."""
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
-    command: ClassVar[str | None] = None  # the CLI command that runs it
+    command: ClassVar[str | None] = None  # the CLI command that runs it (set by `register`)
+    repair_order: ClassVar[int | None] = None  # set: `paramsurgery fix` runs it, in this order
+
+    @classmethod
+    def claims(cls, layer: "Layer") -> bool:
+        """A converter leftover this repair rewrites (lint's PS004 names it as the fix)."""
+        return False
+
+    @classmethod
+    def for_fix(cls, ctx: RepairContext, asked: bool) -> "Pass | None":
+        """The instance `paramsurgery fix` runs; `asked`: a finding calls for this pass.
+        None: nothing to do. Raises PassRefused when asked but an input is missing (the
+        message names the flag that supplies it)."""
+        return cls() if asked else None
 
     def requires(self, g: Graph) -> None:
         """Raise PassRefused(reason) when the pass cannot apply to `g` at all."""
@@ -144,6 +209,22 @@ class Pass:
                                             f"layer(s) downstream of the change")
                 self.ensures(work, before)
             return result
+
+
+def keep_or_refuse(pass_name: str, result: PassResult, refused: list[Skip], *, partial: bool,
+                   what: str) -> None:
+    """The candidates a pass could not prove: listed as skipped with `partial`, else one
+    PassRefused naming each (`<pass> cannot prove the rewrite of N <what>: layer (line L):
+    reason; ...`)."""
+    if not refused:
+        return
+    result.skipped.extend(refused)
+    if partial:
+        return
+    detail = "; ".join(f"{s.layer}" + (f" (line {s.line})" if s.line else "") +
+                       f": {s.reason}" for s in refused)
+    raise PassRefused(f"{pass_name} cannot prove the rewrite of {len(refused)} "
+                      f"{what}: {detail}")
 
 
 def new_errors(before: Iterable[Finding], after: Iterable[Finding]) -> list[Finding]:

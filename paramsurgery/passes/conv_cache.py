@@ -91,7 +91,6 @@ class AddConvCache(Pass):
     name = "add-conv-cache"
     summary = ("streaming conv state: causal Conv1D / transposed-conv state blobs, in-graph "
                "update, start graph and host manifest")
-    command = "paramsurgery add-conv-cache"
 
     def __init__(self, time_axis: str | int | Mapping[str, Any] | None = None, *,
                  inputshape: Mapping[str, tuple] | None = None) -> None:

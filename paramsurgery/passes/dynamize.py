@@ -33,7 +33,7 @@ from ..graph import Graph
 from ..layer import Layer
 from ..values import Kind
 from . import _traced
-from .base import Change, Pass, PassResult, Skip, register
+from .base import Change, Pass, PassResult, RepairContext, Skip, register
 
 RESHAPE_DIMS = {0: "w", 1: "h", 11: "d", 2: "c"}
 AXIS_PARAM = {"w": 0, "h": 1, "d": 11, "c": 2}
@@ -68,7 +68,17 @@ def _ints(layer: Layer, pid: int) -> list[int] | None:
 class Dynamize(Pass):
     name = "dynamize"
     summary = "rewrite a traced length baked into Crop/Reshape/Gemm params into relative forms"
-    command = "paramsurgery dynamize"
+    repair_order = 60
+
+    @classmethod
+    def for_fix(cls, ctx: RepairContext, asked: bool) -> "Dynamize | None":
+        """Runs whenever a length is given (no lint rule proves a baked length alone)."""
+        if ctx.traced_len is None and ctx.pair is None:
+            if asked:
+                raise PassRefused("a finding calls for dynamize, which needs --traced-len T "
+                                  "or --pair OTHER.param")
+            return None
+        return cls(ctx.traced_len, pair=ctx.pair, traced=ctx.traced_ops)
 
     def __init__(self, traced_len: int | None = None, *, pair: Graph | str | os.PathLike | None = None,
                  pair_len: int | None = None, axis: int | None = None,
@@ -118,10 +128,6 @@ class Dynamize(Pass):
             return False
         pids = self.layer_filter[layer.name]
         return pids is None or pid in pids
-
-    def _told(self, layer: Layer) -> bool:
-        return self.layer_filter is not None and self.layer_filter.get(layer.name, 0) is not None \
-            and layer.name in self.layer_filter and self.layer_filter[layer.name] is not None
 
     def _fit(self, v1: int, v2: int) -> str:
         if self.T is None or self.T2 is None or self.T == self.T2:
@@ -315,7 +321,7 @@ class Dynamize(Pass):
             by_layer.setdefault(s.layer.id, []).append(s)
         length_axis = None
         tables: list[Layer] = []
-        for lid, ss in by_layer.items():
+        for ss in by_layer.values():
             layer = ss[0].layer
             t = layer.type
             if t == "Reshape":
@@ -500,7 +506,7 @@ class Dynamize(Pass):
             return (s, -233, f"to the end (input extent {L})")
         return (s, r1, f"relative to the end (input extent {L})")
 
-    def _crop_plan_shapes(self, g: Graph, layer: Layer, s: _Site):  # noqa: ANN202
+    def _crop_plan_shapes(self, g: Graph, layer: Layer, s: _Site):
         """The Crop rewrite when the traced extent comes from `--inputshape` (no pnnx IR)."""
         label = "end" if s.pid == 10 else "start"
         if s.value < 0:
@@ -537,5 +543,5 @@ def _frac(x: Fraction) -> str:
     return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
 
 
-def _show(v) -> str:  # noqa: ANN001
+def _show(v) -> str:
     return "absent" if v is None else f"{v.kind.value} {v.python!r}"

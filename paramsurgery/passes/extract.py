@@ -23,10 +23,11 @@ subgraph (as ncnn defines outputs), which the result reports.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import PassRefused
 from ..graph import Graph
+from ..layer import Layer
 from .base import Change, Pass, PassResult, register
 
 
@@ -146,11 +147,25 @@ def extract_subgraph(graph: Graph, inputs: Sequence[str] | None,
     return Extract(inputs, outputs)(graph).graph
 
 
+def inputs_for_cut(g: Graph, blobs: Sequence[str], *, name: Callable[[str], str] = str,
+                   params: Callable[[str], Any] = lambda blob: None) -> list[Layer]:
+    """The cut shared by `extract` and `reduce`: each blob (now read, no longer written)
+    becomes the top of a new `Input` layer, at the top of the graph, in the order given."""
+    added: list[Layer] = []
+    anchor = next(iter(g), None)
+    for b in blobs:
+        layer_name = g.unique_layer_name(name(b))
+        if anchor is None:
+            added.append(g.add_layer("Input", layer_name, [], [b], params(b)))
+        else:
+            added.append(g.add_layer("Input", layer_name, [], [b], params(b), before=anchor))
+    return added
+
+
 @register
 class Extract(Pass):
     name = "extract"
     summary = "cut the subgraph computing some blobs from others, with exactly its weights"
-    command = "paramsurgery extract"
 
     def __init__(self, inputs: Sequence[str] | str | None, outputs: Sequence[str] | str) -> None:
         self.inputs = _split_names(inputs)
@@ -234,17 +249,8 @@ class Extract(Pass):
                                     f"{', '.join(unread)}, which the subgraph does not read: "
                                     f"extra output(s)")
         # cut blobs become Input layers, at the top, in the order given
-        after = None
-        for b in plan.cut:
-            name = g.unique_layer_name(b)
-            first = next(iter(g), None)
-            if after is None and first is not None:
-                after = g.add_layer("Input", name, [], [b], before=first)
-            elif after is None:
-                after = g.add_layer("Input", name, [], [b])
-            else:
-                after = g.add_layer("Input", name, [], [b], after=after)
-            result.changes.append(Change(name, f"Input for cut blob {b!r}"))
+        for layer in inputs_for_cut(g, plan.cut):
+            result.changes.append(Change(layer.name, f"Input for cut blob {layer.outputs[0]!r}"))
         kept = len(g)
         result.changes.insert(0, Change("graph", "layers", total, kept))
         result.data.update(inputs=list(plan.inputs), outputs=list(plan.outputs),
@@ -269,6 +275,10 @@ class ExtractCheck:
     @property
     def exact(self) -> bool:
         return all(v == 0.0 for v in self.blobs.values())
+
+    @property
+    def ok(self) -> bool:  # the runner's verdict: bit-identical
+        return self.exact
 
     def format(self) -> str:
         lines = ["extract check: subgraph vs full graph, same inputs, through ncnn"]

@@ -37,11 +37,11 @@ def match_pair(g: Graph, r1: Layer) -> Match:
     """r1 (dims all 1, no batch params) → r2 (reads n back): the lossy pair, or why not."""
     p = r1.params
     if p.get(12, 233) != 233 or p.get(13, 233) != 233 or 6 in p:
-        return fail(r1, "carries batch params or a shape expression")
+        return fail(r1, "carries batch params or a shape expression", kind=NOT_A_CANDIDATE)
     dims = [p.get(k, -233) for k in _DIM_PARAMS]
     given = [d for d in dims if d != -233 and d != 0]
     if not given or any(d != 1 for d in given):
-        return fail(r1, "its target is not all ones")
+        return fail(r1, "its target is not all ones", kind=NOT_A_CANDIDATE)
     readers = g.consumer_layers(r1.outputs[0])
     if len(readers) != 1 or readers[0].type != "Reshape":
         return fail(r1, "not read by exactly one Reshape")
@@ -58,12 +58,15 @@ def match_pair(g: Graph, r1: Layer) -> Match:
     return matched(r1, r2=r2, target=[-1 if t == "0n" else int(t) for t in toks])
 
 
+NOT_A_CANDIDATE = "not-a-candidate"  # Match.kind: an ordinary Reshape, not worth --explain
+
+
 @register
 class FixBatchReshape(Pass):
     name = "fix-batch-reshape"
     summary = "a Reshape pair that drops a 1-D tensor's elements into ncnn's batch axis " \
               "(0=1 1=1 + 12=k 13=233 0n) -> one Reshape"
-    command = "paramsurgery fix-batch-reshape"
+    repair_order = 45
 
     def run(self, g: Graph) -> PassResult:
         result = PassResult(g, False)
@@ -72,7 +75,7 @@ class FixBatchReshape(Pass):
             m = match_pair(g, r1)
             if m:
                 todo.append(m)
-            elif "batch params" not in m.reason and "not all ones" not in m.reason:
+            elif m.kind != NOT_A_CANDIDATE:  # near-misses only, for --explain
                 result.skipped.append(Skip(r1.name, m.reason, r1.source_line))
         for m in todo:
             r1, r2, target = m.layer, m["r2"], m["target"]

@@ -30,13 +30,12 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
 from ..values import Floats
 from . import _traced
-from .base import Change, Pass, PassResult, Skip, register
-from .match import Match, fail, matched
+from .base import Change, Pass, PassResult, RepairContext, Skip, keep_or_refuse, register
+from .match import Match, NoMatch, fail, matched
 
 OP_NAMES = {0: "SUM", 1: "ASUM", 2: "SUMSQ", 3: "MEAN", 4: "MAX", 5: "MIN", 6: "PROD", 7: "L1",
             8: "L2", 9: "LogSum", 10: "LogSumExp"}
@@ -70,7 +69,11 @@ class FixReduction(Pass):
     name = "fix-reduction"
     summary = ("stack + Reduction with dropped axes (Concat 0=-233, -23303=0) → element-wise "
                "sum/mean; identity Reductions bypassed when traced shapes prove it")
-    command = "paramsurgery fix-reduction"
+    repair_order = 50
+
+    @classmethod
+    def for_fix(cls, ctx: RepairContext, asked: bool) -> "FixReduction | None":
+        return cls(traced=ctx.traced_ops) if asked else None
 
     def __init__(self, *, style: str = "eltwise",
                  traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,
@@ -139,20 +142,17 @@ class FixReduction(Pass):
         ops = _traced.load_traced(self.traced)
         if ops is None:
             return None, None
-        pn = _traced.ops_of(ops, tuple(TORCH_REDUCE))
-        all_reds = g.by_type("Reduction")
-        if len(pn) != len(all_reds):
-            return {}, (f"cannot line it up with pnnx's IR: the graph has {len(all_reds)} "
-                        f"Reductions, the .pnnx.param {len(pn)} reduction ops")
-        out: dict[int, _traced.PnnxOp] = {}
-        for layer, op in zip(all_reds, pn):
-            want = TORCH_REDUCE[op.type]
-            if layer.params.get(0, 0) != want:
-                return {}, (f"cannot line it up with pnnx's IR: Reduction {layer.name!r} is "
-                            f"operation {layer.params.get(0, 0)} but the matching pnnx op "
-                            f"{op.name!r} is {op.type}")
-            out[layer.id] = op
-        return out, None
+        def agree(layer: Layer, op: _traced.PnnxOp) -> str | None:
+            if layer.params.get(0, 0) == TORCH_REDUCE[op.type]:
+                return None
+            return (f"Reduction {layer.name!r} is operation {layer.params.get(0, 0)} but the "
+                    f"matching pnnx op {op.name!r} is {op.type}")
+
+        try:
+            return _traced.align(g.by_type("Reduction"), _traced.ops_of(ops, tuple(TORCH_REDUCE)),
+                                 what="Reductions", op_what="reduction ops", agree=agree), None
+        except NoMatch as exc:
+            return {}, f"cannot line it up with pnnx's IR: {exc}"
 
     # ------------------------------------------------------------------ run
     def run(self, g: Graph) -> PassResult:
@@ -178,13 +178,7 @@ class FixReduction(Pass):
                 self._rewrite_identity(g, m2, result)
             else:
                 refused.append(Skip(red.name, m2.reason, red.source_line))
-        if refused:
-            result.skipped.extend(refused)
-            if not self.partial:
-                detail = "; ".join(f"{s.layer}" + (f" (line {s.line})" if s.line else "") +
-                                   f": {s.reason}" for s in refused)
-                raise PassRefused(f"fix-reduction cannot prove the rewrite of "
-                                  f"{len(refused)} Reduction(s): {detail}")
+        keep_or_refuse(self.name, result, refused, partial=self.partial, what="Reduction(s)")
         return result
 
     def _rewrite_stack(self, g: Graph, m: Match, result: PassResult) -> None:
@@ -248,5 +242,5 @@ class FixReduction(Pass):
         result.modified = True
 
 
-def _fmt_shape(shape) -> str:  # noqa: ANN001
+def _fmt_shape(shape) -> str:
     return "(" + ",".join("?" if s is None else str(s) for s in shape) + ")"

@@ -27,13 +27,12 @@ import os
 import re
 from typing import Sequence
 
-from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
 from ..values import Ints
 from . import _traced
-from .base import Change, Pass, PassResult, Skip, register
-from .match import Match, fail, matched
+from .base import Change, Pass, PassResult, RepairContext, Skip, keep_or_refuse, register
+from .match import Match, NoMatch, fail, matched
 
 KIND_OPS = {"unbind": ("torch.unbind", "Tensor.unbind"), "chunk": ("torch.chunk", "Tensor.chunk"),
             "tensor_split": ("torch.tensor_split", "Tensor.tensor_split"),
@@ -68,7 +67,15 @@ def needs_fix(layer: Layer) -> str | None:
 class FixSlice(Pass):
     name = "fix-slice"
     summary = "parameterless Slice / raw torch.unbind / batch-axis Slice → valid Slice (+ Reshape)"
-    command = "paramsurgery fix-slice"
+    repair_order = 40
+
+    @classmethod
+    def claims(cls, layer: Layer) -> bool:
+        return needs_fix(layer) is not None  # a raw torch.unbind
+
+    @classmethod
+    def for_fix(cls, ctx: RepairContext, asked: bool) -> "FixSlice | None":
+        return cls(traced=ctx.traced_ops) if asked else None
 
     def __init__(self, *, traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,
                  partial: bool = False) -> None:
@@ -84,13 +91,16 @@ class FixSlice(Pass):
         for kind, types in KIND_OPS.items():
             layers = [l for l in g.by_type("Slice", "torch.unbind", "Tensor.unbind")
                       if slice_kind(l) == kind]
+            if not layers:
+                continue
             ops = _traced.ops_of(self.traced, types)
-            if layers and len(layers) == len(ops):
-                for l, op in zip(layers, ops):
-                    if len(op.outputs) == len(l.outputs):
-                        out[l.id] = op
-            elif layers:
+            try:
+                pairs = _traced.align(layers, ops)
+            except NoMatch:  # counts differ: pair on the graph inputs instead
                 out.update(self._aligned_on_inputs(g, layers, ops))
+                continue
+            out.update((l.id, pairs[l.id]) for l in layers
+                       if len(pairs[l.id].outputs) == len(l.outputs))
         return out
 
     def _aligned_on_inputs(self, g: Graph, layers: list[Layer],
@@ -134,13 +144,7 @@ class FixSlice(Pass):
                 refused.append(Skip(layer.name, f"{why}: {m.reason}", layer.source_line))
                 continue
             m.captures["apply"](g, m, result)
-        if refused:
-            result.skipped.extend(refused)
-            if not self.partial:
-                detail = "; ".join(f"{s.layer}" + (f" (line {s.line})" if s.line else "") +
-                                   f": {s.reason}" for s in refused)
-                raise PassRefused(f"fix-slice cannot prove the rewrite of {len(refused)} "
-                                  f"layer(s): {detail}")
+        keep_or_refuse(self.name, result, refused, partial=self.partial, what="layer(s)")
         return result
 
     def _merge_split_unbinds(self, g: Graph, cands: list[tuple[Layer, str]],
@@ -174,9 +178,9 @@ class FixSlice(Pass):
                 g.remove_layer(p)
             new = g.replace_layer(layer, "torch.unbind", layer.name, inputs=list(layer.inputs),
                                   outputs=tops, params={})
-            aligned[new.id] = _traced.PnnxOp("torch.unbind", op.name, list(op.inputs[:1]),
-                                             [f"{op.name}.{i}" for i in range(len(tops))],
-                                             {"dim": str(dims[0])}, dict(op.shapes), op.line)
+            aligned[new.id] = _traced.pnnx_op("torch.unbind", op.name, list(op.inputs[:1]),
+                                              [f"{op.name}.{i}" for i in range(len(tops))],
+                                              {"dim": str(dims[0])}, dict(op.shapes), op.line)
             result.changes.append(Change(layer.name, f"Slice of the batch axis + "
                                          f"{len(parts)} unbinds of its parts = one unbind of "
                                          f"{len(tops)}", ", ".join(p.name for p in parts),
@@ -373,5 +377,5 @@ def _torch_split_sizes(op: _traced.PnnxOp, extent: int, k: int) -> list[int] | N
     return None
 
 
-def _fmt(shape) -> str:  # noqa: ANN001
+def _fmt(shape) -> str:
     return "(" + ",".join("?" if s is None else str(s) for s in shape) + ")"

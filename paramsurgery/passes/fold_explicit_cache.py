@@ -31,7 +31,6 @@ SEQ_AXES = (1, -2)  # SDPA k/v are [w=D, h=seq, c=heads]: seq is axis 1 of 3
 class FoldExplicitCache(Pass):
     name = "fold-explicit-cache"
     summary = "fold Concat(past, current) k/v caches into SDPA's native kv cache (7=1)"
-    command = "paramsurgery fold-explicit-cache"
 
     def _side(self, g: Graph, sdpa: Layer, slot: int) -> Match:
         """Match the explicit cache on SDPA bottom `slot` (1 = k, 2 = v)."""

@@ -43,6 +43,7 @@ from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
 from .base import Change, Pass, PassResult, Skip, register
+from .match import NoMatch, above_splits, readers_through_splits
 from .shape_expr import int_or_none, reshape_dims
 
 if TYPE_CHECKING:
@@ -67,11 +68,10 @@ class KVExpansion:
     heads: int = 0  # H = kv_heads * rep
 
 
-class _NoMatch(Exception):
-    pass
+NOT_EXPANDED = "not-expanded"  # NoMatch.kind: SDPA reads k/v as they come (maybe kv heads)
 
 
-def _ints(v) -> list[int] | None:  # noqa: ANN001
+def _ints(v) -> list[int] | None:
     if v is None:
         return None
     if isinstance(v, (list, tuple)):
@@ -83,7 +83,7 @@ def kv_layout(g: Graph, blob: str, shapes: "ShapeMap | None" = None) -> tuple[in
     """(head_dim, kv_heads) of a K/V blob `[w=D, h=T, c=G]`: from the shape analysis when it
     knows the blob's D and G (e.g. an Input given by `--inputshape`), else read from the
     Reshape that split the heads, walking up through Split / RotaryEmbed (data input) /
-    RMSNorm / LayerNorm / Permute 0=2. Raises _NoMatch with the reason."""
+    RMSNorm / LayerNorm / Permute 0=2. Raises NoMatch with the reason."""
     known = shapes.shape_of(blob) if shapes is not None else None
     if known is not None and len(known) == 3 and isinstance(known[0], int) and \
             isinstance(known[2], int):
@@ -92,8 +92,8 @@ def kv_layout(g: Graph, blob: str, shapes: "ShapeMap | None" = None) -> tuple[in
     for _ in range(64):
         p = g.producer(cur)
         if p is None:
-            raise _NoMatch(f"cannot find how {blob!r} was split into heads (no producer of "
-                           f"{cur!r})")
+            raise NoMatch(None, f"cannot find how {blob!r} was split into heads (no producer of "
+                                f"{cur!r})")
         if p.type in PASS_THROUGH_LAYOUT and p.inputs:
             passed.append(p.type)
             cur = p.inputs[0]
@@ -107,26 +107,26 @@ def kv_layout(g: Graph, blob: str, shapes: "ShapeMap | None" = None) -> tuple[in
                 swapped = not swapped
                 cur = p.inputs[0]
                 continue
-            raise _NoMatch(f"Permute {p.name!r} (0={order}) above {blob!r} moves the head_dim "
-                           f"axis")
+            raise NoMatch(p, f"Permute {p.name!r} (0={order}) above {blob!r} moves the head_dim "
+                             f"axis")
         if p.type == "Reshape":
             dims = reshape_dims(p)
             if not dims or len(dims) != 3:
-                raise _NoMatch(f"Reshape {p.name!r} above {blob!r} is not a 3-D head split "
-                               f"({dims})")
+                raise NoMatch(p, f"Reshape {p.name!r} above {blob!r} is not a 3-D head split "
+                                 f"({dims})")
             w, h, c = dims
             d = int_or_none(w)
             heads = int_or_none(h) if swapped else int_or_none(c)
             if d is None or heads is None or d <= 0 or heads <= 0:
-                raise _NoMatch(f"Reshape {p.name!r} above {blob!r} ({','.join(dims)}) does not "
-                               f"give head_dim and head count as numbers")
+                raise NoMatch(p, f"Reshape {p.name!r} above {blob!r} ({','.join(dims)}) does not "
+                                 f"give head_dim and head count as numbers")
             return d, heads
         hint = ""
         if p.type == "Input":
             hint = f"; its shape is not known: give --inputshape {cur}=[G,T,D]"
-        raise _NoMatch(f"cannot find how {blob!r} was split into heads: {p.type} {p.name!r} "
-                       f"is in the way{hint}")
-    raise _NoMatch(f"cannot find how {blob!r} was split into heads (path too long)")
+        raise NoMatch(p, f"cannot find how {blob!r} was split into heads: {p.type} {p.name!r} "
+                         f"is in the way{hint}")
+    raise NoMatch(None, f"cannot find how {blob!r} was split into heads (path too long)")
 
 
 _BLOB_REF = re.compile(r"(?<![\w.])(\d+)([whdcn])")
@@ -137,7 +137,7 @@ class FoldGQA(Pass):
     name = "fold-gqa"
     summary = ("remove the K/V head expansion (ExpandDims+Tile+Reshape, repeat_kv leftovers, "
                "stack) before SDPA: SDPA does grouped-query attention natively")
-    command = "paramsurgery fold-gqa"
+    repair_order = 10  # the repeat_kv leftovers go before lower sees them
 
     def __init__(self, only: list[str] | None = None, skip: list[str] | None = None, *,
                  inputshape: "Mapping[str, tuple] | None" = None) -> None:
@@ -147,42 +147,14 @@ class FoldGQA(Pass):
         self.shapes: ShapeMap | None = None
 
     # ------------------------------------------------------------------ matching
-    def _above_splits(self, g: Graph, blob: str) -> tuple[str, list[Layer]]:
-        splits: list[Layer] = []
-        p = g.producer(blob)
-        while p is not None and p.type == "Split" and len(p.inputs) == 1 and p not in splits:
-            splits.append(p)
-            blob = p.inputs[0]
-            p = g.producer(blob)
-        return blob, splits
-
-    def _readers(self, g: Graph, blob: str) -> tuple[list[tuple[Layer, int]], list[Layer]]:
-        """Non-Split readers of `blob` through Split trees, and the Splits passed."""
-        out: list[tuple[Layer, int]] = []
-        splits: list[Layer] = []
-        stack = [blob]
-        seen: set[str] = set()  # a Split reading its own top is a cycle (PS105): stop there
-        while stack:
-            b = stack.pop()
-            if b in seen:
-                continue
-            seen.add(b)
-            for layer, slot in g.consumers(b):
-                if layer.type == "Split":
-                    splits.append(layer)
-                    stack.extend(layer.outputs)
-                else:
-                    out.append((layer, slot))
-        return out, splits
-
     def match(self, g: Graph, sdpa: Layer, slot: int) -> KVExpansion:
         side = "k" if slot == 1 else "v"
         blob = sdpa.inputs[slot]
-        expanded, _ = self._above_splits(g, blob)
+        expanded, _ = above_splits(g, blob)
         r2 = g.producer(expanded)
         if r2 is None or r2.type != "Reshape":
-            raise _NoMatch(f"{side} ({blob!r}) is not expanded: it does not come from a Reshape "
-                           f"of repeated heads")
+            raise NoMatch(r2, f"{side} ({blob!r}) is not expanded: it does not come from a "
+                              f"Reshape of repeated heads", kind=NOT_EXPANDED)
         src = g.producer(r2.inputs[0])
         layers: list[Layer] = [r2]
         rep: int | None
@@ -191,13 +163,13 @@ class FoldGQA(Pass):
             reps = _ints(tile.params.get(2))
             if reps is not None:
                 if len(reps) != 4 or reps[0] != 1 or reps[2] != 1 or reps[3] != 1 or reps[1] < 1:
-                    raise _NoMatch(f"Tile {tile.name!r} repeats {reps}: want [1, rep, 1, 1] "
-                                   f"(only the new axis after the heads)")
+                    raise NoMatch(tile, f"Tile {tile.name!r} repeats {reps}: want [1, rep, 1, 1] "
+                                        f"(only the new axis after the heads)")
                 rep = reps[1]
             else:
                 if tile.params.get(0, 0) != 1:
-                    raise _NoMatch(f"Tile {tile.name!r} tiles axis {tile.params.get(0, 0)}, "
-                                   f"not the new axis 1")
+                    raise NoMatch(tile, f"Tile {tile.name!r} tiles axis {tile.params.get(0, 0)}, "
+                                        f"not the new axis 1")
                 rep = int(tile.params.get(1, 1))
             exp = g.producer(tile.inputs[0])
             form = "tile"
@@ -215,14 +187,14 @@ class FoldGQA(Pass):
             return self._match_stack(g, sdpa, slot, blob, expanded, r2, src)
         else:
             what = f"{src.type} {src.name!r}" if src is not None else "nothing"
-            raise _NoMatch(f"{side}: Reshape {r2.name!r} reshapes {what}, not a Tile / "
-                           f"Tensor.expand / stack of repeated heads")
+            raise NoMatch(r2, f"{side}: Reshape {r2.name!r} reshapes {what}, not a Tile / "
+                              f"Tensor.expand / stack of repeated heads")
         if exp is None or exp.type != "ExpandDims" or _ints(exp.params.get(3)) != [1]:
             what = f"{exp.type} {exp.name!r}" if exp is not None else "nothing"
-            raise _NoMatch(f"{side}: the repeated tensor comes from {what}, not from ExpandDims "
-                           f"adding axis 1 right after the heads (-23303=1,1)")
+            raise NoMatch(None, f"{side}: the repeated tensor comes from {what}, not from ExpandDims "
+                                f"adding axis 1 right after the heads (-23303=1,1)")
         layers.append(exp)
-        root, splits = self._above_splits(g, exp.inputs[0])
+        root, splits = above_splits(g, exp.inputs[0])
         d, groups = kv_layout(g, root, self.shapes)
         heads = self._check_merge(r2, d, groups, rep, side)
         return self._finish(g, sdpa, slot, form, root, expanded, layers, d, groups, heads)
@@ -232,24 +204,24 @@ class FoldGQA(Pass):
         side = "k" if slot == 1 else "v"
         cat = g.producer(r1.inputs[0])
         if cat is None or cat.type != "Concat":
-            raise _NoMatch(f"{side}: Reshape {r2.name!r} reshapes Reshape {r1.name!r}, which "
-                           f"does not reshape a Concat of copies")
-        sources = {self._above_splits(g, b)[0] for b in cat.inputs}
+            raise NoMatch(r2, f"{side}: Reshape {r2.name!r} reshapes Reshape {r1.name!r}, which "
+                              f"does not reshape a Concat of copies")
+        sources = {above_splits(g, b)[0] for b in cat.inputs}
         if len(sources) != 1:
-            raise _NoMatch(f"{side}: Concat {cat.name!r} joins different tensors, not copies")
+            raise NoMatch(cat, f"{side}: Concat {cat.name!r} joins different tensors, not copies")
         axis = cat.params.get(0, 0)
         if axis not in (1, -2):
-            raise _NoMatch(f"{side}: Concat {cat.name!r} repeats along axis {axis}: query head j "
-                           f"would read kv head j mod G (repeat order), not j // rep as SDPA's "
-                           f"GQA does")
+            raise NoMatch(cat, f"{side}: Concat {cat.name!r} repeats along axis {axis}: query head j "
+                               f"would read kv head j mod G (repeat order), not j // rep as SDPA's "
+                               f"GQA does")
         rep = len(cat.inputs)
         root = sources.pop()
         d, groups = kv_layout(g, root, self.shapes)
         dims = reshape_dims(r1)
         if not dims or len(dims) != 4 or dims[0] not in (str(d), "0w") or \
                 int_or_none(dims[2]) != rep or int_or_none(dims[3]) != groups:
-            raise _NoMatch(f"{side}: Reshape {r1.name!r} ({dims}) does not split the copies into "
-                           f"[D={d}, T, rep={rep}, G={groups}]")
+            raise NoMatch(r1, f"{side}: Reshape {r1.name!r} ({dims}) does not split the copies into "
+                              f"[D={d}, T, rep={rep}, G={groups}]")
         heads = self._check_merge(r2, d, groups, rep, side)
         return self._finish(g, sdpa, slot, "stack", root, expanded, [r2, r1, cat], d, groups,
                             heads)
@@ -258,10 +230,10 @@ class FoldGQA(Pass):
         """The final Reshape must map [D, T, rep, G] to [D, T, G*rep]; returns H."""
         dims = reshape_dims(r2)
         if not dims or len(dims) != 3:
-            raise _NoMatch(f"{side}: Reshape {r2.name!r} ({dims}) is not 3-D [D, T, H]")
+            raise NoMatch(r2, f"{side}: Reshape {r2.name!r} ({dims}) is not 3-D [D, T, H]")
         w, h, c = dims
         if w not in (str(d), "0", "0w"):
-            raise _NoMatch(f"{side}: Reshape {r2.name!r} gives width {w}, not head_dim {d}")
+            raise NoMatch(r2, f"{side}: Reshape {r2.name!r} gives width {w}, not head_dim {d}")
         keeps_t = h in ("0", "0h")
         cn = int_or_none(c)
         if rep is not None:
@@ -272,15 +244,15 @@ class FoldGQA(Pass):
             ok = keeps_t and cn is not None and cn % groups == 0
             heads = cn if ok else 0
         if not ok:
-            raise _NoMatch(f"{side}: Reshape {r2.name!r} ({','.join(dims)}) is not provably "
-                           f"[D={d}, T, H=G*rep] (G={groups}" +
-                           (f", rep={rep})" if rep is not None else ", rep unknown)"))
+            raise NoMatch(r2, f"{side}: Reshape {r2.name!r} ({','.join(dims)}) is not provably "
+                              f"[D={d}, T, H=G*rep] (G={groups}" +
+                              (f", rep={rep})" if rep is not None else ", rep unknown)"))
         return heads
 
     def _finish(self, g: Graph, sdpa: Layer, slot: int, form: str, root: str, expanded: str,
                 layers: list[Layer], d: int, groups: int, heads: int) -> KVExpansion:
         side = "k" if slot == 1 else "v"
-        readers, splits = self._readers(g, expanded)
+        readers, splits = readers_through_splits(g, expanded)
         for layer, s in readers:
             if layer.type == "SDPA" and s in (1, 2):
                 continue
@@ -290,10 +262,10 @@ class FoldGQA(Pass):
                 if exprs[0] and exprs[1] and all(dim in "wh" for blob_i, dim in refs
                                                  if blob_i == "1"):
                     continue
-                raise _NoMatch(f"{side}: the expanded blob is the reference of Crop "
-                               f"{layer.name!r}, which uses more than its width/length")
-            raise _NoMatch(f"{side}: the expanded blob {expanded!r} is also read by {layer.type} "
-                           f"{layer.name!r}, which would see {groups} heads instead of {heads}")
+                raise NoMatch(layer, f"{side}: the expanded blob is the reference of Crop "
+                                     f"{layer.name!r}, which uses more than its width/length")
+            raise NoMatch(layer, f"{side}: the expanded blob {expanded!r} is also read by {layer.type} "
+                                 f"{layer.name!r}, which would see {groups} heads instead of {heads}")
         return KVExpansion(sdpa, slot, form, root, expanded, layers + splits, readers, d,
                            groups, heads)
 
@@ -324,9 +296,9 @@ class FoldGQA(Pass):
             try:
                 k = self.match(g, sdpa, 1)
                 v = self.match(g, sdpa, 2)
-            except _NoMatch as exc:
-                reason = str(exc)
-                if "is not expanded" in reason and self._both_plain(g, sdpa):
+            except NoMatch as exc:
+                reason = exc.reason
+                if exc.kind == NOT_EXPANDED and self._both_plain(g, sdpa):
                     already += 1
                     reason = "k and v are not expanded (SDPA already reads kv heads)"
                 result.skipped.append(Skip(sdpa.name, reason, sdpa.source_line))
@@ -362,7 +334,7 @@ class FoldGQA(Pass):
 
     def _both_plain(self, g: Graph, sdpa: Layer) -> bool:
         for slot in (1, 2):
-            blob, _ = self._above_splits(g, sdpa.inputs[slot])
+            blob, _ = above_splits(g, sdpa.inputs[slot])
             p = g.producer(blob)
             if p is not None and p.type == "Reshape":
                 src = g.producer(p.inputs[0])
@@ -405,7 +377,7 @@ def expand_gqa(g: Graph, form: str = "tile") -> list[str]:
             d, heads = kv_layout(g, sdpa.inputs[0])
             dk, groups = kv_layout(g, sdpa.inputs[1])
             dv, groups_v = kv_layout(g, sdpa.inputs[2])
-        except _NoMatch:
+        except NoMatch:
             continue
         if groups != groups_v or heads == groups or heads % groups:
             continue
@@ -481,7 +453,7 @@ class FoldCheck:
         return "\n".join(lines)
 
 
-def decoder_feeds(g: Graph, io, length: int, seed: int) -> dict:  # noqa: ANN001 - DecoderIO
+def decoder_feeds(g: Graph, io, length: int, seed: int) -> dict:
     """Random decoder inputs of `length` positions in the fixtures' convention, plus empty
     caches for every cache input of a kv-cache graph."""
     import numpy as np
@@ -508,7 +480,7 @@ def decoder_feeds(g: Graph, io, length: int, seed: int) -> dict:  # noqa: ANN001
 
 
 def verify_fold(folded_param: str, bin: str, reference_param: str, *,
-                lengths=(1, 9, 17), io=None, tol: float = 1e-5, seed: int = 0,  # noqa: ANN001
+                lengths=(1, 9, 17), io=None, tol: float = 1e-5, seed: int = 0,
                 reference_bin: str | None = None) -> FoldCheck:
     """Run the folded decoder and a reference (the unfolded graph, or a twin such as the
     ported export) on the same random decoder inputs at each length and compare the

@@ -52,6 +52,7 @@ from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
 from .base import Change, Pass, PassResult, Skip, register
+from .match import NoMatch, chain_up
 from .shape_expr import int_or_none, reshape_dims
 
 if TYPE_CHECKING:
@@ -246,44 +247,16 @@ def _is_add(layer: Layer) -> bool:
             and len(layer.inputs) == 2 and len(layer.outputs) == 1)
 
 
-def _single_reader(g: Graph, blob: str) -> Layer | None:
-    readers = g.consumers(blob)
-    if len(readers) == 1:
-        return readers[0][0]
-    return None
-
-
 def _params_text(layer: Layer) -> str:
     return " ".join(layer.params.tokens())
 
 
-class _Refuse(Exception):
-    pass
-
-
 def _branch(g: Graph, blob: str, sum_layer: Layer) -> _Branch:
     """Walk up from a summed blob through single-reader layout layers to an Embed."""
-    chain: list[Layer] = []
-    cur = blob
-    while True:
-        p = g.producer(cur)
-        if p is None:
-            raise _Refuse(f"summed blob {cur!r} has no producer")
-        readers = g.consumer_layers(cur)
-        want = chain[-1] if chain else sum_layer
-        if readers != [want]:
-            others = ", ".join(repr(r.name) for r in readers if r is not want)
-            raise _Refuse(f"blob {cur!r} ({p.type} {p.name!r}) is also read by {others}; "
-                          f"fusing would remove it")
-        if p.type == "Embed":
-            chain.reverse()
-            return _Branch(p, chain, blob)
-        if p.type in LAYOUT_TYPES and len(p.inputs) == 1 and len(p.outputs) == 1:
-            chain.append(p)
-            cur = p.inputs[0]
-            continue
-        raise _Refuse(f"summed term {blob!r} comes from {p.type} {p.name!r}, not from an Embed "
-                      f"through layout layers ({', '.join(LAYOUT_TYPES)})")
+    embed, chain = chain_up(g, blob, LAYOUT_TYPES, ("Embed",), reader=sum_layer,
+                            what="summed term", goal="an Embed")
+    chain.reverse()
+    return _Branch(embed, chain, blob)
 
 
 def _add_tree(g: Graph, root: Layer) -> tuple[list[Layer], list[str]]:
@@ -335,7 +308,6 @@ class FuseCodebooks(Pass):
     name = "fuse-codebooks"
     summary = ("N Embeds (one id input each) whose rows are summed -> one Embed over the "
                "concatenated tables, offsets added by the caller (or split outputs)")
-    command = "paramsurgery fuse-codebooks"
 
     def __init__(self, mode: str = "sum", embeds: Sequence[str] | str | None = None,
                  input_name: str | None = None, name: str | None = None, *,
@@ -360,7 +332,7 @@ class FuseCodebooks(Pass):
                 continue
             try:
                 m = self._match_root(g, layer)
-            except _Refuse as exc:
+            except NoMatch as exc:
                 if self._mentions_embed(g, layer):
                     result.skipped.append(Skip(layer.name, str(exc), layer.source_line))
                 continue
@@ -378,7 +350,7 @@ class FuseCodebooks(Pass):
                     continue
             try:
                 self._check_branches(g, m)
-            except _Refuse as exc:
+            except NoMatch as exc:
                 result.skipped.append(Skip(layer.name, str(exc), layer.source_line))
                 continue
             taken.update(x.id for x in m.removed)
@@ -422,7 +394,7 @@ class FuseCodebooks(Pass):
             if not any(self._leads_to_embed(g, b) for b in layer.inputs):
                 return None
             if coeffs not in (None, []) and any(float(c) != 1.0 for c in coeffs):
-                raise _Refuse(f"Eltwise SUM with coefficients {coeffs}: not a plain sum")
+                raise NoMatch(layer, f"Eltwise SUM with coefficients {coeffs}: not a plain sum")
             if len(layer.inputs) < 2:
                 return None
             branches = [_branch(g, b, layer) for b in layer.inputs]
@@ -432,17 +404,11 @@ class FuseCodebooks(Pass):
         return None
 
     def _leads_to_embed(self, g: Graph, blob: str) -> bool:
-        cur = blob
-        for _ in range(32):
-            p = g.producer(cur)
-            if p is None:
-                return False
-            if p.type == "Embed":
-                return True
-            if p.type not in LAYOUT_TYPES or len(p.inputs) != 1:
-                return False
-            cur = p.inputs[0]
-        return False
+        try:
+            chain_up(g, blob, LAYOUT_TYPES, ("Embed",), limit=32)
+        except NoMatch:
+            return False
+        return True
 
     def _match_stack(self, g: Graph, red: Layer) -> _SumMatch | None:
         p = red.params
@@ -459,21 +425,21 @@ class FuseCodebooks(Pass):
             return None
         cat_axis = concat.params.get(0, 0)
         if cat_axis == -233:
-            raise _Refuse(f"Concat {concat.name!r} stacks along the batch axis (pnnx-bugs case "
+            raise NoMatch(concat, f"Concat {concat.name!r} stacks along the batch axis (pnnx-bugs case "
                           f"4: the graph is broken); run `paramsurgery fix-reduction` first")
         if p.get(1, 1) != 0:
-            raise _Refuse(f"Reduction {red.name!r} reduces everything (1=1), not the stacked axis")
+            raise NoMatch(red, f"Reduction {red.name!r} reduces everything (1=1), not the stacked axis")
         if float(p.get(2, 1.0)) != 1.0:
-            raise _Refuse(f"Reduction {red.name!r} scales the sum by {p.get(2)}")
+            raise NoMatch(red, f"Reduction {red.name!r} scales the sum by {p.get(2)}")
         axes = _ints(p.get(3))
         if not axes or len(axes) != 1:
-            raise _Refuse(f"Reduction {red.name!r} has axes {axes}: want exactly the stacked "
+            raise NoMatch(red, f"Reduction {red.name!r} has axes {axes}: want exactly the stacked "
                           f"axis (an empty list reduces nothing, pnnx-bugs case 4)")
         axis = axes[0]
         keep = p.get(4, 0)
         for b in [concat.outputs[0]] + ([reshape.outputs[0]] if reshape else []):
             if len(g.consumers(b)) != 1:
-                raise _Refuse(f"the stacked blob {b!r} is also read elsewhere")
+                raise NoMatch(None, f"the stacked blob {b!r} is also read elsewhere")
         n = len(concat.inputs)
         branches = [_branch(g, b, concat) for b in concat.inputs]
         if reshape is None:
@@ -482,16 +448,16 @@ class FuseCodebooks(Pass):
         # the parts' memory blocks, a Reshape makes N the outermost dim, Reduction sums it
         dims = reshape_dims(reshape)
         if cat_axis != 0:
-            raise _Refuse(f"Concat {concat.name!r} joins axis {cat_axis}, Reshape "
+            raise NoMatch(concat, f"Concat {concat.name!r} joins axis {cat_axis}, Reshape "
                           f"{reshape.name!r} then regroups: only a Concat along the outermost "
                           f"axis (0) keeps each term a contiguous block")
         if reshape.params.get(12, 233) != 233 or reshape.params.get(13, 233) != 233:
-            raise _Refuse(f"Reshape {reshape.name!r} moves an axis into ncnn's batch axis")
+            raise NoMatch(reshape, f"Reshape {reshape.name!r} moves an axis into ncnn's batch axis")
         if not dims or dims[-1] != str(n):
-            raise _Refuse(f"Reshape {reshape.name!r} ({dims}) does not make the N={n} stacked "
+            raise NoMatch(reshape, f"Reshape {reshape.name!r} ({dims}) does not make the N={n} stacked "
                           f"terms its outermost axis")
         if axis not in (0, -len(dims)) or keep:
-            raise _Refuse(f"Reduction {red.name!r} (axes {axes}, keepdims {keep}) does not sum "
+            raise NoMatch(red, f"Reduction {red.name!r} (axes {axes}, keepdims {keep}) does not sum "
                           f"the outermost (stacked) axis away")
         rest = dims[:-1]
         post = list(branches[0].chain)
@@ -502,7 +468,7 @@ class FuseCodebooks(Pass):
         if identity:
             return m  # the rows [d, T] already have the per-term shape
         if not all(int_or_none(t) is not None for t in rest) or sum(t == "-1" for t in rest) > 1:
-            raise _Refuse(f"Reshape {reshape.name!r} ({dims}): the per-term shape "
+            raise NoMatch(reshape, f"Reshape {reshape.name!r} ({dims}): the per-term shape "
                           f"{rest} refers to the stacked blob's dims; it cannot be restated for "
                           f"one term")
         m.post_extra.append(("Reshape", _dims_params([int(t) for t in rest])))
@@ -517,7 +483,7 @@ class FuseCodebooks(Pass):
         for br, last in zip(branches, lasts):
             if last is None or last.type not in ("ExpandDims", "Reshape") or \
                     (last.type, _params_text(last)) != (last0.type, _params_text(last0)):
-                raise _Refuse(f"Concat {concat.name!r} + Reduction {red.name!r}: the terms do "
+                raise NoMatch(concat, f"Concat {concat.name!r} + Reduction {red.name!r}: the terms do "
                               f"not all end in the same ExpandDims/Reshape giving them extent "
                               f"1 on the stacked axis ({br.embed.name!r})")
         if last0.type == "ExpandDims":
@@ -526,34 +492,34 @@ class FuseCodebooks(Pass):
             known = self.shapes.shape_of(concat.outputs[0]) if self.shapes is not None else None
             rank = len(known) if known is not None else None
             if _ints(last0.params.get(3)) != [cat_axis]:
-                raise _Refuse(f"ExpandDims {last0.name!r} adds axis "
+                raise NoMatch(last0, f"ExpandDims {last0.name!r} adds axis "
                               f"{_ints(last0.params.get(3))}, Concat {concat.name!r} stacks "
                               f"axis {cat_axis}")
             reduced = None
         else:
             dims = reshape_dims(last0)
             if not dims or last0.params.get(12, 233) != 233 or last0.params.get(13, 233) != 233:
-                raise _Refuse(f"Reshape {last0.name!r}: shape unknown or batch axis moved")
+                raise NoMatch(last0, f"Reshape {last0.name!r}: shape unknown or batch axis moved")
             rank = len(dims)
             a = cat_axis + rank if cat_axis < 0 else cat_axis
             idx = rank - 1 - a  # dims are innermost first, axes outermost first
             if not 0 <= idx < rank or dims[idx] != "1":
-                raise _Refuse(f"Reshape {last0.name!r} ({dims}) does not give the terms extent "
+                raise NoMatch(last0, f"Reshape {last0.name!r} ({dims}) does not give the terms extent "
                               f"1 on the stacked axis {cat_axis}")
             rest = dims[:idx] + dims[idx + 1:]
             if not rest:
-                raise _Refuse(f"Reshape {last0.name!r} makes each term a single element")
+                raise NoMatch(last0, f"Reshape {last0.name!r} makes each term a single element")
             reduced = ("Reshape", _dims_params(rest) if all(int_or_none(t) is not None for t in rest)
                        else {6: ",".join(rest)})
         norm = lambda x, r: x + r if (x < 0 and r) else x  # noqa: E731
         if axis != cat_axis and rank is None:
-            raise _Refuse(f"Reduction {red.name!r} reduces axis {axis}, Concat "
-                          f"{concat.name!r} stacks axis {cat_axis}, and the rank of "
-                          f"{concat.outputs[0]!r} is not known: give the id inputs' shapes "
-                          f"(--inputshape NAME=[T])")
+            raise NoMatch(red, f"Reduction {red.name!r} reduces axis {axis}, Concat "
+                               f"{concat.name!r} stacks axis {cat_axis}, and the rank of "
+                               f"{concat.outputs[0]!r} is not known: give the id inputs' "
+                               f"shapes (--inputshape NAME=[T])")
         if axis != cat_axis and norm(axis, rank) != norm(cat_axis, rank):
-            raise _Refuse(f"Reduction {red.name!r} reduces axis {axis}, Concat "
-                          f"{concat.name!r} stacks axis {cat_axis}")
+            raise NoMatch(red, f"Reduction {red.name!r} reduces axis {axis}, Concat "
+                               f"{concat.name!r} stacks axis {cat_axis}")
         removed = [concat, red] + [x for x in lasts if x is not None]
         for br in branches:
             br.chain = br.chain[:-1]
@@ -566,12 +532,12 @@ class FuseCodebooks(Pass):
 
     def _check_branches(self, g: Graph, m: _SumMatch) -> None:
         if len(m.branches) < 2:
-            raise _Refuse("fewer than 2 Embed terms")
+            raise NoMatch(None, "fewer than 2 Embed terms")
         first = m.branches[0]
         sig = [(x.type, _params_text(x)) for x in first.chain]
         for br in m.branches[1:]:
             if [(x.type, _params_text(x)) for x in br.chain] != sig:
-                raise _Refuse(f"the layout layers after {br.embed.name!r} differ from those "
+                raise NoMatch(br.embed, f"the layout layers after {br.embed.name!r} differ from those "
                               f"after {first.embed.name!r}; the sum cannot be moved past them")
         self._check_embeds(g, [br.embed for br in m.branches])
 
@@ -581,41 +547,41 @@ class FuseCodebooks(Pass):
         for e in embeds:
             p = e.params
             if p.get(18, 0):
-                raise _Refuse(f"Embed {e.name!r} is int8 (18={p.get(18)}): not supported")
+                raise NoMatch(e, f"Embed {e.name!r} is int8 (18={p.get(18)}): not supported")
             num = int(p.get(0, 0))
             size = int(p.get(3, 0))
             if num <= 0 or size <= 0 or size % num:
-                raise _Refuse(f"Embed {e.name!r}: weight_data_size {size} is not a multiple of "
+                raise NoMatch(e, f"Embed {e.name!r}: weight_data_size {size} is not a multiple of "
                               f"num_output {num}")
             if p.get(1) is not None and int(p.get(1)) * num != size:
-                raise _Refuse(f"Embed {e.name!r}: input_dim {p.get(1)} x num_output {num} != "
+                raise NoMatch(e, f"Embed {e.name!r}: input_dim {p.get(1)} x num_output {num} != "
                               f"weight_data_size {size}")
             if d is None:
                 d = num
             elif num != d:
-                raise _Refuse(f"Embeds have different num_output ({embeds[0].name!r}: {d}, "
+                raise NoMatch(None, f"Embeds have different num_output ({embeds[0].name!r}: {d}, "
                               f"{e.name!r}: {num})")
             if len(e.inputs) != 1:
-                raise _Refuse(f"Embed {e.name!r} has {len(e.inputs)} bottoms")
+                raise NoMatch(e, f"Embed {e.name!r} has {len(e.inputs)} bottoms")
             ids = e.inputs[0]
             src = g.producer(ids)
             if src is None or src.type != "Input":
-                raise _Refuse(f"the ids of Embed {e.name!r} ({ids!r}) are not a graph input "
+                raise NoMatch(e, f"the ids of Embed {e.name!r} ({ids!r}) are not a graph input "
                               f"(they come from {src.type + ' ' + repr(src.name) if src else 'nowhere'}"
                               f"); fuse-codebooks needs one id input per Embed")
             if ids in seen_inputs:
-                raise _Refuse(f"Embeds {seen_inputs[ids]!r} and {e.name!r} read the same ids "
+                raise NoMatch(e, f"Embeds {seen_inputs[ids]!r} and {e.name!r} read the same ids "
                               f"{ids!r}")
             seen_inputs[ids] = e.name
             others = [r.name for r in g.consumer_layers(ids) if r is not e]
             if others:
-                raise _Refuse(f"the ids {ids!r} of Embed {e.name!r} are also read by "
+                raise NoMatch(e, f"the ids {ids!r} of Embed {e.name!r} are also read by "
                               f"{', '.join(others)}")
             if e.weights is not None and e.weights.get("weight") is None:
-                raise _Refuse(f"Embed {e.name!r} has no weight blob loaded")
+                raise NoMatch(e, f"Embed {e.name!r} has no weight blob loaded")
         have = [e.weights is not None for e in embeds]
         if any(have) and not all(have):
-            raise _Refuse("only some of the Embeds have weights loaded")
+            raise NoMatch(None, "only some of the Embeds have weights loaded")
 
     # ------------------------------------------------------------------ split matching
     def _match_split(self, g: Graph, result: PassResult) -> list[Layer]:
@@ -647,7 +613,7 @@ class FuseCodebooks(Pass):
             raise PassRefused("split mode needs at least 2 Embeds with their own id inputs")
         try:
             self._check_embeds(g, chosen)
-        except _Refuse as exc:
+        except NoMatch as exc:
             raise PassRefused(str(exc)) from None
         return chosen
 
@@ -769,10 +735,7 @@ class FuseCodebooks(Pass):
         # remove the old sum, branches and embeds
         for x in list(m.removed) + [x for br in m.branches for x in br.chain] + embeds:
             g.remove_layer(x)
-        removed_inputs = self._retire_inputs(g, groups, ids, result)
-        new_ids = self._input_blob(g, ids)
-        if new_ids != ids:
-            g.rename_blob(ids, new_ids)
+        removed_inputs, new_ids = self._finish_ids(g, groups, ids, result)
         result.changes.append(Change(name, f"{n} Embeds ({', '.join(e.name for e in embeds)}) "
                                            f"-> one Embed {sum(gr.vocab for gr in groups)}x{d}, "
                                            f"Reshape [{d}, T, {n}], Reduction SUM axis 0"
@@ -781,6 +744,15 @@ class FuseCodebooks(Pass):
         result.changes.append(Change(m.root.name, f"sum of {n} lookups removed "
                                                   f"({len(m.removed)} layer(s))"))
         return Fusion(name, "sum", new_ids, d, groups, out, removed_inputs, dtype)
+
+    def _finish_ids(self, g: Graph, groups: list[CodebookGroup], ids: str,
+                    result: PassResult) -> tuple[list[str], str]:
+        """Retire the other groups' id inputs and name the fused one: (removed, its name)."""
+        removed_inputs = self._retire_inputs(g, groups, ids, result)
+        new_ids = self._input_blob(g, ids)
+        if new_ids != ids:
+            g.rename_blob(ids, new_ids)
+        return removed_inputs, new_ids
 
     def _rewrite_split(self, g: Graph, embeds: list[Layer], result: PassResult) -> Fusion:
         groups = self._groups(embeds)
@@ -799,10 +771,7 @@ class FuseCodebooks(Pass):
                     {0: [-233] * n, 1: 0}, before=first)
         for e in embeds:
             g.remove_layer(e)
-        removed_inputs = self._retire_inputs(g, groups, ids, result)
-        new_ids = self._input_blob(g, ids)
-        if new_ids != ids:
-            g.rename_blob(ids, new_ids)
+        removed_inputs, new_ids = self._finish_ids(g, groups, ids, result)
         result.changes.append(Change(name, f"{n} Embeds ({', '.join(e.name for e in embeds)}) "
                                            f"-> one Embed {sum(gr.vocab for gr in groups)}x{d} + "
                                            f"Slice into {n} (rows of each group, original names)"))

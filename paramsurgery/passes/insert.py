@@ -52,7 +52,6 @@ def parse_target(text: str) -> tuple[str, int]:
 class InsertLayer(Pass):
     name = "insert"
     summary = "insert a 1 -> 1 layer before a layer's bottom or after its top"
-    command = "paramsurgery insert"
 
     def __init__(self, layer_type: str, layer_name: str, *, before: Sequence[str] = (),
                  after: Sequence[str] = (), assignments: Sequence[str] = (),
@@ -140,8 +139,8 @@ class InsertLayer(Pass):
                 result.skipped.append(Skip(name, f"already {self.side} {lname}:{slot}",
                                            target.source_line))
                 continue
-            if g.find(name) is not None:
-                other = g.find(name)
+            other = g.find(name)
+            if other is not None:
                 raise PassRefused(f"a layer named {name!r} already exists ({other.type}, "
                                   f"line {other.source_line})")
             plan.append((target, slot, name))

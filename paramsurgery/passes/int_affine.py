@@ -190,7 +190,7 @@ def evaluate(text: str, arg: Callable[[int], Value | tuple],
     return stack[0][0]
 
 
-def _atom(tok: str, arg: Callable[[int], Value | tuple]):  # noqa: ANN202
+def _atom(tok: str, arg: Callable[[int], Value | tuple]):
     if tok.startswith("@") and tok[1:].isdigit():
         return arg(int(tok[1:]))
     n = _number(tok)
@@ -221,7 +221,7 @@ class ShapeArith:
         """The blob above any Splits (a size symbol names the tensor, not its copy)."""
         return self.g.above_splits(blob)
 
-    def op_of(self, layer: Layer):  # noqa: ANN201 - Op | None
+    def op_of(self, layer: Layer):
         op = self._ops.get(layer.name)
         return op if op is not None and (op.type == layer.type or layer.type == "MemoryData") \
             else None
@@ -273,7 +273,7 @@ class ShapeArith:
                     other.add(int(t[1:]))
         return in_size - other
 
-    def _need_op(self, layer: Layer):  # noqa: ANN201
+    def _need_op(self, layer: Layer):
         op = self.op_of(layer)
         if op is None:
             raise NotAffine(f"{self.pnnx.path or 'X.pnnx.param'} has no op named {layer.name!r}")
@@ -298,7 +298,7 @@ class ShapeArith:
                 raise NotAffine(f"{layer.name!r} casts the fractional {v} to {dtype}")
             return v
 
-        def arg(i: int):  # noqa: ANN202
+        def arg(i: int):
             b = self.root(layer.inputs[i])
             return values[b] if b in values else ("tensor", i)
 

@@ -46,7 +46,6 @@ def kv_cache_inputs(g: Graph) -> list[str]:
 class MergeInputs(Pass):
     name = "merge-inputs"
     summary = "merge graph inputs (e.g. per-layer kv-cache Inputs) into one multi-top Input"
-    command = "paramsurgery merge-inputs"
 
     def __init__(self, inputs: Sequence[str] | None = None, *, layer_name: str = "kv_cache",
                  kv_cache: bool = False) -> None:
@@ -137,7 +136,6 @@ def _before(g: Graph, layer: Layer) -> list[Layer]:
 class RenameBlobs(Pass):
     name = "rename-blobs"
     summary = "rename blobs (explicit OLD=NEW, or every kv-cache blob to a naming convention)"
-    command = "paramsurgery rename-blobs"
 
     def __init__(self, renames: Mapping[str, str] | Sequence[str] = (), *,
                  cache_naming: str | None = None) -> None:
@@ -153,7 +151,7 @@ class RenameBlobs(Pass):
                 if not eq or not old or not new:
                     raise PassRefused(f"expected OLD=NEW, got {text!r}")
                 pairs.append((old, new))
-        for old, new in pairs:
+        for _old, new in pairs:
             _token(new, "blob name")
         if not pairs and cache_naming is None:
             raise PassRefused("nothing to rename: give OLD=NEW pairs or --cache-naming")

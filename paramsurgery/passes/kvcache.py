@@ -36,6 +36,9 @@ NAMINGS = {
 }
 
 
+HAS_CACHE = "has-cache"  # Match.kind: the layer already has a kv cache (7=1)
+
+
 @dataclass
 class CacheSlot:
     """The cache blobs of one attention layer."""
@@ -62,7 +65,6 @@ def cache_slots(g: Graph) -> list[CacheSlot]:
 class AddKVCache(Pass):
     name = "add-kvcache"
     summary = "add ncnn's native kv cache to SDPA / MultiHeadAttention layers (7=1)"
-    command = "paramsurgery add-kvcache"
 
     def __init__(self, naming: str = "ncnn-docs", split_inputs: bool = False,
                  only: Sequence[str] = (), skip: Sequence[str] = (),
@@ -80,7 +82,7 @@ class AddKVCache(Pass):
     def match(self, g: Graph, layer: Layer, ancestry: InputAncestry) -> Match:
         p = layer.params
         if p.get(7, 0) == 1:
-            return fail(layer, "already has a kv cache (7=1)")
+            return fail(layer, "already has a kv cache (7=1)", kind=HAS_CACHE)
         if self.only and layer.name not in self.only:
             return fail(layer, "not selected by --only")
         if layer.name in self.skip:
@@ -124,14 +126,16 @@ class AddKVCache(Pass):
         ancestry = InputAncestry(g)
         k_in_f, v_in_f, k_out_f, v_out_f, _ = NAMINGS[self.naming]
         todo: list[tuple[Layer, int, Match]] = []
+        missed: list[Match] = []
         for i, layer in enumerate(attention):
             m = self.match(g, layer, ancestry)
             if m:
                 todo.append((layer, i, m))
             else:
+                missed.append(m)
                 result.skipped.append(Skip(layer.name, m.reason, layer.source_line))
         slots: list[CacheSlot] = []
-        for layer, i, m in todo:
+        for layer, i, _m in todo:
             names = [f.format(i=i) for f in (k_in_f, v_in_f, k_out_f, v_out_f)]
             taken = [n for n in names if g.has_blob(n)]
             if taken:
@@ -139,8 +143,7 @@ class AddKVCache(Pass):
                                   f"{', '.join(taken)} already exist (choose another --naming)")
             slots.append(CacheSlot(layer.name, i, *names))
         if not slots:
-            reasons = {s.reason for s in result.skipped}
-            if reasons == {"already has a kv cache (7=1)"}:
+            if missed and all(m.kind == HAS_CACHE for m in missed):
                 result.notes.append("every attention layer already has a kv cache")
             result.data["slots"] = cache_slots(g)
             self._gemm(g, result)

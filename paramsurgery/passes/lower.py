@@ -37,15 +37,21 @@ from ..graph import Graph
 from ..layer import Layer
 from ..layer_types import is_converter_leftover
 from ..values import FLT_MAX
-from .base import Change, Pass, PassResult, Skip, register
+from .base import Change, Pass, PassResult, RepairContext, Skip, register
+from ._traced import Op, op_named
+from .match import NoMatch
 
 # ncnn BinaryOp 0= / UnaryOp 0= op types (src/layer/binaryop.h, unaryop.h)
 ADD, SUB, MUL, DIV, MAX, MIN = 0, 1, 2, 3, 4, 5
 ABS, NEG, TRUNC = 0, 1, 19
 
 
-class Declined(Exception):
-    """A rule that knows the op but cannot lower this instance exactly: the reason."""
+class Declined(NoMatch):
+    """A rule that knows the op but cannot lower this instance exactly: the reason (a
+    NoMatch, so --explain words it as every pass does)."""
+
+    def __init__(self, reason: str, layer: Layer | None = None) -> None:
+        super().__init__(layer, reason)
 
 
 # ============================================================================ rule plumbing
@@ -76,16 +82,12 @@ class Site:
             raise Declined(f"has {len(self.layer.inputs)} bottoms, expected more than {slot}")
         return self.layer.inputs[slot]
 
-    def op(self):  # noqa: ANN201 - formats.pnnx_param.Op
+    def op(self) -> "Op":
         """pnnx's op for this layer (pnnx keeps a leftover's name in the ncnn graph)."""
         if self.pnnx is None:
             raise Declined("needs pnnx's traced op (X.pnnx.param; --pnnx): pnnx drops a "
                            "leftover's arguments and shapes from the ncnn graph")
-        for op in self.pnnx.ops:
-            if op.name == self.layer.name and op.type == self.layer.type:
-                return op
-        raise Declined(f"{self.traced_path} has no {self.layer.type} op named "
-                       f"{self.layer.name!r}")
+        return op_named(self.pnnx.ops, self.layer, self.traced_path)
 
     def param(self, key: str, default: object = None) -> object:
         return self.op().param(key, default)
@@ -367,7 +369,7 @@ def narrow(s: Site) -> str:
 
 # mT(x) = x.transpose(-2, -1) = Permute 0=1 (swaps w and h for 2-D, 3-D and 4-D blobs)
 @rule("aten::mT", doc="Permute 0=1 (swap the two innermost dims)")
-def mT(s: Site) -> str:  # noqa: N802 - the torch name
+def mT(s: Site) -> str:
     s.axis(-2)  # declines when dim -2 is dim 0 (rank 2: possibly pnnx's batch axis)
     if len(s.shape(0)) > 5:
         raise Declined(f"rank {len(s.shape(0))}: ncnn blobs have at most 4 dims")
@@ -429,7 +431,16 @@ class Lower(Pass):
     name = "lower"
     summary = "rewrite pnnx leftovers with an exact ncnn equivalent (addcmul, lerp, frac, " \
               "clamp_min, softsign, narrow, ...) into ncnn layers"
-    command = "paramsurgery lower"
+    repair_order = 20
+
+    @classmethod
+    def claims(cls, layer: Layer) -> bool:
+        r = default_rules().for_type(layer.type)
+        return r is not None and not r.doc.startswith("declined:")
+
+    @classmethod
+    def for_fix(cls, ctx: RepairContext, asked: bool) -> "Lower | None":
+        return cls(traced=ctx.traced, partial=True) if asked else None
 
     def __init__(self, rules: Iterable[Rule] | None = None, *,
                  traced: str | os.PathLike | None = None, partial: bool = False) -> None:
@@ -463,7 +474,7 @@ class Lower(Pass):
                 bypass = not site.steps and out in layer.inputs
                 if not bypass and (not site.steps or out != site.steps[-1].out):
                     raise Declined("the rule produced no layer")
-            except Declined as exc:
+            except NoMatch as exc:  # a rule's Declined, or a shared walk's NoMatch
                 declined.append((layer, r, str(exc)))
                 continue
             if bypass:

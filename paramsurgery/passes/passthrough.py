@@ -31,7 +31,10 @@ from typing import Callable, Sequence
 from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
-from .base import Change, Pass, PassResult, Skip, register
+from ..formats.pnnx_param import Op, PnnxGraph
+from ..layer_types import is_converter_leftover
+from .base import Change, Pass, PassResult, RepairContext, Skip, register
+from .match import NoMatch
 
 CAST_TYPES = ("Tensor.to", "Tensor.type", "Tensor.float", "Tensor.double", "Tensor.half",
               "Tensor.long", "Tensor.int", "Tensor.bfloat16", "aten::to")
@@ -47,14 +50,10 @@ FLOATS = ("f16", "bf16", "f32", "f64")
 INTS = ("i8", "u8", "i16", "i32", "i64")
 
 
-class NotPassthrough(Exception):
-    """The layer changes the data (or that cannot be ruled out): the reason."""
-
-
 def cast_verdict(din: str | None, dout: str | None) -> str:
-    """Why a cast from `din` to `dout` keeps the values ncnn holds; raises NotPassthrough."""
+    """Why a cast from `din` to `dout` keeps the values ncnn holds; raises NoMatch."""
     if not din or not dout:
-        raise NotPassthrough("pnnx recorded no dtype for its input or output")
+        raise NoMatch(None, "pnnx recorded no dtype for its input or output")
     if din == dout:
         return f"{din} -> {dout}: no dtype change"
     if din in FLOATS and dout in ("f32", "f64"):
@@ -62,42 +61,42 @@ def cast_verdict(din: str | None, dout: str | None) -> str:
     if din in INTS and dout in ("i32", "i64"):
         return f"{din} -> {dout}: ncnn holds ids as int32 either way"
     if din in FLOATS and dout in ("f16", "bf16"):
-        raise NotPassthrough(f"{din} -> {dout} rounds the values to {dout} (torch does, ncnn "
-                             f"would not)")
+        raise NoMatch(None, f"{din} -> {dout} rounds the values to {dout} (torch does, ncnn "
+                            f"would not)")
     if din in INTS and dout in INTS:
-        raise NotPassthrough(f"{din} -> {dout} truncates the values")
+        raise NoMatch(None, f"{din} -> {dout} truncates the values")
     if din in INTS and dout in FLOATS:
-        raise NotPassthrough(f"{din} -> {dout} converts ints to floats; ncnn has no such "
-                             f"conversion (it would pass the int32 bit patterns on as floats)")
+        raise NoMatch(None, f"{din} -> {dout} converts ints to floats; ncnn has no such "
+                            f"conversion (it would pass the int32 bit patterns on as floats)")
     if din in FLOATS and dout in INTS:
-        raise NotPassthrough(f"{din} -> {dout} converts floats to ints; ncnn has no such "
-                             f"conversion (an Embed after it would read the float bits as "
-                             f"int32 ids)")
-    raise NotPassthrough(f"{din} -> {dout} changes the values")
+        raise NoMatch(None, f"{din} -> {dout} converts floats to ints; ncnn has no such "
+                            f"conversion (an Embed after it would read the float bits as "
+                            f"int32 ids)")
+    raise NoMatch(None, f"{din} -> {dout} changes the values")
 
 
 class _Ctx:
     def __init__(self, traced: str | os.PathLike | None) -> None:
         self.traced_path = os.fspath(traced) if traced is not None else None
-        self._pnnx = None
+        self._pnnx: PnnxGraph | None = None
 
     @property
-    def pnnx(self):  # noqa: ANN201 - PnnxGraph | None
+    def pnnx(self) -> "PnnxGraph | None":
         if self._pnnx is None and self.traced_path is not None:
             from ..formats.pnnx_param import read_pnnx_param
 
             self._pnnx = read_pnnx_param(self.traced_path)
         return self._pnnx
 
-    def op(self, layer: Layer, why: str):  # noqa: ANN201 - Op
+    def op(self, layer: Layer, why: str) -> "Op":
         """pnnx's op for a leftover layer (pnnx keeps leftover names in the ncnn graph)."""
         if self.pnnx is None:
-            raise NotPassthrough(f"{why} only in pnnx's IR, which pnnx drops from the ncnn "
+            raise NoMatch(layer, f"{why} only in pnnx's IR, which pnnx drops from the ncnn "
                                  f"graph: give X.pnnx.param (--pnnx)")
         for op in self.pnnx.ops:
             if op.name == layer.name:
                 return op
-        raise NotPassthrough(f"{why} only in pnnx's IR, and {self.traced_path} has no op "
+        raise NoMatch(layer, f"{why} only in pnnx's IR, and {self.traced_path} has no op "
                              f"named {layer.name!r}")
 
 
@@ -108,9 +107,9 @@ def _cast(ctx: _Ctx, layer: Layer) -> str:
     dout = ctx.pnnx.operand(op.outputs[0]).dtype if op.outputs else None
     try:
         return "cast " + cast_verdict(din, dout)
-    except NotPassthrough as exc:
+    except NoMatch as exc:
         readers = _readers(layer)
-        raise NotPassthrough(f"{exc}{readers}") from None
+        raise NoMatch(layer, f"{exc}{readers}") from None
 
 
 def _readers(layer: Layer) -> str:
@@ -132,7 +131,7 @@ def _noop(ctx: _Ctx, layer: Layer) -> str:
 def _dropout(ctx: _Ctx, layer: Layer) -> str:
     scale = layer.params.get(0, 1.0)
     if scale != 1.0:
-        raise NotPassthrough(f"ncnn's Dropout multiplies by its 0=scale ({scale})")
+        raise NoMatch(layer, f"ncnn's Dropout multiplies by its 0=scale ({scale})")
     return "Dropout with scale 1"
 
 
@@ -143,8 +142,8 @@ def _dropout_module(ctx: _Ctx, layer: Layer) -> str:
 def _dropout_function(ctx: _Ctx, layer: Layer) -> str:
     op = ctx.op(layer, "whether it runs in training mode is")
     if op.param("training", None) is not False:
-        raise NotPassthrough(f"traced with training={op.params.get('training', '<not recorded>')}"
-                             f" (it drops values)")
+        raise NoMatch(layer, f"traced with training="
+                             f"{op.params.get('training', '<not recorded>')} (it drops values)")
     return f"{layer.type} with training=False"
 
 
@@ -163,12 +162,25 @@ CHECKS: dict[str, Callable[[_Ctx, Layer], str]] = {
 }
 
 
+# what `paramsurgery fix` removes: the converter leftovers (ncnn's own Noop, Dropout and
+# 1-top Split load and run as they are)
+LEFTOVERS = tuple(t for t in CHECKS if is_converter_leftover(t))
+
+
 @register
 class RemovePassthrough(Pass):
     name = "remove-passthrough"
     summary = "bypass layers that pass data through unchanged (no-op casts, clone, Identity, " \
               "Noop, Dropout, 1-top Split)"
-    command = "paramsurgery remove-passthrough"
+    repair_order = 30
+
+    @classmethod
+    def claims(cls, layer: Layer) -> bool:
+        return layer.type in LEFTOVERS
+
+    @classmethod
+    def for_fix(cls, ctx: RepairContext, asked: bool) -> "RemovePassthrough | None":
+        return cls(LEFTOVERS, traced=ctx.traced, partial=True) if asked else None
 
     def __init__(self, types: Sequence[str] = (), *, traced: str | os.PathLike | None = None,
                  partial: bool = False) -> None:
@@ -206,7 +218,7 @@ class RemovePassthrough(Pass):
                 continue
             try:
                 todo.append((layer, CHECKS[layer.type](ctx, layer)))
-            except NotPassthrough as exc:
+            except NoMatch as exc:
                 refused.append((layer, str(exc)))
         if refused and not self.partial:
             raise PassRefused(self._refusal(refused), file=refused[0][0].source_file,

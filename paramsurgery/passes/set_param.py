@@ -184,7 +184,7 @@ def apply_params(layer: Layer, assignments: Sequence[str], *, force: bool = Fals
 
 # ============================================================================ ncnn's verdict
 
-def _capture_stderr(fn):  # noqa: ANN001, ANN202
+def _capture_stderr(fn):
     """Run fn() with the C-level stderr redirected; returns (result, captured text)."""
     import sys
 
@@ -253,7 +253,7 @@ def arity_error(layer: Layer) -> str | None:
     return None
 
 
-def _reads(layer_type: str, params) -> object:  # noqa: ANN001
+def _reads(layer_type: str, params) -> object:
     from ..weights.schema import SchemaError, reads_for
 
     try:
@@ -279,7 +279,6 @@ def _fmt_reads(reads: object) -> str:
 class SetParam(Pass):
     name = "set-param"
     summary = "typed param overrides on layers picked by name or type (checked by ncnn's load_param)"
-    command = "paramsurgery set-param"
 
     def __init__(self, assignments: Sequence[str] = (), *, layers: Sequence[str] = (),
                  types: Sequence[str] = (), unset: Sequence[str] = (),

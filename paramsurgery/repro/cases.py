@@ -96,7 +96,7 @@ class ReproCase:
 
 # --------------------------------------------------------------------------- helpers
 
-def _tnn():  # noqa: ANN202 - (torch, torch.nn, torch.nn.functional)
+def _tnn():
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -128,7 +128,7 @@ def _inputs_hidden32(length: int, rng: np.random.Generator) -> Arrays:
     return [_normal(rng, 1, length, 32)]
 
 
-def _attn_module(kind: str):  # noqa: ANN202 - nn.Module
+def _attn_module(kind: str):
     """q/k/v projections (hidden 32, 4 query heads, head_dim 8) then SDPA.
     kind: repeat_kv (HF expand+reshape, 2 kv heads), repeat_interleave (dim=-3),
     is_causal (4 kv heads), mask (4 kv heads, additive mask input)."""
@@ -142,7 +142,7 @@ def _attn_module(kind: str):  # noqa: ANN202 - nn.Module
             self.k = nn.Linear(32, kv_heads * 8)
             self.v = nn.Linear(32, kv_heads * 8)
 
-        def forward(self, x, mask=None):  # noqa: ANN001, ANN201
+        def forward(self, x, mask=None):
             b, t, _ = x.shape
             q = self.q(x).view(b, t, 4, 8).transpose(1, 2)
             k = self.k(x).view(b, t, kv_heads, 8).transpose(1, 2)
@@ -171,7 +171,7 @@ def _with_leading_one(inputs: Arrays) -> Arrays:
     return [inputs[0][None]]
 
 
-def _codes_module(kind: str):  # noqa: ANN202
+def _codes_module(kind: str):
     """Three Embedding(32, 8) tables summed, one per row of int codes."""
     torch, nn, F = _tnn()
 
@@ -180,7 +180,7 @@ def _codes_module(kind: str):  # noqa: ANN202
             super().__init__()
             self.emb = nn.ModuleList(nn.Embedding(32, 8) for _ in range(3))
 
-        def forward(self, codes):  # noqa: ANN001, ANN201
+        def forward(self, codes):
             if kind == "unbind0":          # codes (3,T): unbind pnnx's batch axis
                 a, b, c = codes.unbind(0)
                 return self.emb[0](a) + self.emb[1](b) + self.emb[2](c)
@@ -196,7 +196,7 @@ def _codes_module(kind: str):  # noqa: ANN202
     return Codes()
 
 
-def _fused_qkv_module(kind: str):  # noqa: ANN202
+def _fused_qkv_module(kind: str):
     """timm Attention: one Linear(32, 96) for q,k,v, 4 heads of 8, SDPA, output Linear."""
     torch, nn, F = _tnn()
 
@@ -206,7 +206,7 @@ def _fused_qkv_module(kind: str):  # noqa: ANN202
             self.qkv = nn.Linear(32, 96)
             self.proj = nn.Linear(32, 32)
 
-        def forward(self, x):  # noqa: ANN001, ANN201
+        def forward(self, x):
             b, t, c = x.shape
             if kind == "unbind":
                 qkv = self.qkv(x).view(b, t, 3, 4, 8).permute(2, 0, 3, 1, 4)
@@ -223,7 +223,7 @@ def _inputs_c4(length: int, rng: np.random.Generator) -> Arrays:
     return [_normal(rng, 1, 4, length)]
 
 
-def _uneven_chunk_module(kind: str):  # noqa: ANN202
+def _uneven_chunk_module(kind: str):
     torch, nn, F = _tnn()
 
     class Halves(nn.Module):
@@ -231,7 +231,7 @@ def _uneven_chunk_module(kind: str):  # noqa: ANN202
             super().__init__()
             self.conv = nn.Conv1d(4, 4, 3, padding=1)
 
-        def forward(self, x):  # noqa: ANN001, ANN201
+        def forward(self, x):
             y = self.conv(x)
             if kind == "chunk":
                 a, b = y.chunk(2, dim=2)
@@ -242,12 +242,12 @@ def _uneven_chunk_module(kind: str):  # noqa: ANN202
     return Halves()
 
 
-def _unbind_float_module():  # noqa: ANN202
+def _unbind_float_module():
     """Reference semantics of the hand-written Slice graphs: x (3,4,6) -> x[0], x[1], x[2]."""
     torch, nn, F = _tnn()
 
     class Unbind(nn.Module):
-        def forward(self, x):  # noqa: ANN001, ANN201
+        def forward(self, x):
             a, b, c = x.unbind(0)
             return a, b, c
 
@@ -294,7 +294,7 @@ FIXED_SLICE_PARAM = _paramless_slice_graph("-23300=3,-233,-233,-233 1=0")
 
 # --------------------------------------------------------------------------- case 3
 
-def _neg_slice_module(kind: str):  # noqa: ANN202
+def _neg_slice_module(kind: str):
     torch, nn, F = _tnn()
 
     class Trim(nn.Module):
@@ -302,7 +302,7 @@ def _neg_slice_module(kind: str):  # noqa: ANN202
             super().__init__()
             self.conv = nn.Conv1d(4, 4, 3, padding=2)
 
-        def forward(self, x):  # noqa: ANN001, ANN201
+        def forward(self, x):
             y = self.conv(x)
             if kind == "slice":
                 return y[..., :-3] * 2
@@ -313,7 +313,7 @@ def _neg_slice_module(kind: str):  # noqa: ANN202
 
 # --------------------------------------------------------------------------- case 4
 
-def _stack_sum_module(kind: str):  # noqa: ANN202
+def _stack_sum_module(kind: str):
     torch, nn, F = _tnn()
 
     class StackSum(nn.Module):
@@ -321,7 +321,7 @@ def _stack_sum_module(kind: str):  # noqa: ANN202
             super().__init__()
             self.convs = nn.ModuleList(nn.Conv1d(4, 4, 3, padding=1) for _ in range(3))
 
-        def forward(self, x):  # noqa: ANN001, ANN201
+        def forward(self, x):
             parts = [c(x) for c in self.convs]
             if kind == "dim0":
                 return torch.stack(parts, 0).sum(0)
@@ -332,7 +332,7 @@ def _stack_sum_module(kind: str):  # noqa: ANN202
 
 # --------------------------------------------------------------------------- case 5
 
-def _causal_pad_module(kind: str):  # noqa: ANN202
+def _causal_pad_module(kind: str):
     torch, nn, F = _tnn()
     k, s = 4, 2
 
@@ -341,7 +341,7 @@ def _causal_pad_module(kind: str):  # noqa: ANN202
             super().__init__()
             self.conv = nn.Conv1d(4, 4, k, stride=s)
 
-        def forward(self, x):  # noqa: ANN001, ANN201
+        def forward(self, x):
             if kind == "encodec":
                 # Encodec/Mimi: extra right pad so the last window is complete, computed
                 # with Python floats from the traced length
@@ -366,11 +366,11 @@ def _rope_half_tables(inputs: Arrays) -> Arrays:
     return [q, cos[..., :4].copy(), sin[..., :4].copy()]
 
 
-def _rope_module(kind: str):  # noqa: ANN202
+def _rope_module(kind: str):
     torch, nn, F = _tnn()
 
     class Rope(nn.Module):
-        def forward(self, q, cos, sin):  # noqa: ANN001, ANN201
+        def forward(self, q, cos, sin):
             h = q.shape[-1] // 2
             x1, x2 = q[..., :h], q[..., h:]
             if kind == "hf":     # HF rotate_half with full-width tables (fused to RotaryEmbed)
@@ -391,7 +391,7 @@ def _offset_on_host(inputs: Arrays) -> Arrays:
     return [(inputs[0] + 5).astype(np.int32)]
 
 
-def _embed_module(kind: str):  # noqa: ANN202
+def _embed_module(kind: str):
     torch, nn, F = _tnn()
 
     class Emb(nn.Module):
@@ -399,7 +399,7 @@ def _embed_module(kind: str):  # noqa: ANN202
             super().__init__()
             self.emb = nn.Embedding(32, 8)
 
-        def forward(self, ids):  # noqa: ANN001, ANN201
+        def forward(self, ids):
             return self.emb(ids + 5) if kind == "add" else self.emb(ids)
 
     return Emb()
@@ -415,7 +415,7 @@ def _causal_mask_on_host(inputs: Arrays) -> Arrays:
 
 # --------------------------------------------------------------------------- case 6d
 
-def _dead_conv_module(kind: str):  # noqa: ANN202
+def _dead_conv_module(kind: str):
     torch, nn, F = _tnn()
 
     class Dead(nn.Module):
@@ -425,7 +425,7 @@ def _dead_conv_module(kind: str):  # noqa: ANN202
             if kind == "dead":
                 self.c2 = nn.Conv1d(4, 4, 3)
 
-        def forward(self, x):  # noqa: ANN001, ANN201
+        def forward(self, x):
             a = self.c1(x)
             if kind == "dead":
                 b = self.c2(x)   # noqa: F841 - computed and never used: the trigger
@@ -448,7 +448,7 @@ def _time_major(inputs: Arrays) -> Arrays:
     return [np.ascontiguousarray(inputs[0].reshape(3, -1).T).reshape(-1)]
 
 
-def _level_sum_module(kind: str):  # noqa: ANN202
+def _level_sum_module(kind: str):
     """RVQ-style dequantisation: one fused Embedding for 3 levels, the levels summed per
     frame, then a Conv1d (as in a codec decoder). The Conv pins a batch axis, which pnnx
     propagates back through the level sum."""
@@ -461,7 +461,7 @@ def _level_sum_module(kind: str):  # noqa: ANN202
             self.conv = nn.Conv1d(8, 4, 1)
             self.register_buffer("ones", torch.ones(1, 3))
 
-        def forward(self, ids):  # noqa: ANN001, ANN201
+        def forward(self, ids):
             e = self.emb(ids)
             if kind == "matmul":     # level-major ids: sum = ones(1,3) @ (3, T*8)
                 frames = torch.matmul(self.ones, e.reshape(3, -1)).reshape(1, -1, 8)
@@ -790,7 +790,7 @@ def trace_inputs(case: ReproCase, variant: Variant) -> list[Arrays]:
     return [case_inputs(case, variant, length) for length in case.lengths(variant)[0]]
 
 
-def build_module(case: ReproCase, variant: Variant):  # noqa: ANN201 - torch.nn.Module
+def build_module(case: ReproCase, variant: Variant):
     """The variant's torch module with the case's deterministic weights, in eval mode."""
     import torch
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import string
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -122,7 +123,8 @@ def fresh(case: C.ReproCase, workdir: Path) -> Observation:
 
     result = check_cases([case], keep=workdir)[0]
     statuses = {v.variant: v.observed for v in result.variants}
-    dirs = {v.variant: workdir / case.id / v.variant for v in result.variants}
+    dirs: dict[str, Path | None] = {v.variant: workdir / case.id / v.variant
+                                    for v in result.variants}
     return Observation(case, statuses, dirs, environment(), "fresh")
 
 
@@ -205,6 +207,14 @@ def _details(summary: str, body: list[str]) -> list[str]:
     return ["<details>", f"<summary>{summary}</summary>", "", *body, "", "</details>"]
 
 
+def _file_details(obs: "Observation", variant: str, name: str, summary: str) -> list[str]:
+    """A blank line and a folded block showing a file pnnx wrote (nothing when absent)."""
+    text = obs.text(variant, name)
+    if text is None:
+        return []
+    return ["", *_details(summary, _graph_block(text, f"`{name}`"))]
+
+
 def _input_lines(case: C.ReproCase, st: dict[str, Any]) -> str:
     names = list(case.input_names)
     return "; ".join(f"`{n}`" for n in names)
@@ -234,198 +244,125 @@ def lint_findings(param_path: Path | None) -> list[str] | None:
 
 
 def render_issue(obs: Observation, *, lint: bool = True) -> str:
+    """ISSUE.md: `templates/ISSUE.md.tmpl` with the sections that depend on the case."""
     case = obs.case
-    bug_v = case.variant("bug")
     st = obs.bug
     sc = script(case.id)
     env = obs.env
-    mod = module_name(case.id)
-    lines: list[str] = []
-    add = lines.append
+    construct = f"**Construct:** `{case.construct}`" + (
+        "." if case.handwritten else f" ({_lengths(case, case.variant('bug'))}).")
+    summary = ((f"With pnnx {env.get('pnnx')}, " if not case.handwritten else "")
+               + f"{_observed_sentence(case, st, env)} {_pnnx_said(st)}".rstrip())
+    return _template("ISSUE.md.tmpl").substitute(
+        kind="ncnn" if case.handwritten else "pnnx", title=case.title, construct=construct,
+        summary=summary, case_id=case.id, seed=case.seed,
+        how="the committed fixture" if obs.source == "fixture" else "a fresh export and run",
+        **{k: env.get(k) for k in ("pnnx", "ncnn", "torch", "python", "numpy", "os",
+                                   "paramsurgery")},
+        imports=sc.imports.rstrip(), model=sc.model.rstrip(), inputs=_input_lines(case, st),
+        notes=f"\n\n{case.notes}" if case.notes else "",
+        export=_section_export(case, st), expected=_section_expected(obs),
+        graph=_section_graph(obs, lint), why=case.why + (
+            f"\n\n**Details.** {sc.details}" if sc.details else ""),
+        workaround=_section_workaround(obs),
+        related="\n".join(f"- {u}" for u in case.upstream) if case.upstream else
+        "No related upstream issue or pull request known.",
+        files=_section_files(obs))
 
-    add(f"# {'ncnn' if case.handwritten else 'pnnx'}: {case.title}")
-    add("")
+
+def _section_export(case: C.ReproCase, st: dict[str, Any]) -> str:
     cmd = _command(st)
-    add(f"**Construct:** `{case.construct}`" + ("" if case.handwritten else
-        f" ({_lengths(case, bug_v)}).") + ("." if case.handwritten else ""))
-    add("")
-    add((f"With pnnx {env.get('pnnx')}, " if not case.handwritten else "")
-        + f"{_observed_sentence(case, st, env)} {_pnnx_said(st)}".rstrip())
-    add("")
+    if not cmd:
+        return ("No pnnx run: the graph below is hand-written (pnnx 20261020 no longer emits "
+                "it; older pnnx did).")
+    traced = _shapes_from_command(st["pnnx"]["command"], "inputshape") or []
+    names = _var_names(len(traced))
+    args = names[0] if len(names) == 1 else "(" + ", ".join(names) + ")"
+    lines = ["```python", f"torch.manual_seed({case.seed})", "net = Model().eval()",
+             *(f"{n} = {_tensor_expr(shape, suffix)}" for n, (shape, suffix) in zip(names, traced)),
+             f"torch.jit.trace(net, {args}).save(\"model.pt\")", "```", "",
+             "```sh", cmd, "```", ""]
+    p = st["pnnx"]
+    rc = p["returncode"]
+    lines.append(f"pnnx exit code: {rc}"
+                 + (f" ({p['signal_name']})" if p.get("signal_name") else "") + ".")
+    if p.get("warnings"):
+        lines += ["", "pnnx stderr (warnings):", "", "```", *p["warnings"], "```"]
+    if rc != 0 and p.get("stderr_tail"):
+        lines += ["", "Last lines pnnx printed:", "", "```", *p["stderr_tail"][-8:], "```"]
+    return "\n".join(lines)
 
-    add("## Environment")
-    add("")
-    add(f"- pnnx: {env.get('pnnx')}")
-    add(f"- ncnn: {env.get('ncnn')} (Python wheel; fp16/bf16 storage and arithmetic off, "
-        f"1 thread)")
-    add(f"- torch: {env.get('torch')}")
-    add(f"- Python: {env.get('python')}")
-    add(f"- numpy: {env.get('numpy')}")
-    add(f"- OS: {env.get('os')}")
-    how = ("the committed fixture" if obs.source == "fixture"
-           else "a fresh export and run")
-    add(f"- paramsurgery: {env.get('paramsurgery')} (`paramsurgery repro issue {case.id}`, "
-        f"from {how})")
-    add("")
 
-    add("## Minimal model")
-    add("")
-    add("```python")
-    add(sc.imports.rstrip())
-    add("")
-    add("")
-    add(sc.model.rstrip())
-    add("```")
-    add("")
-    add(f"Weights: `torch.manual_seed({case.seed})` before `Model()`. "
-        f"Inputs: {_input_lines(case, st)}.")
-    if case.notes:
-        add("")
-        add(case.notes)
-    add("")
-
-    add("## Export")
-    add("")
-    if cmd:
-        traced = _shapes_from_command(st["pnnx"]["command"], "inputshape") or []
-        names = _var_names(len(traced))
-        add("```python")
-        add(f"torch.manual_seed({case.seed})")
-        add("net = Model().eval()")
-        for n, (shape, suffix) in zip(names, traced):
-            add(f"{n} = {_tensor_expr(shape, suffix)}")
-        args = names[0] if len(names) == 1 else "(" + ", ".join(names) + ")"
-        add(f"torch.jit.trace(net, {args}).save(\"model.pt\")")
-        add("```")
-        add("")
-        add("```sh")
-        add(cmd)
-        add("```")
-        add("")
-        p = st["pnnx"]
-        rc = p["returncode"]
-        add(f"pnnx exit code: {rc}" + (f" ({p['signal_name']})" if p.get("signal_name") else "")
-            + ".")
-        if p.get("warnings"):
-            add("")
-            add("pnnx stderr (warnings):")
-            add("")
-            add("```")
-            lines.extend(p["warnings"])
-            add("```")
-        if rc != 0 and p.get("stderr_tail"):
-            add("")
-            add("Last lines pnnx printed:")
-            add("")
-            add("```")
-            lines.extend(p["stderr_tail"][-8:])
-            add("```")
-    else:
-        add("No pnnx run: the graph below is hand-written (pnnx 20261020 no longer emits "
-            "it; older pnnx did).")
-    add("")
-
-    add("## Expected vs observed")
-    add("")
+def _section_expected(obs: Observation) -> str:
+    case, st = obs.case, obs.bug
     ref_shapes = st.get("reference_output_shapes") or {}
     exp = ", ".join(f"`{k}` {_fmt_shape(v)}" for k, v in ref_shapes.items())
+    lines = []
     if not case.handwritten:
-        add(f"Run at T={st['run_length']} ({'a length neither trace used' if st.get('dynamic') else 'not the traced length'}), "
-            f"inputs fed with the batch_index pnnx wrote in `model_ncnn.py`:")
-        add("")
-    add(f"- **expected** (torch): {exp}")
-    add(f"- **observed**: {_observed_detail(st)}")
+        where = "a length neither trace used" if st.get("dynamic") else "not the traced length"
+        lines += [f"Run at T={st['run_length']} ({where}), inputs fed with the batch_index pnnx "
+                  f"wrote in `model_ncnn.py`:", ""]
+    lines += [f"- **expected** (torch): {exp}", f"- **observed**: {_observed_detail(st)}"]
     for v in case.variants[1:]:
         if v.name == "workaround":
             continue
         vst = obs.statuses[v.name]
-        add(f"- **{v.name}** variant ({v.description}; {_lengths(case, v)}): "
-            f"{vst['status']}, {evidence(vst)}")
-    add("")
+        lines.append(f"- **{v.name}** variant ({v.description}; {_lengths(case, v)}): "
+                     f"{vst['status']}, {evidence(vst)}")
+    return "\n".join(lines)
 
-    add("## Generated graph")
-    add("")
+
+def _section_graph(obs: Observation, lint: bool) -> str:
+    case, st = obs.case, obs.bug
+    lines: list[str] = []
     bug_text = obs.text("bug", "model.ncnn.param")
     offending = st.get("offending_lines") or []
     if bug_text is not None:
-        lines.extend(_graph_block(bug_text, "`model.ncnn.param`", offending))
-        add("")
+        lines += [*_graph_block(bug_text, "`model.ncnn.param`", offending), ""]
     if offending:
-        add("Offending lines:")
-        add("")
-        add("```")
-        lines.extend(offending)
-        add("```")
+        lines += ["Offending lines:", "", "```", *offending, "```"]
     else:
-        add(f"Offending lines: {case.offending_text}")
-    pnnx_text = obs.text("bug", "model.pnnx.param")
-    if pnnx_text is not None:
-        add("")
-        lines.extend(_details("pnnx's own IR (<code>model.pnnx.param</code>)",
-                              _graph_block(pnnx_text, "`model.pnnx.param`")))
+        lines.append(f"Offending lines: {case.offending_text}")
+    lines += _file_details(obs, "bug", "model.pnnx.param",
+                           "pnnx's own IR (<code>model.pnnx.param</code>)")
     if lint:
         bug_dir = obs.dirs.get("bug")
         found = lint_findings(bug_dir / "model.ncnn.param" if bug_dir is not None else None)
         if found:
-            add("")
-            add("`paramsurgery lint model.ncnn.param`:")
-            add("")
-            add("```")
-            lines.extend(found)
-            add("```")
-    add("")
+            lines += ["", "`paramsurgery lint model.ncnn.param`:", "", "```", *found, "```"]
+    return "\n".join(lines)
 
-    add("## Why")
-    add("")
-    add(case.why)
-    if sc.details:
-        add("")
-        add(f"**Details.** {sc.details}")
-    add("")
 
-    add("## Workaround")
-    add("")
-    wv = case.variant("workaround")
+def _section_workaround(obs: Observation) -> str:
+    case = obs.case
+    sc = script(case.id)
     wst = obs.statuses["workaround"]
-    add(f"**{wv.description}**, verified with the same export and run:")
-    add("")
-    add("```python")
+    lines = [f"**{case.variant('workaround').description}**, verified with the same export "
+             f"and run:", "", "```python"]
     if sc.host:
-        add(f"# on the host, before calling the model: {sc.host}")
-    add(sc.workaround.rstrip())
-    add("```")
-    add("")
-    add(f"Result: **{wst['status']}** ({evidence(wst)}).")
-    wtext = obs.text("workaround", "model.ncnn.param")
-    if wtext is not None:
-        add("")
-        lines.extend(_details("the workaround's <code>model.ncnn.param</code>",
-                              _graph_block(wtext, "`model.ncnn.param`")))
-    add("")
+        lines.append(f"# on the host, before calling the model: {sc.host}")
+    lines += [sc.workaround.rstrip(), "```", "", f"Result: **{wst['status']}** ({evidence(wst)})."]
+    lines += _file_details(obs, "workaround", "model.ncnn.param",
+                           "the workaround's <code>model.ncnn.param</code>")
+    return "\n".join(lines)
 
-    add("## Related")
-    add("")
-    if case.upstream:
-        for u in case.upstream:
-            add(f"- {u}")
-    else:
-        add("No related upstream issue or pull request known.")
-    add("")
 
-    add("## Files")
-    add("")
-    add(f"- `{mod}.py`: in the shape of `tools/pnnx/tests/ncnn/test_*.py` (build the model, "
-        f"trace, run pnnx, import the generated `{mod}_ncnn.py`, compare with "
-        f"`torch.allclose`{', then once more at an untraced length' if not case.handwritten else ''}). "
-        f"`PNNX=/path/to/pnnx python {mod}.py` exits 0 once this is fixed; with pnnx "
-        f"{env.get('pnnx')} it {_test_outcome(st)}.")
-    add("- `model.py`: the model, its workaround and the export command above "
-        "(`python model.py [workaround]`).")
-    files = [n for n in MODEL_FILES if obs.dirs.get("bug") and (obs.dirs["bug"] / n).is_file()]
+def _section_files(obs: Observation) -> str:
+    case, st, env = obs.case, obs.bug, obs.env
+    mod = module_name(case.id)
+    again = ", then once more at an untraced length" if not case.handwritten else ""
+    lines = [f"- `{mod}.py`: in the shape of `tools/pnnx/tests/ncnn/test_*.py` (build the model, "
+             f"trace, run pnnx, import the generated `{mod}_ncnn.py`, compare with "
+             f"`torch.allclose`{again}). `PNNX=/path/to/pnnx python {mod}.py` exits 0 once this "
+             f"is fixed; with pnnx {env.get('pnnx')} it {_test_outcome(st)}.",
+             "- `model.py`: the model, its workaround and the export command above "
+             "(`python model.py [workaround]`)."]
+    bug_dir = obs.dirs.get("bug")
+    files = [n for n in MODEL_FILES if bug_dir is not None and (bug_dir / n).is_file()]
     if files:
-        add("- " + ", ".join(f"`{n}`" for n in files) + f": what pnnx {env.get('pnnx')} wrote"
-            + (" (hand-written graph)" if case.handwritten else "") + ".")
-    add("")
+        lines.append("- " + ", ".join(f"`{n}`" for n in files) + f": what pnnx "
+                     f"{env.get('pnnx')} wrote" + (" (hand-written graph)" if case.handwritten
+                                                   else "") + ".")
     return "\n".join(lines)
 
 
@@ -461,79 +398,19 @@ def _test_outcome(st: dict[str, Any]) -> str:
 
 # =========================================================================== test_<id>.py
 
-_TEST_HELPERS = '''
-
-def compare(what, a, b):
-    """torch.allclose per output; ncnn drops unit axes, so shapes are compared without them."""
-    a = a if isinstance(a, (tuple, list)) else (a,)
-    b = b if isinstance(b, (tuple, list)) else (b,)
-    ok = len(a) == len(b)
-    if not ok:
-        print(f"FAIL {what}: torch gives {len(a)} outputs, ncnn {len(b)}")
-    for i, (a0, b0) in enumerate(zip(a, b)):
-        a0 = a0.detach().float()
-        b0 = b0.float()
-        if [d for d in a0.shape if d != 1] != [d for d in b0.shape if d != 1]:
-            print(f"FAIL {what}: out{i} shape torch {tuple(a0.shape)} vs ncnn {tuple(b0.shape)}")
-            ok = False
-        elif not torch.allclose(a0, b0.reshape(a0.shape), 1e-3, 1e-3):
-            err = (a0 - b0.reshape(a0.shape)).abs().max().item()
-            print(f"FAIL {what}: out{i} max abs error {err:.3g}")
-            ok = False
-        else:
-            print(f"ok   {what}: out{i} {tuple(a0.shape)}")
-    return ok
-
-
-def fp32(net):
-    for key in ("use_fp16_packed", "use_fp16_storage", "use_fp16_arithmetic",
-                "use_bf16_storage", "use_bf16_packed"):
-        if hasattr(net.opt, key):
-            setattr(net.opt, key, False)
-
-
-def run_ncnn(name, inputs, in_batch, out_batch):
-    """Run name.ncnn.param/.bin on inputs; batch_index per input/output as in name_ncnn.py."""
-    out = []
-    with ncnn.Net() as net:
-        fp32(net)
-        if net.load_param(name + ".ncnn.param") != 0:
-            print(f"FAIL: ncnn load_param({name}.ncnn.param) failed")
-            return None
-        net.load_model(name + ".ncnn.bin")
-        with net.create_extractor() as ex:
-            for i, (x, bi) in enumerate(zip(inputs, in_batch)):
-                ex.input(f"in{i}", ncnn.Mat(x.numpy(), batch_index=bi).clone())
-            for i, bi in enumerate(out_batch):
-                ret, m = ex.extract(f"out{i}")
-                if ret != 0:
-                    print(f"FAIL: ncnn extract(out{i}) returned {ret}")
-                    return None
-                out.append(torch.from_numpy(m.numpy(batch_index=bi).copy()))
-    return out
-
-
-def loads(param):
-    with ncnn.Net() as net:
-        ret = net.load_param(param)
-    if ret != 0:
-        print(f"FAIL: ncnn load_param({param}) returned {ret}")
-    return ret == 0
-
-
-def describe(status):
-    code = os.waitstatus_to_exitcode(status)
-    if code > 128:                 # os.system runs a shell: a signal N shows as 128 + N
-        code = 128 - code
-    if code < 0:
-        return f"signal {-code} ({signal.Signals(-code).name})"
-    return f"exit code {code}"
-'''
+# the helper functions every generated test defines (compare, fp32, run_ncnn, loads,
+# describe), verbatim
+_TEST_HELPERS = (Path(__file__).parent / "templates" / "test_helpers.py.tmpl").read_text()
 
 
 def _ints(d: dict[str, int] | None, prefix: str, n: int) -> str:
     d = d or {}
     return "[" + ", ".join(str(d.get(f"{prefix}{i}", C.NO_BATCH)) for i in range(n)) + "]"
+
+
+def _input_block(names: list[str], shapes: list, suffixes: list[str]) -> str:
+    return "\n".join(f"    {n} = {_tensor_expr(shape, suf)}"
+                     for n, shape, suf in zip(names, shapes, suffixes))
 
 
 def render_test(obs: Observation) -> str:
@@ -542,116 +419,37 @@ def render_test(obs: Observation) -> str:
     sc = script(case.id)
     mod = module_name(case.id)
     env = obs.env
-    out: list[str] = []
-    add = out.append
-    add(f"# Generated by `paramsurgery repro issue {case.id}` (catalogue case {case.number}).")
-    add(f"# {case.title}")
-    add(f"# pnnx {env.get('pnnx')} -> ncnn {env.get('ncnn')}, torch {env.get('torch')}: "
-        f"{_test_outcome(st)}.")
-    add("# In the shape of tools/pnnx/tests/ncnn/test_*.py: exits 0 when ncnn matches torch.")
-    add("# PNNX=/path/to/pnnx selects the converter (default: pnnx on PATH).")
-    add("")
-    add("import os")
-    add("import signal")
-    if "math." in sc.model:
-        add("import math")
-    add("")
-    add("import ncnn")
-    add("import torch")
-    add("import torch.nn as nn")
-    add("import torch.nn.functional as F")
-    add("")
-    add("")
-    add(sc.model.rstrip())
-    out.extend(_TEST_HELPERS.rstrip("\n").split("\n"))
-    add("")
     n_out = len(st.get("reference_output_shapes") or {}) or 1
     run_shapes = [tuple(v) for v in st["input_shapes"].values()]
     run_suffix = [_NP_TO_SUFFIX.get(d, "f32") for d in st["input_dtypes"].values()]
     in_b = _ints(st.get("input_batch_index"), "in", len(run_shapes))
     out_b = _ints(st.get("output_batch_index"), "out", n_out)
     if case.handwritten:
-        param = case.variant("bug").handwritten_param or ""
-        add("")
-        add("# the graph older pnnx wrote for x.unbind(0) (no Slice params)")
-        add(f"PARAM = \"\"\"{param}\"\"\"")
-        add("")
-        add("")
-        add("def test():")
-        add("    net = Model()")
-        add("    net.eval()")
-        add("")
-        add("    torch.manual_seed(0)")
         names = _var_names(len(run_shapes))
-        for n, shape, suf in zip(names, run_shapes, run_suffix):
-            add(f"    {n} = {_tensor_expr(shape, suf)}")
-        add("")
-        add(f"    a = net({', '.join(names)})")
-        add("")
-        add("    # the hand-written graph: no pnnx run")
-        add(f"    with open(\"{mod}.ncnn.param\", \"w\") as f:")
-        add("        f.write(PARAM)")
-        add(f"    open(\"{mod}.ncnn.bin\", \"wb\").close()")
-        add("")
-        add("    # ncnn inference")
-        add(f"    b = run_ncnn(\"{mod}\", [{', '.join(names)}], {in_b}, {out_b})")
-        add("    return b is not None and compare(\"hand-written graph\", a, b)")
+        body = _template("test_handwritten.py.tmpl").substitute(
+            param=case.variant("bug").handwritten_param or "", mod=mod, in_b=in_b, out_b=out_b,
+            inputs=_input_block(names, run_shapes, run_suffix), names=", ".join(names))
     else:
         cmdline = st["pnnx"]["command"]
         traced = _shapes_from_command(cmdline, "inputshape") or []
         traced2 = _shapes_from_command(cmdline, "inputshape2")
         names = _var_names(len(traced))
-        add("")
-        add("def test():")
-        add(f"    torch.manual_seed({case.seed})")
-        add("    net = Model()")
-        add("    net.eval()")
-        add("")
-        add("    torch.manual_seed(0)")
-        for n, (shape, suf) in zip(names, traced):
-            add(f"    {n} = {_tensor_expr(shape, suf)}")
-        add("")
-        add(f"    a = net({', '.join(names)})")
-        add("")
-        add("    # export torchscript")
-        targs = names[0] if len(names) == 1 else "(" + ", ".join(names) + ")"
-        add(f"    mod = torch.jit.trace(net, {targs})")
-        add(f"    mod.save(\"{mod}.pt\")")
-        add("")
-        shape_args = " ".join(cmdline[2:])
-        add("    # torchscript to pnnx" + (" (dynamic shape: two input shapes)" if traced2 else ""))
-        add("    pnnx = os.environ.get(\"PNNX\", \"pnnx\")")
-        add(f"    ret = os.system(pnnx + \" {mod}.pt {shape_args}\")")
-        add("    if ret != 0:")
-        add("        print(f\"FAIL: pnnx ended with {describe(ret)}\")")
-        add("        return False")
-        add("")
-        add("    # ncnn inference (the runner pnnx generated, at the traced shape)")
-        add(f"    if not loads(\"{mod}.ncnn.param\"):")
-        add("        return False")
-        add(f"    import {mod}_ncnn")
-        add(f"    b = {mod}_ncnn.test_inference()")
-        add(f"    ok = compare(\"T={_trace_len(case)} (traced)\", a, b)")
-        add("")
-        run_len = st["run_length"]
-        add(f"    # ncnn inference at T={run_len}, a length "
-            f"{'neither trace used' if traced2 else 'the trace did not use'}")
-        add("    torch.manual_seed(1)")
         rnames = _var_names(len(run_shapes))
-        for n, shape, suf in zip(rnames, run_shapes, run_suffix):
-            add(f"    {n} = {_tensor_expr(shape, suf)}")
-        add(f"    a = net({', '.join(rnames)})")
-        add(f"    b = run_ncnn(\"{mod}\", [{', '.join(rnames)}], {in_b}, {out_b})")
-        add(f"    return b is not None and compare(\"T={run_len} (untraced)\", a, b) and ok")
-    add("")
-    add("")
-    add("if __name__ == \"__main__\":")
-    add("    if test():")
-    add("        exit(0)")
-    add("    else:")
-    add("        exit(1)")
-    add("")
-    return "\n".join(out)
+        body = _template("test_exported.py.tmpl").substitute(
+            seed=case.seed, mod=mod, names=", ".join(names),
+            inputs=_input_block(names, [t[0] for t in traced], [t[1] for t in traced]),
+            trace_args=names[0] if len(names) == 1 else "(" + ", ".join(names) + ")",
+            dynamic=" (dynamic shape: two input shapes)" if traced2 else "",
+            shape_args=" ".join(cmdline[2:]), trace_len=_trace_len(case),
+            run_len=st["run_length"],
+            which="neither trace used" if traced2 else "the trace did not use",
+            run_inputs=_input_block(rnames, run_shapes, run_suffix),
+            run_names=", ".join(rnames), in_b=in_b, out_b=out_b)
+    return _template("test.py.tmpl").substitute(
+        case_id=case.id, number=case.number, title=case.title, pnnx=env.get("pnnx"),
+        ncnn=env.get("ncnn"), torch=env.get("torch"), outcome=_test_outcome(st),
+        math="import math\n" if "math." in sc.model else "", model=sc.model.rstrip(),
+        helpers="\n" + _TEST_HELPERS.rstrip("\n"), body=body.rstrip("\n"))
 
 
 def _trace_len(case: C.ReproCase) -> int:
@@ -660,76 +458,29 @@ def _trace_len(case: C.ReproCase) -> int:
 
 # =========================================================================== model.py
 
+def _template(name: str) -> string.Template:
+    """A file of `paramsurgery/repro/templates/` (string.Template, `${name}` fields)."""
+    return string.Template((Path(__file__).parent / "templates" / name).read_text())
+
+
 def render_model_script(obs: Observation) -> str:
     case = obs.case
     sc = script(case.id)
-    out: list[str] = []
-    add = out.append
-    add(f'"""{case.title}.')
-    add("")
-    add(f"Minimal model of paramsurgery repro case `{case.id}` (catalogue #{case.number}).")
-    add("`python model.py` traces it and runs pnnx with the command of the report;")
-    add("`python model.py workaround` does the same for the workaround.")
-    add('"""')
-    add("")
-    add("import os")
-    add("import subprocess")
-    add("import sys")
-    add("")
-    add(sc.imports.rstrip())
-    add("")
-    add("")
-    add(sc.model.rstrip())
-    add("")
-    add("")
-    add(_rename_class(sc.workaround, "ModelWorkaround").rstrip())
-    add("")
-    add("")
     exports = {}
     for vname in ("bug", "workaround"):
         st = obs.statuses.get(vname) or {}
         if st.get("pnnx"):
             exports[vname] = st["pnnx"]["command"]
     if exports:
-        add("EXPORTS = {")
-        for vname, cmdline in exports.items():
-            cls = "Model" if vname == "bug" else "ModelWorkaround"
-            add(f"    {vname!r}: ({cls}, {cmdline[2:]!r}),")
-        add("}")
-        add("")
-        add("")
-        add("def example(arg):")
-        add("    \"\"\"Example tensors for an inputshape= argument, like pnnx's generated runner.\"\"\"")
-        add("    import re")
-        add("    out = []")
-        add("    for dims, suffix in re.findall(r\"\\[([0-9,]*)\\]([a-z0-9]*)\", arg):")
-        add("        shape = tuple(int(d) for d in dims.split(\",\") if d)")
-        add("        if suffix.startswith(\"i\"):")
-        add("            dtype = torch.int if suffix == \"i32\" else torch.long")
-        add("            out.append(torch.randint(10, shape, dtype=dtype))")
-        add("        else:")
-        add("            out.append(torch.rand(shape))")
-        add("    return tuple(out)")
-        add("")
-        add("")
-        add("def export(variant=\"bug\", pnnx=\"pnnx\"):")
-        add("    cls, args = EXPORTS[variant]")
-        add(f"    torch.manual_seed({case.seed})")
-        add("    net = cls().eval()")
-        add("    torch.manual_seed(0)")
-        add("    x = example(args[0].split(\"=\", 1)[1])")
-        add("    torch.jit.trace(net, x).save(\"model.pt\")")
-        add("    return subprocess.run([pnnx, \"model.pt\", *args]).returncode")
-        add("")
-        add("")
-        add("if __name__ == \"__main__\":")
-        add("    sys.exit(export(sys.argv[1] if len(sys.argv) > 1 else \"bug\",")
-        add("                    os.environ.get(\"PNNX\", \"pnnx\")))")
+        rows = "\n".join(f"    {vname!r}: ({'Model' if vname == 'bug' else 'ModelWorkaround'}, "
+                         f"{cmdline[2:]!r})," for vname, cmdline in exports.items())
+        main = _template("model_export.py.tmpl").substitute(exports=rows, seed=case.seed)
     else:
-        add("if __name__ == \"__main__\":")
-        add("    print(\"hand-written graph: see model.ncnn.param; nothing to export\")")
-    add("")
-    return "\n".join(out)
+        main = _template("model_handwritten.py.tmpl").template
+    return _template("model.py.tmpl").substitute(
+        title=case.title, case_id=case.id, number=case.number, imports=sc.imports.rstrip(),
+        model=sc.model.rstrip(),
+        workaround=_rename_class(sc.workaround, "ModelWorkaround").rstrip(), main=main.rstrip())
 
 
 # =========================================================================== writer

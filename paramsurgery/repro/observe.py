@@ -225,7 +225,7 @@ class CaseCheck:
 
 
 def check_cases(cases: list[C.ReproCase], *, keep: Path | None = None,
-                timeout: float = 300.0, progress=None) -> list[CaseCheck]:  # noqa: ANN001
+                timeout: float = 300.0, progress=None) -> list[CaseCheck]:
     """Observe every variant of `cases`. Files go to `keep/<case>/<variant>/` when given,
     else to a temporary directory removed afterwards."""
     needs_export = any(v.handwritten_param is None for c in cases for v in c.variants)

@@ -127,7 +127,7 @@ def find_pnnx() -> str:
         "pip install pnnx==20261020, or set PARAMSURGERY_PNNX to the binary)")
 
 
-def _import_torch():  # noqa: ANN202 - the torch module
+def _import_torch():
     try:
         import torch
     except ImportError as exc:  # pragma: no cover - depends on the environment

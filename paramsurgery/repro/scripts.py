@@ -377,8 +377,8 @@ def script(case_id: str) -> CaseScript:
     return sc
 
 
-def build(source: str, imports: str):  # noqa: ANN201 - the `Model` class
+def build(source: str, imports: str):
     """Execute a script's imports + class text and return its `Model` class (needs torch)."""
     ns: dict = {}
-    exec(compile(imports + "\n\n" + source, "<paramsurgery repro script>", "exec"), ns)  # noqa: S102
+    exec(compile(imports + "\n\n" + source, "<paramsurgery repro script>", "exec"), ns)
     return ns["Model"]

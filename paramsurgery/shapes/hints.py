@@ -103,7 +103,7 @@ def write_hints(g, shapes) -> int:
     return changed
 
 
-def snapshot(g) -> dict[int, str] | None:  # noqa: ANN001 - Graph
+def snapshot(g) -> dict[int, str] | None:
     """What `refresh_after` compares against: each layer's line, for hinted graphs only
     (None = the graph has no hints, nothing to keep fresh)."""
     if not has_hints(g):
@@ -111,7 +111,7 @@ def snapshot(g) -> dict[int, str] | None:  # noqa: ANN001 - Graph
     return {layer.id: layer.render() for layer in g}
 
 
-def refresh_after(g, before: dict[int, str]) -> list[str]:  # noqa: ANN001 - Graph
+def refresh_after(g, before: dict[int, str]) -> list[str]:
     """After an edit: every layer that changed (or is new), and every layer downstream of
     one, gets its `-23330` hint recomputed from the static rules, or removed when its
     shape is no longer known. Returns the names of the layers whose hint changed."""

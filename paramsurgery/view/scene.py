@@ -133,7 +133,7 @@ def build_scene(graph: "Graph", *, layers: Iterable[int] | None = None,
                          layer_id=layer.id, line_classes=classes))
         for dst_slot, (src, src_slot, src_slots, blob) in enumerate(ins):
             wires.append(Wire(src, me, blob, src_slot, src_slots, dst_slot, n_in))
-        for slot, blob in enumerate(layer.outputs):
+        for blob in layer.outputs:
             if blob not in scene.blob_labels:
                 scene.blob_labels[blob] = _with_shape(blob, blob, shapes)
         if 1 < len(layer.outputs) <= MAX_STUB_LABELS:  # labels side by side: make room
@@ -152,7 +152,7 @@ def build_scene(graph: "Graph", *, layers: Iterable[int] | None = None,
             boxes.append(Box(kind, blob, [clip(_with_shape(text, blob, shapes))], title,
                              "io" if kind == OUTPUT else kind))
             wires.append(Wire(me, pill, blob, slot, len(layer.outputs), 0, 1))
-    for blob, i in pill_in.items():
+    for blob in pill_in:
         scene.blob_labels.setdefault(blob, _with_shape(blob, blob, shapes))
     return scene
 

@@ -48,7 +48,7 @@ class WeightFile:
     `size` is the file size, `consumed` the bytes the layers account for, `trailing` the
     bytes after them (kept on save; ncnn ignores them)."""
 
-    def __init__(self, path: str | None, data, fd: int | None, size: int) -> None:  # noqa: ANN001
+    def __init__(self, path: str | None, data, fd: int | None, size: int) -> None:
         self.path = path
         self.data = data  # mmap.mmap, bytes or memoryview
         self.fd = fd
@@ -204,7 +204,7 @@ class Weight:
         return v.astype(np.float32).reshape(self.shape)
 
     # ------------------------------------------------------------------ edits
-    def replace(self, values, *, dtype: str | None = None, pad: bytes | None = None,  # noqa: ANN001
+    def replace(self, values, *, dtype: str | None = None, pad: bytes | None = None,
                 allow_resize: bool = False) -> "Weight":
         """A new blob with `values` in this blob's slot.
 
@@ -232,7 +232,7 @@ class Weight:
         return (f"Weight({self.role} {self.dtype} {tuple(self.shape)} {self.nbytes}B {where})")
 
 
-def make_weight(role: str, mode: str, values,  # noqa: ANN001
+def make_weight(role: str, mode: str, values,
                 *, shape: tuple[int, ...] | None = None,
                 dtype: str | None = None, pad: bytes | None = None,
                 like: Weight | None = None) -> Weight:
@@ -330,7 +330,7 @@ class LayerWeights(Sequence[Weight]):
     def __iter__(self) -> Iterator[Weight]:
         return iter(self._items)
 
-    def __getitem__(self, key):  # noqa: ANN001, ANN204
+    def __getitem__(self, key):
         if isinstance(key, str):
             for w in self._items:
                 if w.role == key:
@@ -371,7 +371,7 @@ class LayerWeights(Sequence[Weight]):
             return False
         return all(a.role == b.role and a.same_bytes(b) for a, b in zip(self, other))
 
-    def replace(self, role: str, values, **kw) -> "LayerWeights":  # noqa: ANN001
+    def replace(self, role: str, values, **kw) -> "LayerWeights":
         """A copy with one blob replaced (see `Weight.replace` for the keyword options)."""
         items = list(self._items)
         for i, w in enumerate(items):
@@ -444,7 +444,7 @@ def parse_layer(layer: "Layer", reads: list[Read], wf: WeightFile, offset: int, 
     return LayerWeights(out), offset
 
 
-def attach_weights(graph: "Graph", bin_path, *, allow_trailing: bool = False,  # noqa: ANN001
+def attach_weights(graph: "Graph", bin_path, *, allow_trailing: bool = False,
                    allow_lut: bool = False) -> "Graph":
     """Read a `.bin` for `graph`: every layer gets `layer.weights` (a LayerWeights) and
     `graph.weights` the WeightFile. Exact accounting: a short file, bytes left after the last
@@ -542,7 +542,7 @@ def set_weights(layer: "Layer", values: Mapping[str, object] | None = None, *,
     return layer
 
 
-def replace_weight(layer: "Layer", role: str, values, **kw) -> "Layer":  # noqa: ANN001
+def replace_weight(layer: "Layer", role: str, values, **kw) -> "Layer":
     """Replace one blob of a layer (see `Weight.replace`); returns the layer."""
     if layer.weights is None:
         raise BinLayoutError(f"{_where(layer)} has no weights loaded",

@@ -47,7 +47,7 @@ class Recording:
     stderr: str = ""
 
 
-def _capsule_api():  # noqa: ANN202
+def _capsule_api():
     get = ctypes.pythonapi.PyCapsule_GetPointer
     get.restype = ctypes.c_void_p
     get.argtypes = [ctypes.py_object, ctypes.c_char_p]
@@ -57,7 +57,7 @@ def _capsule_api():  # noqa: ANN202
     return get, name
 
 
-def make_reader(data, on_read=None):  # noqa: ANN001, ANN201
+def make_reader(data, on_read=None):
     """An `ncnn.DataReader` serving `data` (bytes-like; a writable buffer or bytes) that
     appends (offset, size) of each read to `.reads` and calls `on_read(offset, size)`."""
     import ncnn
@@ -81,10 +81,10 @@ def make_reader(data, on_read=None):  # noqa: ANN001, ANN201
             self.reads: list[ReadRec] = []
             self._keep = keep
 
-        def scan(self, fmt, p):  # noqa: ANN001, ANN201 - text params never come from here
+        def scan(self, fmt, p):
             return 0
 
-        def read(self, buf, size):  # noqa: ANN001, ANN201
+        def read(self, buf, size):
             ptr = get(buf, name(buf))
             k = max(0, min(size, n - self.pos))
             if k:
@@ -98,7 +98,7 @@ def make_reader(data, on_read=None):  # noqa: ANN001, ANN201
     return RecordingReader()
 
 
-def _open_data(bin_path: str | None):  # noqa: ANN202
+def _open_data(bin_path: str | None):
     if bin_path is None:
         return bytearray()
     size = os.path.getsize(bin_path)
@@ -109,7 +109,7 @@ def _open_data(bin_path: str | None):  # noqa: ANN202
 
 
 def record_in_process(param_path: str, bin_path: str | None, *, binary_param: bool = False,
-                      on_read=None) -> Recording:  # noqa: ANN001
+                      on_read=None) -> Recording:
     """Load `param_path` (text, or `.param.bin` with `binary_param`) and record the reads
     of `Net.load_model` on `bin_path` in this process."""
     import ncnn
@@ -144,7 +144,7 @@ os.write(1, b"D %s %s\n" % (str(r.load_param).encode(), str(r.load_model).encode
 """
 
 
-def record_reads(param, bin_path=None, *, binary_param: bool | None = None,  # noqa: ANN001
+def record_reads(param, bin_path=None, *, binary_param: bool | None = None,
                  isolate: bool = True, timeout: float = 300) -> Recording:
     """Record every read ncnn's `Net.load_model` makes. `param` is a path (text or
     `.param.bin`, detected by the magic) or text; `bin_path` a path, bytes or None (empty)."""

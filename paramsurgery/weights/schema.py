@@ -70,7 +70,7 @@ class ParamView:
 
     __slots__ = ("type", "params", "defaults")
 
-    def __init__(self, layer_type: str, params) -> None:  # noqa: ANN001
+    def __init__(self, layer_type: str, params) -> None:
         self.type = layer_type
         self.params = params
         self.defaults = LAYER_PARAMS.get(layer_type, {})
@@ -109,13 +109,13 @@ def _lead(count: int, *inner: int) -> tuple[int, ...]:
     return (count,)
 
 
-def T(role: str, *dims: int, shape: tuple[int, ...] | None = None) -> Read:  # noqa: N802
+def T(role: str, *dims: int, shape: tuple[int, ...] | None = None) -> Read:
     """Tagged read of `load(w[, h[, d[, c]]], 0)`; `dims` in ncnn order (w first)."""
     count = _prod(dims)
     return Read(role, count, TAGGED, shape or _shape(count, *reversed(dims)))
 
 
-def R(role: str, *dims: int, required: bool = True) -> Read:  # noqa: N802
+def R(role: str, *dims: int, required: bool = True) -> Read:
     """Raw float32 read of `load(w[, h[, c]], 1)`."""
     count = _prod(dims)
     return Read(role, count, RAW, _shape(count, *reversed(dims)), required)
@@ -398,12 +398,6 @@ def memorydata(p: ParamView) -> list[Read]:
                       f"1 (raw) (\"ModelBin load type {load_type} not implemented\")")
 
 
-def _raw_list(*roles_ids: tuple[str, int]) -> Callable[[ParamView], list[Read]]:
-    def f(p: ParamView) -> list[Read]:
-        return [R(role, p.i(pid)) for role, pid in roles_ids]
-    return f
-
-
 def batchnorm(p: ParamView) -> list[Read]:
     """src/layer/batchnorm.cpp: R slope, mean, var, bias [0=channels]."""
     c = p.i(0)
@@ -533,7 +527,7 @@ def has_schema(layer_type: str) -> bool:
     return layer_type in SCHEMAS or layer_type in NO_WEIGHTS or layer_type in _CUSTOM
 
 
-def reads_for(layer_type: str, params) -> list[Read] | None:  # noqa: ANN001
+def reads_for(layer_type: str, params) -> list[Read] | None:
     """The reads a layer of this type makes with these params, or None when the type is
     unknown (not ncnn's, not registered). Raises SchemaError for params ncnn cannot load."""
     fn = SCHEMAS.get(layer_type) or _CUSTOM.get(layer_type)
@@ -546,7 +540,7 @@ def reads_for(layer_type: str, params) -> list[Read] | None:  # noqa: ANN001
     return reads
 
 
-def layer_reads(layer) -> list[Read] | None:  # noqa: ANN001
+def layer_reads(layer) -> list[Read] | None:
     """`reads_for` of a Layer, with errors located at its param line."""
     try:
         return reads_for(layer.type, layer.params)

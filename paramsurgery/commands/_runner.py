@@ -1,0 +1,348 @@
+"""One runner for the commands that write graphs: load → pass → verify → write → report.
+
+A command declares what differs (a `GraphCommand`: its pass, where it writes, its check,
+its extra files and report lines); the runner does the rest the same way for all:
+
+- input: `args.param`, and `args.bin` when given: the weights are loaded and checked
+  against the graph first (a mismatch names the layer);
+- output: `-o` (a `.param` path, or a prefix for commands writing several files), the
+  derived default `<input>.<tag>.param`, `--in-place`, or `-` (stdout); an output naming an
+  input is refused;
+- weights: rewritten next to the output when the pass changed a weighted layer, else a
+  hard link (or copy) of the input `.bin`;
+- verify: the candidate files are staged in a temporary directory and handed to the
+  command's check before anything is written; a failed check prints the report and the
+  check on stderr and exits 1 with nothing written;
+- every output file is renamed into place together (`io.atomic_write_many`);
+- report: text (stdout, or stderr when the graph goes to stdout) or `--format json`.
+
+Errors are `ParamSurgeryError`s located at the input (exit 2); a refusal rolls back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any, Callable, Protocol
+
+from ..errors import ParamSurgeryError
+from ._common import derived_output, link_or_copy, output_path, print_json
+
+if TYPE_CHECKING:
+    from ..graph import Graph
+    from ..passes.base import PassResult
+
+
+class PassLike(Protocol):
+    """What a command runs: a graph in, a PassResult out (a `Pass`, or a pipeline)."""
+
+    def __call__(self, g: "Graph") -> "PassResult": ...
+
+
+class Check(Protocol):
+    """What a verify callback returns."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    def format(self) -> str: ...
+
+
+@dataclass
+class Outputs:
+    """Where a command writes: the `.param` (`-` = stdout), the `.bin` (None: no weights
+    written) and extra files by role (a manifest, a start graph)."""
+
+    param: str
+    bin: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def all(self) -> list[str]:
+        return [self.param] + ([self.bin] if self.bin else []) + list(self.extra.values())
+
+
+Writer = Callable[[IO[Any]], Any]
+
+
+@dataclass
+class Run:
+    """One run of a command, as the callbacks see it."""
+
+    args: argparse.Namespace
+    source: "Graph"  # the input as loaded
+    result: "PassResult"
+    out: Outputs
+    weights_changed: bool = False
+    check: Any = None  # the command's own check object (a `Check`), None when not run
+    bin_note: str | None = None
+
+    @property
+    def graph(self) -> "Graph":
+        return self.result.graph
+
+
+@dataclass
+class GraphCommand:
+    """The declaration of a graph-writing command.
+
+    `make_pass(args)`: the pass to run. `tag`: the default output is `<input>.<tag>.param`.
+    `prefix`: `-o` is a prefix (`PREFIX.param`, `PREFIX.bin`, and `PREFIX<suffix>` for each
+    of `extra`, role → suffix); else a `.param` path, its `.bin` next to it.
+    `bin_note`: say what happened to the weights. `verify(run, staged)`: check the staged
+    candidate (None: no check asked); `refusal`: what a failed check means.
+    `extra_writers(run)`: role → writer of the extra files. `json(run)` / `text(run)`: the
+    report's command-specific fields / lines (after the pass's own report).
+    `before_write(run)`: a last refusal (raise) or fix-up once the outputs are known."""
+
+    tag: str
+    make_pass: Callable[[argparse.Namespace], PassLike]
+    prefix: bool = False
+    extra: dict[str, str] = field(default_factory=dict)
+    bin_note: bool = False
+    verify: Callable[[Run, Outputs], Check | None] | None = None
+    refusal: str = "the result is not proven equal to the input"
+    extra_writers: Callable[[Run], dict[str, Writer]] | None = None
+    json: Callable[[Run], dict[str, Any]] | None = None
+    text: Callable[[Run], list[str]] | None = None
+    before_write: Callable[[Run], None] | None = None
+    bin_required: bool = False
+    default_prefix: Callable[[str], str] | None = None  # prefix commands: default -o
+    prepare: Callable[[argparse.Namespace, "Graph"], None] | None = None  # check inputs vs graph
+    verify_needs_bin: bool = True  # --verify runs the weights: refuse it without them
+    raise_on_failed_check: bool = False  # a failed check: VerificationError (exit 2), not 1
+    summary: Callable[[Run], list[str]] | None = None  # instead of the pass's own report
+    exit_code: Callable[[Run], int] | None = None  # default 0 once written
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        try:
+            return self._run(args)
+        except ParamSurgeryError as exc:
+            if exc.file is None:
+                exc.file = args.param
+            raise
+
+    def finish(self, p: argparse.ArgumentParser, explain: str | None = None) -> None:
+        """The options every graph command ends with (`--explain`, `--format`, and
+        `--report PAGE`, which `add_output_args` adds for single-file commands), and this
+        runner as what the command runs."""
+        from ._common import add_format_arg, add_report_arg
+
+        if explain is not None:
+            p.add_argument("--explain", action="store_true", help=explain)
+        add_format_arg(p)
+        if self.prefix:
+            add_report_arg(p)
+        p.set_defaults(run=self)
+
+    # ------------------------------------------------------------------ steps
+    def outputs(self, args: argparse.Namespace) -> Outputs:
+        bin_in = getattr(args, "bin", None)
+        if self.prefix:
+            prefix = args.output or (self.default_prefix(args.param) if self.default_prefix
+                                     else _stem(derived_output(args.param, self.tag)))
+            if prefix.endswith(".param"):
+                prefix = prefix[: -len(".param")]
+            out = Outputs(prefix + ".param", prefix + ".bin" if bin_in else None,
+                          {role: prefix + suffix for role, suffix in self.extra.items()})
+            for path in out.all():
+                for src in (args.param, bin_in):
+                    if src and os.path.exists(path) and os.path.samefile(path, src):
+                        raise ParamSurgeryError(f"output {path} would overwrite the input",
+                                                file=src)
+            return out
+        if args.output is None and not getattr(args, "in_place", False):
+            args.output = derived_output(args.param, self.tag)
+        param = output_path(args, args.param)
+        assert param is not None
+        if param == "-":
+            return Outputs(param)
+        if param == args.param:  # --in-place: the weights stay where they are
+            return Outputs(param, bin_in)
+        return Outputs(param, bin_path_for(param) if bin_in else None)
+
+    def _run(self, args: argparse.Namespace) -> int:
+        from ..io import load
+
+        bin_in = getattr(args, "bin", None)
+        if not bin_in and (self.bin_required or
+                           (self.verify_needs_bin and getattr(args, "verify", False))):
+            need = "--verify needs" if getattr(args, "verify", False) else "this command needs"
+            raise ParamSurgeryError(f"{need} the weights (--bin model.bin)", file=args.param)
+        out = self.outputs(args)
+        source = load(args.param, bin=bin_in) if bin_in else load(args.param)
+        if self.prepare is not None:
+            self.prepare(args, source)
+        result = self.make_pass(args)(source)
+        run = Run(args, source, result, out,
+                  weights_changed=bool(bin_in) and weights_changed(source, result.graph))
+        if self.before_write is not None:
+            self.before_write(run)
+        writers = self._writers(run)
+        if self.verify is not None:
+            with tempfile.TemporaryDirectory(prefix=f"paramsurgery-{self.tag}-") as tmp:
+                staged = _staged(run, writers, tmp)
+                run.check = self.verify(run, staged)
+        if run.check is not None and not run.check.ok:
+            for line in self._summary(run):
+                print(line, file=sys.stderr)
+            print(run.check.format(), file=sys.stderr)
+            if self.raise_on_failed_check:
+                from ..errors import VerificationError
+
+                raise VerificationError(self.refusal, file=args.param)
+            print(f"{args.param}: refusing to write {out.param}: {self.refusal}",
+                  file=sys.stderr)
+            return 1
+        self._write(run, writers)
+        return self._report(run)
+
+    def _writers(self, run: Run) -> dict[str, Writer]:
+        """Role → writer of every file this run may write (`param`, `bin`, extras)."""
+        data = run.graph.dump_bytes()
+        writers: dict[str, Writer] = {"param": lambda fh: fh.write(data)}
+        if run.weights_changed:
+            from ..weights import write_weights
+
+            writers["bin"] = lambda fh: write_weights(run.graph, fh)
+        if self.extra_writers is not None:
+            writers.update(self.extra_writers(run))
+        return writers
+
+    def _write(self, run: Run, writers: dict[str, Writer]) -> None:
+        from ..io import atomic_write_many
+
+        args, out = run.args, run.out
+        if out.param == "-":
+            writers["param"](sys.stdout.buffer)
+            return
+        unchanged = not run.result.modified and out.param == args.param
+        paths = {**out.extra, "param": out.param}
+        if "bin" in writers and out.bin:
+            paths["bin"] = out.bin
+        todo: dict[str | os.PathLike, Callable[[IO[Any]], None]] = {
+            paths[role]: w for role, w in writers.items()
+            if role in paths and not (role == "param" and unchanged)}
+        if todo:
+            atomic_write_many(todo)
+        if out.bin and "bin" not in writers and out.bin != args.bin:
+            how = link_or_copy(args.bin, out.bin)
+            run.bin_note = f"weights: unchanged; {out.bin} is a {how} of {args.bin}"
+        elif "bin" in writers and out.bin:
+            run.bin_note = f"weights: rewritten to {out.bin}"
+
+    def _report(self, run: Run) -> int:
+        args, result, out = run.args, run.result, run.out
+        if args.format == "json":
+            data: dict[str, Any] = {"pass": result.pass_name, "output": out.param,
+                                    "modified": result.modified,
+                                    "changes": [c.__dict__ for c in result.changes],
+                                    "skipped": [s.__dict__ for s in result.skipped],
+                                    "notes": result.notes,
+                                    "contract_changes": result.contract_changes}
+            if run.check is not None and hasattr(run.check, "to_json"):
+                data["verify"] = run.check.to_json()
+            if self.json is not None:
+                data.update(self.json(run))
+            print_json(data)
+            return self.exit_code(run) if self.exit_code is not None else 0
+        stream = sys.stderr if out.param == "-" else sys.stdout
+        for line in self._summary(run):
+            print(line, file=stream)
+        for line in self.text(run) if self.text is not None else []:
+            print(line, file=stream)
+        if run.check is not None:
+            print(run.check.format(), file=stream)
+        if self.bin_note and run.bin_note:
+            print(run.bin_note, file=stream)
+        if out.param != "-":
+            changed = result.modified or out.param != args.param
+            written = [p for p in out.all() if changed or p != out.param]
+            print("wrote " + ", ".join(written) if changed else f"{out.param} unchanged",
+                  file=stream)
+        return self.exit_code(run) if self.exit_code is not None else 0
+
+    def _summary(self, run: Run) -> list[str]:
+        if self.summary is not None:
+            return self.summary(run)
+        return [run.result.format(getattr(run.args, "explain", False))]
+
+
+def weights_changed(before: "Graph", after: "Graph") -> bool:
+    """Whether `after`'s weighted layers differ from `before`'s (a pass replaced, added or
+    removed one): then the output needs its own `.bin`."""
+    def weighted(g: "Graph") -> list[int]:
+        return [id(layer.weights) for layer in g if layer.weights]
+
+    return weighted(before) != weighted(after)
+
+
+def bin_path_for(param_path: str) -> str:
+    """`out.param` → `out.bin` (ncnn's pairing)."""
+    stem = param_path[: -len(".param")] if param_path.endswith(".param") else param_path
+    return stem + ".bin"
+
+
+def _stem(param_path: str) -> str:
+    return param_path[: -len(".param")] if param_path.endswith(".param") else param_path
+
+
+def _staged(run: Run, writers: dict[str, Writer], tmp: str) -> Outputs:
+    """The candidate files in `tmp` (the input `.bin` itself when the weights are kept)."""
+    staged = Outputs(os.path.join(tmp, "candidate.param"),
+                     getattr(run.args, "bin", None),
+                     {role: os.path.join(tmp, os.path.basename(p))
+                      for role, p in run.out.extra.items()})
+    if "bin" in writers:
+        staged.bin = os.path.join(tmp, "candidate.bin")
+    paths = {**staged.extra, "param": staged.param}
+    if staged.bin is not None:
+        paths["bin"] = staged.bin
+    for role, write in writers.items():
+        if role in paths:
+            with open(paths[role], "wb") as fh:
+                write(fh)
+    return staged
+
+
+# --------------------------------------------------------------------------- shared options
+
+def add_bin_arg(p: argparse.ArgumentParser, *, positional: bool = False,
+                required: bool = False) -> None:
+    """The weights: `--bin B` (or a positional `bin`, optional unless `required`)."""
+    what = ("its weights (.bin): checked against the graph, then rewritten next to the "
+            "output when the pass changes a weighted layer, else linked (or copied)")
+    if positional:
+        p.add_argument("bin", nargs=None if required else "?", help=what)
+    else:
+        p.add_argument("--bin", help=what)
+
+
+def add_pnnx_arg(p: argparse.ArgumentParser, what: str = "traced shapes") -> None:
+    p.add_argument("--pnnx", metavar="PNNX_PARAM",
+                   help=f"pnnx's own IR ({what}); default: X.pnnx.param next to "
+                        f"X.ncnn.param, if present")
+
+
+def traced_path(args: argparse.Namespace) -> str | None:
+    """`--pnnx`, else pnnx's IR next to the input."""
+    from ..passes._traced import companion_pnnx
+
+    found = args.pnnx or companion_pnnx(args.param)
+    return os.fspath(found) if found is not None else None
+
+
+def add_partial_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--partial", action="store_true",
+                   help="rewrite what can be proven and keep (and list) the rest, instead of "
+                        "refusing")
+
+
+def add_verify_args(p: argparse.ArgumentParser, what: str, *, tol: float) -> None:
+    """`--verify` (what it compares; checked before anything is written) and `--tol`."""
+    p.add_argument("--verify", action="store_true",
+                   help=f"{what} before writing; refuse (exit 1, nothing written) on a mismatch")
+    p.add_argument("--tol", type=float, default=tol,
+                   help=f"--verify: relative tolerance (default {tol:g})")

@@ -1,0 +1,54 @@
+"""The shared matching layer: NoMatch(layer, reason) raised by the shared walks, so every
+pass's --explain words a broken chain the same way."""
+
+import pytest
+
+import paramsurgery
+from paramsurgery.passes.match import (NoMatch, above_splits, chain_up, readers_through_splits,
+                                       single_reader, source_of, through_splits)
+
+G = paramsurgery.loads("""7767517
+7 9
+Input in0 0 1 ids
+Embed emb 1 1 ids e 0=4 1=10 3=40
+Reshape r 1 1 e r0 0=4 1=-1
+Split sp 1 2 r0 r1 r2
+ReLU a 1 1 r1 x
+BinaryOp add 2 1 r2 x y 0=0
+Permute p 1 1 y z 0=1
+""", "m.param")
+
+
+def test_split_walks_both_ways():
+    assert above_splits(G, "r2") == ("r0", [G.layer("sp")])
+    assert source_of(G, "r1").name == "r"
+    assert [layer.name for layer in through_splits(G, "r0")] == ["add", "a"]
+    readers, splits = readers_through_splits(G, "r0")
+    assert sorted((layer.name, slot) for layer, slot in readers) == [("a", 0), ("add", 0)]
+    assert [s.name for s in splits] == ["sp"]
+
+
+def test_single_reader_names_the_others():
+    assert single_reader(G, "e").name == "r"
+    two = paramsurgery.loads("7767517\n3 3\nInput in0 0 1 x\nReLU a 1 1 x y\n"
+                             "TanH b 1 1 x z\n", "two.param")  # no Split: two readers
+    with pytest.raises(NoMatch, match=r"'x' is read by 2 layers \(ReLU 'a', TanH 'b'\)") as exc:
+        single_reader(two, "x")
+    assert exc.value.layer.name == "in0"
+    with pytest.raises(NoMatch, match=r"nothing reads 'z'") as exc:
+        single_reader(G, "z")
+    assert exc.value.layer.name == "p" and str(exc.value) == exc.value.reason
+
+
+def test_chain_up_to_a_type_or_where_it_stopped():
+    top, chain = chain_up(G, "r0", ("Reshape",), ("Embed",))
+    assert top.name == "emb" and [c.name for c in chain] == ["r"]
+    with pytest.raises(NoMatch, match=r"blob 'y' comes from BinaryOp 'add', not from an Embed "
+                                      r"through layers \(Reshape\)") as exc:
+        chain_up(G, "y", ("Reshape",), ("Embed",), goal="an Embed")
+    assert exc.value.layer.name == "add"
+    # with a reader: a chain shared with another layer cannot be rewritten
+    with pytest.raises(NoMatch, match=r"'r0' \(Reshape 'r'\) is also read by 'sp'"):
+        chain_up(G, "r0", ("Reshape",), ("Embed",), reader=G.layer("p"))
+    assert "line 3: Embed emb" not in NoMatch(None, "x").format()
+    assert NoMatch(G.layer("emb"), "why").format() == "line 4: Embed emb: why"
