@@ -497,14 +497,7 @@ class Dynamize(Pass):
             if d != length_axis:
                 return None  # a crop on an axis that does not carry the length
             r1 = s.value - L
-        if r1 > 0:
-            raise PassRefused(f"{layer.name}: the Crop {label} {s.value} lies beyond its input's "
-                              f"extent {L}")
-        if r1 == 0:
-            if label == "start":
-                raise PassRefused(f"{layer.name}: the Crop starts at its input's end (empty)")
-            return (s, -233, f"to the end (input extent {L})")
-        return (s, r1, f"relative to the end (input extent {L})")
+        return _crop_from_end(layer, s, label, r1, L)
 
     def _crop_plan_shapes(self, g: Graph, layer: Layer, s: _Site):
         """The Crop rewrite when the traced extent comes from `--inputshape` (no pnnx IR)."""
@@ -515,14 +508,7 @@ class Dynamize(Pass):
         if not follows:
             return None  # a crop on an axis that does not carry the length
         r1 = s.value - L
-        if r1 > 0:
-            raise PassRefused(f"{layer.name}: the Crop {label} {s.value} lies beyond its input's "
-                              f"extent {L}")
-        if r1 == 0:
-            if label == "start":
-                raise PassRefused(f"{layer.name}: the Crop starts at its input's end (empty)")
-            return (s, -233, f"to the end (input extent {L})")
-        return (s, r1, f"relative to the end (input extent {L})")
+        return _crop_from_end(layer, s, label, r1, L)
 
     def _apply(self, s: _Site, new: int) -> None:
         layer = s.layer
@@ -545,3 +531,17 @@ def _frac(x: Fraction) -> str:
 
 def _show(v) -> str:
     return "absent" if v is None else f"{v.kind.value} {v.python!r}"
+
+
+def _crop_from_end(layer: Layer, s: "_Site", label: str, r1: int, extent: int):
+    """The Crop rewrite for a bound `r1` elements from its input's end (`extent` long):
+    -233 (to the end) at 0, the negative offset otherwise; beyond the end or an empty
+    start is refused."""
+    if r1 > 0:
+        raise PassRefused(f"{layer.name}: the Crop {label} {s.value} lies beyond its input's "
+                          f"extent {extent}")
+    if r1 == 0:
+        if label == "start":
+            raise PassRefused(f"{layer.name}: the Crop starts at its input's end (empty)")
+        return (s, -233, f"to the end (input extent {extent})")
+    return (s, r1, f"relative to the end (input extent {extent})")
