@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from ..layer import Layer
 from ..values import Kind
 from . import _traced
 from .base import Change, Pass, PassResult, RepairContext, Skip, register
+
+if TYPE_CHECKING:
+    from .dynamize_shapes import LengthSpec
 
 RESHAPE_DIMS = {0: "w", 1: "h", 11: "d", 2: "c"}
 AXIS_PARAM = {"w": 0, "h": 1, "d": 11, "c": 2}
@@ -86,9 +89,11 @@ class Dynamize(Pass):
                  layers: Sequence[str] | None = None,
                  traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,
                  pair_traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,
-                 inputshape: Mapping[str, tuple] | None = None) -> None:
-        if traced_len is None and pair is None:
+                 inputshape: Mapping[str, tuple] | None = None,
+                 spec: "LengthSpec | None" = None) -> None:
+        if traced_len is None and pair is None and spec is None:
             raise PassRefused("dynamize needs --traced-len T or --pair OTHER.param")
+        self.spec = spec  # one static trace, its length a symbol (dynamize_shapes.py)
         self.T = traced_len
         self.pair_path = None
         if pair is not None and not isinstance(pair, Graph):
@@ -305,6 +310,27 @@ class Dynamize(Pass):
 
     # ------------------------------------------------------------------ run
     def run(self, g: Graph) -> PassResult:
+        if self.spec is not None:
+            return self._run_shapes(g)
+        return self._run_sites(g)
+
+    def _run_shapes(self, g: Graph) -> PassResult:
+        """One trace and the shape analysis; with a pair as well, the pair proves what the
+        single trace cannot (the refusal is kept in the notes)."""
+        from .dynamize_shapes import ShapeDynamize
+
+        work = g.copy() if self.pair is not None else g
+        try:
+            return ShapeDynamize(self.spec).run(work)
+        except PassRefused as exc:
+            if self.pair is None:
+                raise
+            result = self._run_sites(g)
+            result.notes.append(f"one trace was not enough ({exc.message}); the pair "
+                                f"proved the rewrites")
+            return result
+
+    def _run_sites(self, g: Graph) -> PassResult:
         result = PassResult(g, False)
         if self.pair is not None:
             sites = self._sites_pair(g, self.pair)
