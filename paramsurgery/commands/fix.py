@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from ..errors import ParamSurgeryError
 from ..findings import ERROR, WARNING, Finding
 from ..graph import Graph
-from ..passes.base import PassManager, PassResult, RepairContext, repairs
+from ..passes.base import FixInput, Pass, PassManager, PassResult, RepairContext, repairs
 from ._common import add_output_args
 from ._runner import (Check, GraphCommand, Outputs, Run, add_bin_arg, add_pnnx_arg,
                       add_verify_args, traced_path)
@@ -40,14 +40,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_output_args(p, "output .param (default: <input>.fixed.param)")
     add_bin_arg(p)
     add_pnnx_arg(p)
-    p.add_argument("--traced-len", type=int, metavar="T",
-                   help="also dynamize a static export traced at T")
-    p.add_argument("--pair", metavar="OTHER_PARAM",
-                   help="also dynamize against the same model exported at another length")
+    for flag, inp in fix_inputs().items():
+        p.add_argument(flag, dest=inp.name, type=inp.type, metavar=inp.metavar,
+                       help=inp.help)
     add_verify_args(p, "run the result through ncnn against a torch reference (needs --bin; "
                        "X.ref.npz next to the input or --reference)", tol=1e-4)
     p.add_argument("--reference", metavar="NPZ", help="--verify: the reference (.npz)")
     run.finish(p, explain="also list what each pass left alone")
+
+
+def fix_inputs() -> dict[str, FixInput]:
+    """The extra inputs the repairs declare (`Pass.fix_inputs`), one flag each."""
+    out: dict[str, FixInput] = {}
+    for cls in repairs():
+        for inp in cls.fix_inputs:
+            out.setdefault(inp.flag, inp)
+    return out
 
 
 # --------------------------------------------------------------------------- fix
@@ -92,12 +100,19 @@ class FixReport:
 
 
 def fix_graph(g: Graph, *, traced: str | os.PathLike | None = None,
-              traced_len: int | None = None, pair: str | os.PathLike | None = None) -> FixReport:
-    """Lint `g`, run the repairs the findings (and the given length) call for, re-lint;
-    repeated while the findings call for a pass that has not run yet."""
-    ctx = RepairContext(os.fspath(traced) if traced is not None else None, traced_len,
-                        os.fspath(pair) if pair is not None else None,
-                        weights=any(layer.weights for layer in g))
+              traced_len: int | None = None, pair: str | os.PathLike | None = None,
+              param: str | os.PathLike | None = None, bin: str | os.PathLike | None = None,
+              reference: str | os.PathLike | None = None,
+              options: dict[str, object] | None = None) -> FixReport:
+    """Lint `g`, run the repairs the findings (and the given inputs) call for, re-lint;
+    repeated while the findings call for a pass that has not run yet. `options`: values of
+    the passes' `fix_inputs` by name."""
+    applied: list[type[Pass]] = []  # the repairs that changed the graph, in order
+    ctx = RepairContext(_path(traced), traced_len, _path(pair),
+                        weights=any(layer.weights for layer in g), param=_path(param),
+                        bin=_path(bin), reference=_path(reference),
+                        options=dict(options or {}),
+                        repaired_like=lambda p, b, t: _repaired_like(applied, p, b, t))
     before = lint_findings(g)
     found = before
     current = g
@@ -121,12 +136,39 @@ def fix_graph(g: Graph, *, traced: str | os.PathLike | None = None,
                 plan.append(pass_)
         if not plan:
             break
-        current, ran, refused = PassManager(plan, early_stop=False).run(current)
-        results += ran
-        failures += refused
+        for pass_ in plan:  # one at a time: a later pass may replay the earlier ones
+            current, ran, refused = PassManager([pass_], early_stop=False).run(current)
+            results += ran
+            failures += refused
+            applied += [type(pass_) for r in ran if r.modified]
         found = lint_findings(current)
     wanted = [p.name for p in repairs() if p.name in done]
     return FixReport(current, before, found, results, failures, wanted)
+
+
+def _path(p: str | os.PathLike | None) -> str | None:
+    return os.fspath(p) if p is not None else None
+
+
+def _repaired_like(applied: list[type[Pass]], param: str, bin: str | None,
+                   traced: str | None) -> Graph:
+    """Another export of the same model after the repairs applied so far (each built for
+    that file, as `fix` would): what a pass compares the input with, like for like."""
+    from ..errors import PassRefused
+    from ..io import load
+
+    other = load(param, bin=bin)
+    ctx = RepairContext(traced, weights=bin is not None, param=param, bin=bin)
+    for cls in applied:
+        pass_ = cls.for_fix(ctx, True)
+        if pass_ is None:
+            continue
+        try:
+            other = pass_(other).graph
+        except ParamSurgeryError as exc:
+            raise PassRefused(f"{param}: {cls.name} does not repair it like the input: "
+                              f"{exc.message}") from None
+    return other
 
 
 class _FixAll:
@@ -138,8 +180,13 @@ class _FixAll:
         self.traced = traced_path(args)
 
     def __call__(self, g: Graph) -> PassResult:
-        rep = fix_graph(g, traced=self.traced, traced_len=self.args.traced_len,
-                        pair=self.args.pair)
+        from ..lint.conformance import find_reference
+
+        args = self.args
+        options = {inp.name: getattr(args, inp.name, None) for inp in fix_inputs().values()}
+        rep = fix_graph(g, traced=self.traced, param=args.param, bin=args.bin,
+                        reference=args.reference or find_reference(args.param),
+                        options=options)
         return PassResult(rep.graph, rep.modified,
                           [c for r in rep.results for c in r.changes],
                           [s for r in rep.results for s in r.skipped], pass_name="fix",

@@ -8,9 +8,9 @@ them.
 
 A pass that repairs what lint finds declares it here, in its own class: `repair_order` (set:
 `paramsurgery fix` may run it, in this order), `claims(layer)` (the converter leftovers it
-rewrites, which lint's PS004 names as its fix) and `for_fix(ctx, asked)` (the instance `fix`
-runs). `fix` builds its plan from these and the findings' `fix_pass`: adding a repair is one
-file.
+rewrites, which lint's PS004 names as its fix), `fix_inputs` (the extra inputs it can use,
+which `fix` exposes as flags) and `for_fix(ctx, asked)` (the instance `fix` runs). `fix`
+builds its plan from these and the findings' `fix_pass`: adding a repair is one file.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
 from ..errors import PassRefused
 from ..findings import ERROR, Finding
@@ -136,6 +136,23 @@ class PassResult:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class FixInput:
+    """An extra input a repair can use, declared by the pass (`Pass.fix_inputs`) and exposed
+    by `paramsurgery fix` as `flag` (argparse `dest` = `name`); `for_fix` reads it with
+    `ctx.option(name)`. `path`: a file (its existence is checked like the input's)."""
+
+    flag: str
+    help: str
+    metavar: str = "PATH"
+    type: Callable[[str], Any] = str
+    path: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
 @dataclass
 class RepairContext:
     """What `paramsurgery fix` knows besides the graph, for `Pass.for_fix`."""
@@ -144,6 +161,20 @@ class RepairContext:
     traced_len: int | None = None  # the length a static export was traced at
     pair: str | None = None  # the same model exported at another length
     weights: bool = False  # the graph carries the weights of its .bin
+    param: str | None = None  # the input file
+    bin: str | None = None  # its weights (`--bin`)
+    reference: str | None = None  # a torch reference (`--reference`, or X.ref.npz next to it)
+    options: dict[str, Any] = field(default_factory=dict)  # the passes' `fix_inputs` values
+    # another export of the same model (param, bin, pnnx IR) → its graph after the repairs
+    # `fix` has applied to this one so far (so a pass can compare the two like for like)
+    repaired_like: "Callable[[str, str | None, str | None], Graph] | None" = None
+
+    def option(self, name: str) -> Any:
+        if name == "traced_len" and self.traced_len is not None:
+            return self.traced_len
+        if name == "pair" and self.pair is not None:
+            return self.pair
+        return self.options.get(name)
 
     @cached_property
     def traced_ops(self) -> "list[PnnxOp] | None":
@@ -161,6 +192,7 @@ class Pass:
     summary: ClassVar[str] = ""
     command: ClassVar[str | None] = None  # the CLI command that runs it (set by `register`)
     repair_order: ClassVar[int | None] = None  # set: `paramsurgery fix` runs it, in this order
+    fix_inputs: ClassVar[tuple[FixInput, ...]] = ()  # extra inputs `fix` exposes for it
 
     @classmethod
     def claims(cls, layer: "Layer") -> bool:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from ..graph import Graph
 from ..layer import Layer
 from ..values import Kind
 from . import _traced
-from .base import Change, Pass, PassResult, RepairContext, Skip, register
+from .base import Change, FixInput, Pass, PassResult, RepairContext, Skip, register
 
 if TYPE_CHECKING:
     from .dynamize_shapes import LengthSpec
@@ -73,29 +73,80 @@ class Dynamize(Pass):
     summary = "rewrite a traced length baked into Crop/Reshape/Gemm params into relative forms"
     repair_order = 60
 
+    fix_inputs = (
+        FixInput("--traced-len", "the length a static export was traced at (every input dim "
+                 "equal to it is the length)", metavar="T", type=int, path=False),
+        FixInput("--pair", "the same model exported at another length: proves what one "
+                 "trace cannot (the fallback when the single-trace rewrite refuses)",
+                 metavar="OTHER_PARAM"),
+        FixInput("--pair-bin", "the weights of --pair (default with --bin: OTHER.bin next "
+                 "to it)", metavar="OTHER_BIN"),
+        FixInput("--pair-pnnx", "pnnx's IR of --pair (default: next to it)",
+                 metavar="OTHER_PNNX_PARAM"),
+    )
+
     @classmethod
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "Dynamize | None":
-        """Runs whenever a length is given (no lint rule proves a baked length alone)."""
-        if ctx.traced_len is None and ctx.pair is None:
-            if asked:
-                raise PassRefused("a finding calls for dynamize, which needs --traced-len T "
-                                  "or --pair OTHER.param")
-            return None
-        return cls(ctx.traced_len, pair=ctx.pair, traced=ctx.traced_ops)
+        """Runs when a length to run at is known: a reference whose inputs differ from the
+        static trace (pnnx's IR next to the file) in the traced length's places, then the
+        traced length is a symbol of the shape analysis; `--traced-len`; `--pair` (also the
+        fallback of the single-trace rewrite)."""
+        from .dynamize_shapes import length_change, reference_shapes
 
-    def __init__(self, traced_len: int | None = None, *, pair: Graph | str | os.PathLike | None = None,
+        traced_len, pair_path = ctx.option("traced_len"), ctx.option("pair")
+        reference = None
+        if ctx.reference and ctx.traced_ops is not None:
+            ref = reference_shapes(ctx.reference)
+            traced = [op.out_shape for op in ctx.traced_ops if op.type == "pnnx.Input"]
+            if ref is not None and length_change(traced, ref[0]) is not None:
+                reference = (ref[0], ref[1], ctx.reference)
+        if reference is None and traced_len is None and pair_path is None:
+            if asked:
+                raise PassRefused("a finding calls for dynamize, which needs a length to run "
+                                  "at: --traced-len T, --pair OTHER.param, or a reference at "
+                                  "another length (X.ref.npz next to the file) with pnnx's IR "
+                                  "(X.pnnx.param)")
+            return None
+        pair_traced = ctx.option("pair_pnnx") or _traced.companion_pnnx(pair_path)
+        pair = (lambda: cls._fix_pair(ctx, pair_path)) if pair_path is not None else None
+        return cls(traced_len, pair=pair, traced=ctx.traced_ops, reference=reference,
+                   pair_traced=pair_traced)
+
+    @staticmethod
+    def _fix_pair(ctx: RepairContext, path: str) -> Graph:
+        """The pair as `fix` sees it: loaded with its weights (`--pair-bin`, or the .bin next
+        to it when the input has `--bin`), after the repairs already applied to the input."""
+        bin_path = ctx.option("pair_bin")
+        if bin_path is None and ctx.bin is not None:
+            sibling = os.path.splitext(os.fspath(path))[0] + ".bin"
+            bin_path = sibling if os.path.exists(sibling) else None
+        pnnx = ctx.option("pair_pnnx") or _traced.companion_pnnx(path)
+        pnnx = os.fspath(pnnx) if pnnx is not None else None
+        if ctx.repaired_like is not None:
+            return ctx.repaired_like(os.fspath(path), bin_path, pnnx)
+        from ..io import load
+
+        return load(path, bin=bin_path)
+
+    def __init__(self, traced_len: int | None = None, *,
+                 pair: "Graph | str | os.PathLike | Callable[[], Graph] | None" = None,
                  pair_len: int | None = None, axis: int | None = None,
                  reshape_axes: Sequence[str] | None = None,
                  layers: Sequence[str] | None = None,
                  traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,
                  pair_traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,
                  inputshape: Mapping[str, tuple] | None = None,
-                 spec: "LengthSpec | None" = None) -> None:
-        if traced_len is None and pair is None and spec is None:
+                 spec: "LengthSpec | None" = None,
+                 reference: tuple[list, list, str] | None = None) -> None:
+        if traced_len is None and pair is None and spec is None and reference is None:
             raise PassRefused("dynamize needs --traced-len T or --pair OTHER.param")
         self.spec = spec  # one static trace, its length a symbol (dynamize_shapes.py)
+        self.reference = reference  # (input shapes, output shapes, path) at another length
         self.T = traced_len
         self.pair_path = None
+        self._pair_loader = pair if callable(pair) and not isinstance(pair, Graph) else None
+        if self._pair_loader is not None:
+            pair = None
         if pair is not None and not isinstance(pair, Graph):
             from ..io import load
 
@@ -310,25 +361,40 @@ class Dynamize(Pass):
 
     # ------------------------------------------------------------------ run
     def run(self, g: Graph) -> PassResult:
-        if self.spec is not None:
-            return self._run_shapes(g)
+        if self._pair_loader is not None:  # fix: the pair after the repairs that ran before
+            self.pair = self._pair_loader()
+            self._pair_loader = None
+        spec = self.spec
+        if spec is None and self.reference is not None and self.traced is not None:
+            from .dynamize_shapes import spec_from_reference, traced_input_shapes
+
+            ins = traced_input_shapes(self.traced, g)
+            if ins is not None:
+                spec = spec_from_reference(g, ins, *self.reference)
+        if spec is not None:
+            return self._run_shapes(g, spec)
+        if self.T is None and self.pair is None:
+            result = PassResult(g, False)
+            result.notes.append("the reference's inputs do not fit the traced ones with one "
+                                "length changed: nothing to dynamize")
+            return result
         return self._run_sites(g)
 
-    def _run_shapes(self, g: Graph) -> PassResult:
+    def _run_shapes(self, g: Graph, spec: "LengthSpec") -> PassResult:
         """One trace and the shape analysis; with a pair as well, the pair proves what the
         single trace cannot (the refusal is kept in the notes)."""
         from .dynamize_shapes import ShapeDynamize
 
-        work = g.copy() if self.pair is not None else g
-        try:
-            return ShapeDynamize(self.spec).run(work)
-        except PassRefused as exc:
-            if self.pair is None:
-                raise
-            result = self._run_sites(g)
-            result.notes.append(f"one trace was not enough ({exc.message}); the pair "
-                                f"proved the rewrites")
-            return result
+        fallback = f"--pair {self.pair_path}" if self.pair_path else "--pair OTHER.param"
+        if self.pair is not None:  # a trial on a copy: the pass rewrites `g` in place
+            try:
+                ShapeDynamize(spec, fallback=fallback, pair=self.pair).run(g.copy())
+            except PassRefused as exc:
+                result = self._run_sites(g)
+                result.notes.append(f"one trace was not enough ({exc.message}); the pair "
+                                    f"proved the rewrites")
+                return result
+        return ShapeDynamize(spec, fallback=fallback, pair=self.pair).run(g)
 
     def _run_sites(self, g: Graph) -> PassResult:
         result = PassResult(g, False)

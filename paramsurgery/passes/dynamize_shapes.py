@@ -56,6 +56,19 @@ class LengthSpec:
     source: str = ""
 
 
+def length_change(traced: Sequence[tuple | None], ref: Sequence[tuple]) -> tuple[int, int] | None:
+    """(T0, T1) when the reference's input shapes are the traced ones with the one size T0
+    replaced by T1 in some places (a length to run at); None otherwise."""
+    if len(traced) != len(ref):
+        return None
+    diffs = set()
+    for shape, r in zip(traced, ref):
+        if shape is None or len(shape) != len(r) or any(d is None for d in shape):
+            return None
+        diffs |= {(a, b) for a, b in zip(shape, r) if a != b}
+    return diffs.pop() if len(diffs) == 1 else None
+
+
 def spec_from_reference(g: Graph, traced_inputs: Sequence[tuple[tuple, int | None]],
                         ref_inputs: Sequence[tuple], ref_outputs: Sequence[tuple],
                         source: str) -> LengthSpec | None:
@@ -63,18 +76,10 @@ def spec_from_reference(g: Graph, traced_inputs: Sequence[tuple[tuple, int | Non
     replaced by another T1 (None when they are equal or differ otherwise: nothing to
     dynamize, or not a length). `traced_inputs`: (torch shape, batch axis) per graph input
     in order."""
-    if len(traced_inputs) != len(ref_inputs) or len(traced_inputs) != len(g.inputs):
+    change = length_change([s for s, _ in traced_inputs], ref_inputs)
+    if change is None or len(traced_inputs) != len(g.inputs):
         return None
-    diffs = set()
-    for (shape, _), ref in zip(traced_inputs, ref_inputs):
-        if len(shape) != len(ref):
-            return None
-        diffs |= {(a, b) for a, b in zip(shape, ref) if a != b}
-    if len(diffs) != 1:
-        return None
-    t0, t1 = diffs.pop()
-    if not isinstance(t0, int) or not isinstance(t1, int):
-        return None
+    t0, t1 = change
     syms = [tuple(Affine.symbol(SYMBOL) if a != b else a for a, b in zip(shape, ref))
             for (shape, _), ref in zip(traced_inputs, ref_inputs)]
     spec = _spec(g, syms, [b for _, b in traced_inputs], t0, source)
@@ -132,9 +137,11 @@ class ShapeDynamize:
     baked length it proves shape-derived; PassRefused names the layer and what would let it
     proceed."""
 
-    def __init__(self, spec: LengthSpec, *, fallback: str = "--pair OTHER.param") -> None:
+    def __init__(self, spec: LengthSpec, *, fallback: str = "--pair OTHER.param",
+                 pair: Graph | None = None) -> None:
         self.spec = spec
         self.fallback = fallback
+        self.pair = pair  # another export: longer position tables
         self.env = {SYMBOL: spec.traced_len}
         self.shapes: dict[str, tuple | None] = {}
         self.changes: list[Change] = []
@@ -171,9 +178,9 @@ class ShapeDynamize:
                     self.shapes[blob] = self.spec.inputs[blob]
                 else:
                     self.shapes[blob] = outs[i] if outs is not None and i < len(outs) else None
-        crops = [self._table(g, layer) for layer in tables]  # all proven before any rewrite
-        for layer, letter, ref in crops:
-            _crop_rows_to(g, layer, letter, ref)
+        proven = [self._table(g, layer) for layer in tables]  # all before any rewrite
+        for layer, letter, ref in proven:
+            self._extend_and_crop(g, layer, letter, ref)
         if tables:
             g.insert_splits()
         self._check_outputs(g)
@@ -347,14 +354,52 @@ class ShapeDynamize:
         if ref_shape is None or not isinstance(ref_shape[NUMPY_AXIS[letter]], Affine):
             raise self._refuse(layer, f"the {letter} of {ref!r} (what {rope.name} rotates) is "
                                       f"not known to follow the length")
-        t0 = self.spec.traced_len
-        self._change(layer, f"position table (cos/sin of p·θ, row p = position p): cropped "
-                            f"to the run-time {letter} of {ref!r}; exact for lengths up to "
-                            f"{t0}", " ".join(layer.params.tokens()),
-                     " ".join(layer.params.tokens()) + f" + Crop to {ref}")
-        self.bounded.append(f"{layer.name}: a position table of {t0} rows: the result is "
-                            f"exact for lengths up to {t0} ({self.fallback} extends it)")
         return layer, letter, ref
+
+    def _extend_and_crop(self, g: Graph, layer: Layer, letter: str, ref: str) -> None:
+        t0 = self.spec.traced_len
+        before = " ".join(layer.params.tokens())
+        rows = self._longer_table(layer, letter)
+        _crop_rows_to(g, layer, letter, ref)
+        if rows is None:
+            self._change(layer, f"position table (cos/sin of p·θ, row p = position p): "
+                                f"cropped to the run-time {letter} of {ref!r}; exact for "
+                                f"lengths up to {t0}", before, before + f" + Crop to {ref}")
+            self.bounded.append(f"{layer.name}: a position table of {t0} rows: the result is "
+                                f"exact for lengths up to {t0} ({self.fallback} extends it)")
+        else:
+            self._change(layer, f"position table (cos/sin of p·θ, row p = position p): the "
+                                f"paired export's {rows} rows (its first {t0} equal these), "
+                                f"cropped to the run-time {letter} of {ref!r}; exact for "
+                                f"lengths up to {rows}", before,
+                         " ".join(layer.params.tokens()) + f" + Crop to {ref}")
+
+    def _longer_table(self, layer: Layer, letter: str) -> int | None:
+        """Take the pair's table when it is longer and starts with this one's rows (its
+        row count), else None."""
+        from ..weights import set_weights
+
+        if self.pair is None:
+            return None
+        other = self.pair.find(layer.name)
+        if other is None:
+            return None
+        pid = {v: k for k, v in RESHAPE_DIMS.items()}[letter]
+        rows = other.params.get(pid)
+        if other.type != "MemoryData" or not other.weights or not isinstance(rows, int) or \
+                rows <= self.spec.traced_len:
+            return None
+        shape, other_shape = _table_shape(layer), _table_shape(other)
+        ax = len(shape) + NUMPY_AXIS[letter]
+        if len(other_shape) != len(shape):
+            return None
+        mine = layer.weights[0].array().reshape(shape)
+        theirs = other.weights[0].array().reshape(other_shape)
+        if not np.array_equal(np.take(theirs, range(shape[ax]), axis=ax), mine):
+            return None
+        layer.set(pid, rows)
+        set_weights(layer, {"data": theirs.reshape(-1).copy()})
+        return rows
 
 
 def _rope_table_check(cos_l: Layer | None, sin_l: Layer | None, letter: str) -> str | None:
