@@ -469,13 +469,20 @@ def traced_input_shapes(ops: Sequence, g: Graph) -> list[tuple[tuple, int | None
 
 
 def reference_shapes(path: str) -> tuple[list[tuple], list[tuple]] | None:
-    """(input shapes, output shapes) of a fixtures-style reference (`input_*`, `output_*`
-    keys, in file order)."""
+    """(input shapes, output shapes) of a reference, in graph order: `in0`, `in1`, … /
+    `out0`, … keys (blob names), else fixtures-style `input_*` / `output_*` keys in file
+    order."""
+    import re
+
     try:
         with np.load(path) as data:
-            ins = [tuple(data[k].shape) for k in data.files if k.startswith("input_")]
-            outs = [tuple(data[k].shape) for k in data.files if k.startswith("output_")]
+            shapes = {k: tuple(data[k].shape) for k in data.files}
     except (OSError, ValueError, EOFError):
         return None
+    blobs_in = sorted((k for k in shapes if re.fullmatch(r"in\d+", k)), key=_num)
+    blobs_out = sorted((k for k in shapes if re.fullmatch(r"out\d+", k)), key=_num)
+    if blobs_in:
+        return [shapes[k] for k in blobs_in], [shapes[k] for k in blobs_out]
+    ins = [s for k, s in shapes.items() if k.startswith("input_")]
+    outs = [s for k, s in shapes.items() if k.startswith("output_")]
     return (ins, outs) if ins else None
-
