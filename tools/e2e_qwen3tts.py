@@ -132,6 +132,18 @@ def run_tiny(args: argparse.Namespace, work: Path) -> int:
     pipe = assemble.assemble("tiny", args.variant, work, raw_fallback=args.raw_fallback)
     for line in pipe.log:
         print("  " + line)
+    too_long = {m: n for m, n in assemble.FIX_BOUNDS.items() if n < frames}
+    if args.variant == "raw" and too_long:
+        print("e2e: --variant raw cannot run: " + "; ".join(
+            f"{m} after fix is exact for lengths up to {n} only (one trace's position "
+            f"tables), --frames {frames}" for m, n in too_long.items()), file=sys.stderr)
+        return 2
+    if args.variant == "raw":
+        raw = [p.module for p in pipe.parts.values() if p.variant == "raw"]
+        kept = sorted({p.module for p in pipe.parts.values() if p.variant != "raw"
+                       and p.name in assemble.RAW_PARTS})
+        print(f"raw: {len(set(raw))} module(s) after `paramsurgery fix` alone"
+              + (f"; ported fallback (--raw-fallback): {', '.join(kept)}" if kept else ""))
     gen = Generator(pipe, threads=args.threads)
     out = gen.generate(ref["input_text_ids"], ref["input_mels"], s, frames)
     want = ref["output_codes"][:frames]

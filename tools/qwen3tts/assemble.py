@@ -11,8 +11,8 @@
 | text / codec embeds, heads, speaker | `ported` nets as exported | -- |
 
 `variant="raw"`: every module that has a raw export is first run through `paramsurgery
-fix` (the CLI, as a user would), then the repairs `fix` does not chain yet (fold-gqa, lower
-with pnnx's traced IR, fix-batch-reshape), and must load in ncnn; the raw graphs keep
+fix X --bin X.bin -o Y` alone, as a user would (the codec decoder's static export included:
+fix dynamizes it from its one trace and the reference next to it), and must load in ncnn; the raw graphs keep
 their own I/O conventions (the manifest `io` and reference shapes say how to feed them). A
 module that has no raw export or that ncnn still cannot load stops the assembly with
 `RawNotReady` naming it, or with `raw_fallback` keeps its ported graph. The predictor's
@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import functools
 import json
-import subprocess
-import sys
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from paramsurgery.passes.extract import extract_subgraph
 from paramsurgery.passes.fold_gqa import FoldGQA
 from paramsurgery.passes.fuse_codebooks import FuseCodebooks, FusedManifest
 from paramsurgery.passes.kvcache import AddKVCache, cache_slots
-from paramsurgery.runtime import child_env, run_isolated
+from paramsurgery.runtime import run_isolated
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
@@ -175,82 +174,44 @@ def _left_types(fix_output: str, g: Graph) -> str:
     return ", ".join(f"{t} x{n}" for t, n in sorted(counts.items()))
 
 
-@functools.cache
-def _fix_takes_bin() -> bool:
-    """Whether this `paramsurgery fix` takes the weights (`--bin`, Goal 1 of issue 19); the
-    older one repairs the .param only and leaves the weights as they are."""
-    proc = subprocess.run([sys.executable, "-m", "paramsurgery", "fix", "--help"], check=False,
-                          capture_output=True, text=True, env=child_env())
-    return "--bin" in proc.stdout
-
-
-def _repairs_fix_does_not_run_yet(g: Graph, traced: Path) -> tuple[Graph, list[tuple[str, str]]]:
-    """fold-gqa, lower (with pnnx's traced IR) and fix-batch-reshape, the repairs the raw
-    modules need beyond what this `paramsurgery fix` runs (as tests/test_rawfix_qwen3tts.py
-    chains them); each refusal is kept, the others still apply."""
-    from paramsurgery.passes.base import PassManager
-    from paramsurgery.passes.fix_batch_reshape import FixBatchReshape
-    from paramsurgery.passes.lower import Lower
-
-    passes = ([FoldGQA()] if g.by_type("SDPA") else []) + \
-        [Lower(traced=traced if traced.exists() else None), FixBatchReshape()]
-    current, _, failures = PassManager(passes, early_stop=False).run(g)
-    return current, failures
-
-
-def _static_codec(work: Path) -> tuple[Path, Path | None]:
-    """The raw codec decoder: pnnx exports it only statically (two traces kept in the
-    fixtures); fix-slice + `dynamize --pair` make it dynamic (tools/qwen3tts/rawfix.py)."""
-    from qwen3tts.rawfix import repair_codec
-
-    res = repair_codec()
-    out, out_bin = work / "codec_decoder.raw.fixed.param", work / "codec_decoder.raw.fixed.bin"
-    res.graph.save(out, bin=out_bin)
-    check = run_isolated(out, out_bin, {}, [])
-    if check.status != "ok":
-        raise RawNotReady("codec_decoder", f"the static raw export after fix-slice + dynamize "
-                                           f"--pair does not load ({check.describe()})")
-    return out, out_bin
-
-
 def _fix_raw(module: str, rec: dict[str, Any], work: Path) -> tuple[Path, Path | None]:
-    """`paramsurgery fix` on a raw export, then an ncnn load check in a child process."""
+    """`paramsurgery fix X.ncnn.param --bin X.ncnn.bin -o Y.param` on a raw export (the
+    codec decoder's static one: pnnx aborts re-tracing it), then an ncnn load check in a
+    child process."""
+    from qwen3tts.rawfix import left_types, raw_variant, run_fix
+
+    if raw_variant(module) != "raw":
+        rec = export_record(load_manifest(), module, raw_variant(module), rec["size"])
     param, binp = _fixture(rec, "ncnn_param"), _fixture(rec, "ncnn_bin")
-    if param is None and module == "codec_decoder" and rec["size"] == "tiny" \
-            and (FIXTURES / "qwen3_tts/tiny/codec_decoder.raw_static_pair.ncnn.param").exists():
-        return _static_codec(work)
     if param is None:
         status = rec.get("status", {})
         code = status.get("returncode")
         raise RawNotReady(module, f"no raw export in the fixtures (pnnx: {status.get('kind')}"
                                   + (f", exit {code})" if code is not None else ")"))
     out = work / f"{module}.raw.fixed.param"
-    cmd = [sys.executable, "-m", "paramsurgery", "fix", str(param), "-o", str(out)]
-    if binp is not None and _fix_takes_bin():
-        cmd += ["--bin", str(binp)]
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=child_env())
+    code, text = run_fix(param, binp, out)
     if not out.exists():
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise RawNotReady(module, "paramsurgery fix wrote nothing: " + " | ".join(tail))
-    fixed_bin = out.with_suffix(".bin")
-    binp = fixed_bin if fixed_bin.exists() else binp
-    traced = param.with_name(param.name.replace(".ncnn.param", ".pnnx.param"))
-    g, failures = _repairs_fix_does_not_run_yet(load(out, bin=binp), traced)
-    out_bin = work / f"{module}.raw.fixed.bin"
-    if binp is not None:
-        g.save(out, bin=out_bin)
-        binp = out_bin
-    else:
-        g.save(out)
-    check = run_isolated(out, binp, {}, [])
+        tail = text.strip().splitlines()[-3:]
+        raise RawNotReady(module, f"paramsurgery fix wrote nothing (exit {code}): "
+                                  + " | ".join(tail))
+    out_bin = out.with_suffix(".bin") if binp is not None else None
+    check = run_isolated(out, out_bin, {}, [])
     if check.status != "ok":
-        left = _left_types(proc.stdout + proc.stderr, load(out))
-        refused = "; ".join(f"{name} refused: {msg.splitlines()[0][:160]}"
-                            for name, msg in failures)
-        raise RawNotReady(module, f"ncnn cannot load it after fix + fold-gqa + lower + "
-                                  f"fix-batch-reshape ({check.describe()}); left: {left}"
-                                  + (f"; {refused}" if refused else ""))
-    return out, binp
+        raise RawNotReady(module, f"ncnn cannot load it after paramsurgery fix (exit {code}; "
+                                  f"{check.describe()}); left: {left_types(out)}")
+    bound = re.search(r"exact for lengths up to (\d+) \(", text)
+    if bound:
+        FIX_BOUNDS[module] = int(bound.group(1))
+    return out, out_bin
+
+
+# module -> the longest length its `fix` output is exact for (one-trace position tables)
+FIX_BOUNDS: dict[str, int] = {}
+
+
+@functools.cache
+def load_manifest() -> dict[str, Any]:
+    return json.loads((FIXTURES / "manifest.json").read_text())
 
 
 def fix_raw_modules(size: str, manifest: dict[str, Any], work: Path
@@ -318,9 +279,12 @@ def assemble(size: str, variant: str, work: Path, bins: dict[str, Path] | None =
         else:
             src_param = _fixture(rec, "ncnn_param")
             src_bin = bins.get(f"{module}.{var}") or _fixture(rec, "ncnn_bin")
-        how = ("static export, fix-slice + dynamize --pair" if "raw_static" in rec["variant"]
-               else "fix + fold-gqa + lower + fix-batch-reshape")
+        how = ("static export, paramsurgery fix (fix-slice + dynamize from one trace)"
+               if "raw_static" in rec["variant"] else "paramsurgery fix")
         item_log: list[str] = [f"{how}: loads in ncnn"] if var == "raw" else []
+        if var == "raw" and module in FIX_BOUNDS:
+            item_log.append(f"exact for lengths up to {FIX_BOUNDS[module]} (one-trace "
+                            f"position tables)")
         extra: dict[str, Any] = {}
         if part in ("talker", "predictor"):
             g = _decoder_with_cache(load(src_param), item_log)

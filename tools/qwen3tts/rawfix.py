@@ -1,16 +1,20 @@
-"""The raw (unpatched HF) Qwen3-TTS tiny exports repaired by graph surgery alone, then run by
-ncnn at the `ref.npz` length against torch: `python tools/qwen3tts/rawfix.py` prints the
-before/after table (no torch needed).
+"""The raw (unpatched HF) Qwen3-TTS tiny exports repaired by `paramsurgery fix` alone, then
+run by ncnn at the `ref.npz` length against torch: `python tools/qwen3tts/rawfix.py` prints
+the before/after table (no torch needed).
 
-The repairs are the registered passes, chained in the order `paramsurgery fix` runs them
-(fold-gqa where there is SDPA, lower, fix-batch-reshape); the codec decoder, which pnnx can
-export only statically, goes through fix-slice and `dynamize --pair` with its second static
-trace.
+Every module goes through the issue's command, `paramsurgery fix X.ncnn.param --bin
+X.ncnn.bin -o Y.param` (run in this process): fix lints, runs the repairs the findings call
+for (fold-gqa, lower, fix-batch-reshape, fix-slice, ...) and, for the codec decoder, which
+pnnx can export only statically (`raw_static`, one trace at T=25), dynamize from that trace,
+pnnx's IR and the reference next to it (T=13).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -22,17 +26,13 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import numpy as np  # noqa: E402
 
-import paramsurgery  # noqa: E402
-from paramsurgery.passes.base import PassManager  # noqa: E402
-from paramsurgery.passes.dynamize import Dynamize  # noqa: E402
-from paramsurgery.passes.fix_batch_reshape import FixBatchReshape  # noqa: E402
-from paramsurgery.passes.fix_slice import FixSlice  # noqa: E402
-from paramsurgery.passes.fold_gqa import FoldGQA  # noqa: E402
-from paramsurgery.passes.lower import Lower  # noqa: E402
 from qwen3tts.ncnn_check import check  # noqa: E402
 
 TINY = ROOT / "fixtures" / "qwen3_tts" / "tiny"
 MANIFEST = json.loads((ROOT / "fixtures" / "manifest.json").read_text())
+MODULES = ("talker_text_embed", "talker_codec_embed", "talker_decoder", "talker_codec_head",
+           "predictor_decoder", "predictor_embeds", "predictor_heads", "codec_decoder",
+           "speaker_encoder", "mimi_encoder")
 
 
 def record(module: str, variant: str, size: str = "tiny") -> dict[str, Any]:
@@ -42,71 +42,79 @@ def record(module: str, variant: str, size: str = "tiny") -> dict[str, Any]:
     raise KeyError(f"{size} {module}.{variant}")
 
 
-def repairs(g: paramsurgery.Graph, traced: Path | None) -> list:
-    gqa = [FoldGQA()] if g.by_type("SDPA") else []  # fold-gqa refuses graphs without SDPA
-    return gqa + [Lower(traced=traced), FixBatchReshape()]
+def raw_variant(module: str) -> str:
+    """The raw export `fix` starts from: the codec decoder's is its static trace (pnnx
+    aborts re-tracing it at inputshape2)."""
+    return "raw_static" if module == "codec_decoder" else "raw"
 
 
-def repair(param: Path, bin_path: Path | None):  # noqa: ANN201 - (graph, results, failures)
-    traced = param.with_name(param.name.replace(".ncnn.param", ".pnnx.param"))
-    g = paramsurgery.load(param, bin=bin_path)
-    return PassManager(repairs(g, traced), early_stop=False).run(g)
+def run_fix(param: Path, bin_path: Path | None, out: Path, *extra: str) -> tuple[int, str]:
+    """`paramsurgery fix PARAM [--bin BIN] -o OUT [extra]`, in this process: (exit code,
+    what it printed)."""
+    from paramsurgery.cli import main
+
+    args = ["fix", str(param), "-o", str(out), *extra]
+    if bin_path is not None:
+        args += ["--bin", str(bin_path)]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        code = main(args)
+    return code, buf.getvalue()
 
 
-def static_codec(variant: str, size_dir: Path = TINY) -> paramsurgery.Graph:
-    """A static raw codec export after fix-slice (the RVQ decode's batch-axis split)."""
-    param = size_dir / f"codec_decoder.{variant}.ncnn.param"
-    bin_path = param.with_suffix(".bin")
-    g = paramsurgery.load(param, bin=bin_path if bin_path.exists() else None)
-    return FixSlice(traced=param.with_name(f"codec_decoder.{variant}.pnnx.param"))(g).graph
+def repairs_run(fix_output: str) -> str:
+    """The passes that changed the graph, from fix's report."""
+    ran = re.findall(r"^([a-z][a-z-]+): \d+ change\(s\)", fix_output, re.M)
+    return " + ".join(ran) or "none"
 
 
-def repair_codec():  # noqa: ANN201 - PassResult
-    return Dynamize(25, pair=static_codec("raw_static_pair"), pair_len=50,
-                    traced=TINY / "codec_decoder.raw_static.pnnx.param",
-                    pair_traced=TINY / "codec_decoder.raw_static_pair.pnnx.param"
-                    )(static_codec("raw_static"))
+def left_types(param: Path) -> str:
+    """The layer types ncnn does not have that a graph still holds, counted."""
+    import paramsurgery
+    from paramsurgery.layer_types import is_ncnn_layer
+
+    counts: dict[str, int] = {}
+    for layer in paramsurgery.load(param):
+        if not is_ncnn_layer(layer.type):
+            counts[layer.type] = counts.get(layer.type, 0) + 1
+    return ", ".join(f"{t} x{n}" for t, n in sorted(counts.items())) or "none"
 
 
 def table() -> list[tuple[str, str, str, str]]:
     rows = []
-    for module in ("talker_text_embed", "talker_codec_embed", "talker_decoder",
-                   "talker_codec_head", "predictor_decoder", "predictor_embeds",
-                   "predictor_heads", "codec_decoder", "speaker_encoder", "mimi_encoder"):
-        raw = record(module, "raw")
-        before = raw["status"]["kind"]
-        variant = "raw"
+    for module in MODULES:
+        variant = raw_variant(module)
+        before = record(module, "raw")["status"]["kind"]
+        if variant != "raw":
+            before = f"{before}; {variant}: {record(module, variant)['status']['kind']}"
+        param = TINY / f"{module}.{variant}.ncnn.param"
         with tempfile.TemporaryDirectory() as tmp:
-            out, out_bin = Path(tmp) / "y.param", Path(tmp) / "y.bin"
-            if module == "codec_decoder":
-                variant = "raw_static"
-                before = f"{before}; raw_static: {record(module, variant)['status']['kind']}"
-                res = repair_codec()
-                res.graph.save(out, out_bin)
-                passes, failures = "fix-slice + dynamize --pair", []
-            else:
-                param = TINY / f"{module}.raw.ncnn.param"
-                g, results, failures = repair(param, param.with_suffix(".bin"))
-                passes = " + ".join(r.pass_name for r in results if r.modified) or "none"
-                g.save(out, out_bin)
+            out = Path(tmp) / "y.param"
+            code, text = run_fix(param, param.with_suffix(".bin"), out)
             rec = record(module, variant)
-            if failures:
-                after = "refused: " + failures[0][1].splitlines()[0][:160]
+            if not out.exists():
+                after = f"fix wrote nothing (exit {code})"
             else:
                 arrays = dict(np.load(TINY / f"{module}.{variant}.ref.npz"))
-                st = check(out, out_bin, rec["io"]["inputs"], rec["io"]["outputs"], arrays)
+                st = check(out, out.with_suffix(".bin"), rec["io"]["inputs"],
+                           rec["io"]["outputs"], arrays)
                 err = st.get("max_rel_err")
                 after = st["kind"] + (f" (rel {err:.1e} at T={rec['lengths']['reference']})"
                                       if err is not None else "")
-        rows.append((module, before, passes, after))
+                if st["kind"] != "runs_right":
+                    after += f"; fix exit {code}, left: {left_types(out)}"
+        rows.append((module, before, repairs_run(text), after))
     return rows
 
 
 def main() -> int:
-    print("| module | pnnx gave | repairs | after, ncnn vs torch |")
+    rows = table()
+    print("| module | pnnx gave | `fix` ran | after, ncnn vs torch |")
     print("|---|---|---|---|")
-    for row in table():
+    for row in rows:
         print("| " + " | ".join(row) + " |")
+    right = sum(r[3].startswith("runs_right") for r in rows)
+    print(f"rawfix: {right}/{len(rows)} raw modules run right after `paramsurgery fix` alone")
     return 0
 
 
