@@ -2,7 +2,8 @@
 shape analysis, the length to run at taken from a reference. Same text as the --traced-len /
 --pair modes on the repairs fixtures, ncnn numbers at the reference's (untraced) length,
 refusals naming the layer and `--pair`, and `fix` alone on the raw static Qwen3-TTS codec
-decoder (with `--pair` as the fallback that extends its position tables)."""
+decoder (tests/test_rawfix_qwen3tts.py; here: with `--pair` as the fallback that extends
+its position tables)."""
 
 import json
 
@@ -125,24 +126,6 @@ def _rel(a, b):
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
-def test_fix_alone_repairs_the_static_codec_decoder(tmp_path, capsys):
-    """The issue's command on the one-trace raw codec export (T=25): fix-slice, then
-    dynamize from the trace + the reference next to it (T=13); ncnn equals torch there."""
-    from paramsurgery.cli import main
-
-    stem = TINY / "codec_decoder.raw_static"
-    one = tmp_path / "one.param"
-    assert main(["fix", f"{stem}.ncnn.param", "--bin", f"{stem}.ncnn.bin", "-o", str(one)]) == 0
-    out = capsys.readouterr().out
-    assert "repairs called for: fix-slice, dynamize" in out and "dynamize: 34 change(s)" in out
-    assert "exact for lengths up to 25 (--pair OTHER.param extends it)" in out
-    check_golden("fix/fix.codec_decoder.raw_static.param", one.read_text())
-    ref = np.load(f"{stem}.ref.npz")
-    got = _run_codec(one, one.with_suffix(".bin"), ref["input_codes"], ref["input_mask"],
-                     _codec_io())
-    assert _rel(got, ref["output_wav"]) <= 1e-4
-
-
 @pytest.mark.slow
 def test_fix_pair_fallback_extends_the_codec_tables(tmp_path, capsys):
     """With `--pair` (T=50; its .bin forwarded from --bin) the position tables grow to 50
@@ -177,3 +160,22 @@ def test_fix_declares_the_pair_inputs_of_dynamize():
 
     assert [f for f in fix_inputs()] == ["--traced-len", "--pair", "--pair-bin", "--pair-pnnx"]
     assert all(i.help for i in Dynamize.fix_inputs)
+
+
+def test_cli_reference_mode(tmp_path, capsys):
+    """`paramsurgery dynamize X --reference REF.npz`: the one-trace mode from the command
+    line; a reference it cannot read is an input error (exit 2, nothing written)."""
+    from paramsurgery.cli import main
+
+    d = R / "attention" / "static10"
+    out = tmp_path / "d.param"
+    assert main(["dynamize", str(d / "model.ncnn.param"), "--reference", str(d / "ref.npz"),
+                 "-o", str(out)]) == 0
+    assert "dynamize: 8 change(s)" in capsys.readouterr().out
+    check_golden("fix/dynamize.attention.param", out.read_text())
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip")
+    assert main(["dynamize", str(d / "model.ncnn.param"), "--reference", str(bad),
+                 "-o", str(tmp_path / "e.param")]) == 2
+    assert "bad.npz: cannot read" in capsys.readouterr().err
+    assert not (tmp_path / "e.param").exists()

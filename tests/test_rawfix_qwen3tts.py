@@ -1,10 +1,8 @@
-"""Raw (unpatched HF) Qwen3-TTS exports repaired by graph surgery alone, checked in ncnn
-against torch at the `ref.npz` length (no trace used it), with the manifest's `io`
-(batch_index) conventions; real-size raw params through the same repairs load in ncnn.
-
-Until `paramsurgery fix` runs every registered repair, the repairs are chained through the
-Python API in the order `fix` runs them (`tools/qwen3tts/rawfix.py`, which also prints the
-before/after table).
+"""Raw (unpatched HF) Qwen3-TTS exports repaired by `paramsurgery fix` alone (the issue's
+command: `fix X.ncnn.param --bin X.ncnn.bin -o Y.param`), checked in ncnn against torch at
+the `ref.npz` length (no trace used it), with the manifest's `io` (batch_index) conventions;
+real-size raw params through the same `fix` load in ncnn (`tools/qwen3tts/rawfix.py` prints
+the before/after table).
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ import numpy as np
 import pytest
 
 import paramsurgery
-from paramsurgery.passes.dynamize import Dynamize
 from paramsurgery.weights.synth import synth_size, write_synth_bin
 
 from conftest import FIXTURES, REPO
@@ -25,35 +22,48 @@ from golden import check_golden
 
 sys.path.insert(0, str(REPO / "tools"))
 from qwen3tts.ncnn_check import check, check_loads  # noqa: E402
-from qwen3tts.rawfix import repair, static_codec  # noqa: E402
+from qwen3tts.rawfix import raw_variant, run_fix  # noqa: E402
 
 QWEN = FIXTURES / "qwen3_tts"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 RAW_TINY = {r["module"]: r for r in MANIFEST["qwen3_tts"]["exports"]
             if r["size"] == "tiny" and r["variant"] == "raw" and "io" in r}
 RAW_REAL = sorted(p for p in (QWEN / "real").glob("*.raw.ncnn.param"))
-NEEDS_REPAIR = ("talker_decoder", "predictor_decoder", "mimi_encoder")
+NEEDS_REPAIR = ("talker_decoder", "predictor_decoder", "mimi_encoder", "codec_decoder")
 
 
-RUNNABLE = sorted(m for m in RAW_TINY if m != "speaker_encoder")
+RUNNABLE = sorted(m for m in RAW_TINY if m != "speaker_encoder") + ["codec_decoder"]
+
+
+def _report(text: str) -> str:
+    """fix's report without the lines naming the temporary output files."""
+    return "\n".join(ln for ln in text.splitlines()
+                     if not ln.startswith(("weights:", "wrote "))) + "\n"
 
 
 @pytest.mark.parametrize("module", RUNNABLE)
-def test_raw_tiny_repaired_runs_right_at_untraced_length(module: str, tmp_path: Path) -> None:
-    rec = RAW_TINY[module]
-    # what pnnx gave: the three that need repairs fail to load, the rest run as exported
+def test_raw_tiny_fixed_runs_right_at_untraced_length(module: str, tmp_path: Path) -> None:
+    variant = raw_variant(module)
+    rec = RAW_TINY.get(module) or next(
+        r for r in MANIFEST["qwen3_tts"]["exports"]
+        if (r["module"], r["variant"], r["size"]) == (module, variant, "tiny") and "io" in r)
+    # what pnnx gave: the ones that need repairs fail to load, the rest run as exported
     assert (rec["status"]["kind"] == "load_fails") == (module in NEEDS_REPAIR)
-    param = QWEN / "tiny" / f"{module}.raw.ncnn.param"
-    g, results, failures = repair(param, param.with_suffix(".bin"))
-    assert failures == []
-    assert any(r.modified for r in results) == (module in NEEDS_REPAIR)
+    param = QWEN / "tiny" / f"{module}.{variant}.ncnn.param"
     out = tmp_path / "y.param"
-    g.save(out, tmp_path / "y.bin")
+    code, text = run_fix(param, param.with_suffix(".bin"), out)
+    assert code == 0, text
+    assert (" change(s)" in text) == (module in NEEDS_REPAIR)
+    if module == "codec_decoder":  # one trace (T=25) + the reference next to it (T=13)
+        assert "repairs called for: fix-slice, dynamize" in text
+        assert "dynamize: 34 change(s)" in text
+        assert "exact for lengths up to 25 (--pair OTHER.param extends it)" in text
     if module in NEEDS_REPAIR:
-        check_golden(f"rawfix/{module}.param", g.dumps())
-        check_golden(f"rawfix/{module}.txt",
-                     "\n".join(r.format(True) for r in results if r.modified) + "\n")
-    arrays = dict(np.load(QWEN / "tiny" / f"{module}.raw.ref.npz"))
+        check_golden(f"rawfix/{module}.param" if variant == "raw" else
+                     f"fix/fix.{module}.{variant}.param", out.read_text())
+        if variant == "raw":
+            check_golden(f"rawfix/{module}.txt", _report(text))
+    arrays = dict(np.load(QWEN / "tiny" / f"{module}.{variant}.ref.npz"))
     lengths = rec["lengths"]
     assert lengths["reference"] not in (lengths["trace"], lengths["trace2"])
     st = check(out, tmp_path / "y.bin", rec["io"]["inputs"], rec["io"]["outputs"], arrays)
@@ -64,31 +74,38 @@ def test_raw_tiny_repaired_runs_right_at_untraced_length(module: str, tmp_path: 
 SYNTH_LIMIT = 400 << 20  # real-size params whose synth-bin is smaller get one (lower's tables)
 
 
-def test_raw_codec_decoder_static_export_fixed_and_dynamized(tmp_path: Path) -> None:
+def test_raw_codec_decoder_pair_fallback_gives_the_two_trace_result(tmp_path: Path) -> None:
     """pnnx aborts re-tracing the raw decoder at a second shape; its static trace at T=25
-    fails to load (Slice 1=-233 of the codes' level axis). fix-slice makes it load; dynamize
-    --pair with the T=50 trace (position tables from the weights) makes it run at T=13."""
+    fails to load (Slice 1=-233 of the codes' level axis). `fix --pair` with the T=50 trace
+    writes what `dynamize --pair` proves from the two traces (position tables of 50 rows),
+    and runs right at T=13."""
     recs = {r["variant"]: r for r in MANIFEST["qwen3_tts"]["exports"]
             if r["module"] == "codec_decoder" and r["size"] == "tiny"}
     assert recs["raw"]["status"]["kind"] == "pnnx_failed"
     assert recs["raw_static"]["status"]["kind"] == "load_fails"
     assert (recs["raw_static"]["lengths"]["trace"], recs["raw_static_pair"]["lengths"]["trace"],
             recs["raw_static"]["lengths"]["reference"]) == (25, 50, 13)
-    pnnx = QWEN / "tiny" / "codec_decoder.raw_static.pnnx.param"
-    res = Dynamize(25, pair=static_codec("raw_static_pair"), pair_len=50, traced=pnnx,
-                   pair_traced=QWEN / "tiny" / "codec_decoder.raw_static_pair.pnnx.param"
-                   )(static_codec("raw_static"))
-    check_golden("rawfix/codec_decoder.param", res.graph.dumps())
-    assert res.format().count("position table") == 2
+    param = QWEN / "tiny" / "codec_decoder.raw_static.ncnn.param"
     out = tmp_path / "y.param"
-    res.graph.save(out, tmp_path / "y.bin")
+    code, text = run_fix(param, param.with_suffix(".bin"), out, "--pair",
+                         str(QWEN / "tiny" / "codec_decoder.raw_static_pair.ncnn.param"))
+    assert code == 0, text
+    check_golden("rawfix/codec_decoder.param", out.read_text())
+    assert text.count("the paired export's 50 rows") == 2
     arrays = dict(np.load(QWEN / "tiny" / "codec_decoder.raw_static.ref.npz"))
     io = recs["raw_static"]["io"]
     st = check(out, tmp_path / "y.bin", io["inputs"], io["outputs"], arrays)
     assert st["kind"] == "runs_right", st
 
 
-REFUSED = {"speaker_encoder": "frozen at the traced length"}  # ECAPA length mask: see below
+def _lower(param: Path):  # noqa: ANN202 - (graph, results, failures)
+    """lower alone, not partial (as `paramsurgery lower` runs it): its refusal names why."""
+    from paramsurgery.passes.base import PassManager
+    from paramsurgery.passes.lower import Lower
+
+    g = paramsurgery.load(param, bin=param.with_suffix(".bin"))
+    return PassManager([Lower(traced=param.with_name(param.name.replace(
+        ".ncnn.param", ".pnnx.param")))], early_stop=False).run(g)
 
 
 def test_raw_speaker_encoder_refused_naming_the_frozen_length() -> None:
@@ -96,7 +113,7 @@ def test_raw_speaker_encoder_refused_naming_the_frozen_length() -> None:
     a constant from the first trace (300 mel frames), so the mask and `mask.sum()` are frozen
     at T=300 whatever the input length; no graph surgery can recover the length it meant."""
     param = QWEN / "tiny" / "speaker_encoder.raw.ncnn.param"
-    g, _, failures = repair(param, param.with_suffix(".bin"))
+    g, _, failures = _lower(param)
     assert [name for name, _ in failures] == ["lower"]
     msg = failures[0][1]
     assert msg.startswith("torch.lt 'torch.lt_5' (compare): a boolean mask built in the graph")
@@ -106,36 +123,32 @@ def test_raw_speaker_encoder_refused_naming_the_frozen_length() -> None:
 
 
 FAST_REAL = ("mimi_encoder", "speaker_encoder")  # the rest: -m slow (10-20 s each)
+NOT_LOADING = ("speaker_encoder",)  # fix leaves its length mask (the tiny one: see above)
+RAW_REAL_FIX = RAW_REAL + [QWEN / "real" / "codec_decoder.raw_static.ncnn.param"]
 
 
 @pytest.mark.parametrize("param", [p if p.name.split(".")[0] in FAST_REAL
                                    else pytest.param(p, marks=pytest.mark.slow)
-                                   for p in RAW_REAL], ids=lambda p: p.name.split(".")[0])
-def test_raw_real_params_repaired_load(param: Path, tmp_path: Path) -> None:
-    """No weights are kept at real size: synth-bin's stand in where a repair writes weights
-    (arange's position table) and the graph is small enough; otherwise the param alone."""
+                                   for p in RAW_REAL_FIX], ids=lambda p: p.name.split(".")[0])
+def test_raw_real_params_fixed_load(param: Path, tmp_path: Path) -> None:
+    """`paramsurgery fix` on the real-size raw params (no weights kept: synth-bin's stand in
+    where a repair writes weights and the graph is small enough; else the param alone); ncnn
+    loads each result (child process). The codec decoder's static trace: fix-slice (no
+    reference at real size, so no length to dynamize to)."""
     bin_path = None
     g0 = paramsurgery.load(param)
     if synth_size(g0) < SYNTH_LIMIT:
         bin_path = tmp_path / "synth.bin"
         with open(bin_path, "wb") as fh:
             write_synth_bin(g0, fh)
-    g, _, failures = repair(param, bin_path)
+    assert check_loads(param)["kind"] == "load_fails" or param.name.split(".")[0] not in \
+        NEEDS_REPAIR
+    out = tmp_path / "y.param"
+    code, text = run_fix(param, bin_path, out)
     module = param.name.split(".")[0]
-    if module in REFUSED:
-        assert len(failures) == 1 and REFUSED[module] in failures[0][1]
+    assert out.exists(), text
+    if module in NOT_LOADING:
+        assert code == 1 and check_loads(out)["kind"] == "load_fails"
         return
-    assert failures == []
-    out = tmp_path / "y.param"
-    out.write_text(g.dumps())
-    assert check_loads(out)["kind"] == "loads"
-
-
-def test_raw_codec_decoder_real_static_export_fixed_loads(tmp_path: Path) -> None:
-    """Real size (no weights kept): fix-slice makes the static trace load; dynamizing it
-    needs both exports' real weights (the position tables are compared value by value)."""
-    real = QWEN / "real"
-    assert check_loads(real / "codec_decoder.raw_static.ncnn.param")["kind"] == "load_fails"
-    out = tmp_path / "y.param"
-    out.write_text(static_codec("raw_static", real).dumps())
+    assert code == 0, text
     assert check_loads(out)["kind"] == "loads"

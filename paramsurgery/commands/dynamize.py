@@ -27,6 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="only rewrite Reshape dims on these ncnn axes (w h d c)")
     p.add_argument("--layers", nargs="+", metavar="NAME[:PARAM]",
                    help="only rewrite these layers (and params); resolves ambiguous occurrences")
+    p.add_argument("--reference", metavar="REF_NPZ",
+                   help="one trace: a reference whose inputs are the traced ones at another "
+                        "length (`in0`… or `input_*` arrays); the traced length becomes a "
+                        "symbol of the shape analysis, which proves each rewrite (needs "
+                        "pnnx's IR: X.pnnx.param or --pnnx)")
     add_pnnx_arg(p)
     add_bin_arg(p)  # with --pair-bin: position tables traced at T extended from the pair's
     p.add_argument("--pair-bin", metavar="OTHER_BIN", help="the weights of --pair")
@@ -43,8 +48,9 @@ def run(args: argparse.Namespace) -> int:
     from ..passes._traced import companion_pnnx
     from ..passes.dynamize import Dynamize
 
-    if args.traced_len is None and args.pair is None:
-        raise ParamSurgeryError("give --traced-len T or --pair OTHER.param", file=args.param)
+    if args.traced_len is None and args.pair is None and args.reference is None:
+        raise ParamSurgeryError("give --traced-len T, --pair OTHER.param or --reference "
+                                "REF.npz", file=args.param)
     from ._common import inputshape_of
 
     traced = traced_path(args)
@@ -59,7 +65,19 @@ def run(args: argparse.Namespace) -> int:
         if not (args.pair and args.bin):
             raise ParamSurgeryError("--pair-bin goes with --pair and --bin", file=args.param)
         pair = load(args.pair, bin=args.pair_bin)
-    p = Dynamize(args.traced_len, pair=pair, pair_len=args.pair_len, axis=args.axis,
+    reference = None
+    if args.reference is not None:
+        from ..passes.dynamize_shapes import reference_shapes
+
+        shapes_ref = reference_shapes(args.reference)
+        if shapes_ref is None:
+            raise ParamSurgeryError("cannot read the input/output shapes of this reference "
+                                    "(`in0`… / `input_*` arrays)", file=args.reference)
+        if traced is None:
+            raise ParamSurgeryError("--reference needs pnnx's IR (the traced input shapes): "
+                                    "X.pnnx.param next to the file, or --pnnx", file=args.param)
+        reference = (*shapes_ref, args.reference)
+    p = Dynamize(args.traced_len, pair=pair, reference=reference, pair_len=args.pair_len, axis=args.axis,
                  reshape_axes=args.reshape_axes, layers=args.layers, traced=traced,
                  inputshape=shapes,
                  pair_traced=args.pair_pnnx or (companion_pnnx(args.pair) if args.pair_bin

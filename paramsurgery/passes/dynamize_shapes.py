@@ -473,11 +473,12 @@ def reference_shapes(path: str) -> tuple[list[tuple], list[tuple]] | None:
     `out0`, … keys (blob names), else fixtures-style `input_*` / `output_*` keys in file
     order."""
     import re
+    import zipfile
 
     try:
         with np.load(path) as data:
             shapes = {k: tuple(data[k].shape) for k in data.files}
-    except (OSError, ValueError, EOFError):
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
         return None
     blobs_in = sorted((k for k in shapes if re.fullmatch(r"in\d+", k)), key=_num)
     blobs_out = sorted((k for k in shapes if re.fullmatch(r"out\d+", k)), key=_num)
