@@ -179,3 +179,16 @@ def test_cli_reference_mode(tmp_path, capsys):
                  "-o", str(tmp_path / "e.param")]) == 2
     assert "bad.npz: cannot read" in capsys.readouterr().err
     assert not (tmp_path / "e.param").exists()
+
+
+def test_reshape_dims_that_copy_the_input_count_as_its_extent():
+    """`0` copies the input's extent: (T, 16) → (h=4, w=0) traced at T=4 has its h derived
+    from the length (the only dim left to infer), while (h=0, w=0) already follows the input
+    and stays."""
+    g, p = _static("7767517\n2 2\nInput in0 0 1 in0\nReshape r 1 1 in0 out0 0=0 1=4\n",
+                   (4, 16), (6, 16), (6, 16))
+    assert [c.format() for c in p(g).changes] == [
+        "line 4: r: 1(h) (inferred (-1): the input's 16*T elements make it T): 4 -> -1"]
+    g, p = _static("7767517\n2 2\nInput in0 0 1 in0\nReshape r 1 1 in0 out0 0=0 1=0\n",
+                   (4, 16), (6, 16), (6, 16))
+    assert not p(g).modified

@@ -22,7 +22,6 @@ it, so the layers after it see the symbolic shapes too:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -224,40 +223,45 @@ class ShapeDynamize:
 
     # ------------------------------------------------------------------ Reshape
     def _reshape(self, layer: Layer, ins: list) -> None:
+        from ..shapes.rules import _ncnn_axes
+
         x = ins[0] if ins else None
         if x is None or layer.params.get(6) not in (None, ""):
             return
         total = product(x)
         if not isinstance(total, Affine):
             return
-        dims = {pid: layer.params.get(pid) for pid in RESHAPE_DIMS
-                if isinstance(layer.params.get(pid), int) and layer.params.get(pid) != -233}
+        dims: dict[int, int] = {}
+        for pid in RESHAPE_DIMS:
+            v = layer.params.get(pid)
+            if isinstance(v, int) and v != -233:
+                dims[pid] = v
         if any(v == -1 for v in dims.values()):
+            return
+        axes = _ncnn_axes(x)  # a 0 copies the input's extent on that axis
+        resolved = {pid: (axes.get(RESHAPE_DIMS[pid], 1) if v == 0 else v)
+                    for pid, v in dims.items()}
+        if product(list(resolved.values())) == total:
             return
         fits = []
         for pid, v in dims.items():
-            if v in (0, -233):
+            if v == 0:
                 continue
-            others = [w for q, w in dims.items() if q != pid]
-            if any(w in (0, -1) for w in others):
-                break
-            inferred = div(total, math.prod(others))
+            others = product([w for q, w in resolved.items() if q != pid])
+            inferred = div(total, others) if isinstance(others, int) else None
             if isinstance(inferred, Affine) and self._at(inferred) == v:
                 fits.append((pid, inferred))
-        else:
-            if len(fits) == 1:
-                pid, inferred = fits[0]
-                v = layer.params.get(pid)
-                layer.set(pid, -1)
-                self._change(layer, f"{pid}({RESHAPE_DIMS[pid]}) (inferred (-1): the "
-                                    f"input's {total} elements make it {inferred})", v, -1)
-                return
-            shown = ", ".join(f"{RESHAPE_DIMS[q]}={layer.params.get(q)}" for q, _ in fits) \
-                or "none"
-            what = "ambiguous: several dims" if fits else "no single dim"
-            raise self._refuse(layer, f"the input has {total} elements and {what} can be "
-                                      f"inferred with an integer size at every length "
-                                      f"(candidates: {shown})")
+        if len(fits) == 1:
+            pid, inferred = fits[0]
+            layer.set(pid, -1)
+            self._change(layer, f"{pid}({RESHAPE_DIMS[pid]}) (inferred (-1): the input's "
+                                f"{total} elements make it {inferred})", dims[pid], -1)
+            return
+        shown = ", ".join(f"{RESHAPE_DIMS[q]}={dims[q]}" for q, _ in fits) or "none"
+        what = "ambiguous: several dims" if fits else "no single dim"
+        raise self._refuse(layer, f"the input has {total} elements and {what} can be "
+                                  f"inferred with an integer size at every length "
+                                  f"(candidates: {shown})")
 
     # ------------------------------------------------------------------ Crop
     def _crop(self, layer: Layer, ins: list) -> None:
@@ -336,6 +340,7 @@ class ShapeDynamize:
 
     def _table(self, g: Graph, layer: Layer) -> tuple[Layer, str, str]:
         letter = self._table_rows(layer)
+        assert letter is not None  # run() keeps only tables with one length dim
         readers = self._readers(g, layer)
         if not readers or any(r.type != "RotaryEmbed" or slot not in (1, 2)
                               for r, slot in readers):
@@ -439,7 +444,7 @@ def _int_list(v: object) -> list[int] | None:
 
 def _table_shape(layer: Layer) -> tuple[int, ...]:
     dims = [layer.params.get(pid, 0) for pid in (2, 11, 1, 0)]
-    return tuple(d for d in dims if d)
+    return tuple(d for d in dims if isinstance(d, int) and d)
 
 
 def _crop_rows_to(g: Graph, layer: Layer, letter: str, ref: str) -> None:
