@@ -220,6 +220,7 @@ def fix_raw_modules(size: str, manifest: dict[str, Any], work: Path
     afterwards, and a RawNotReady per module that has no raw export or still does not load."""
     fixed: dict[str, tuple[Path, Path | None]] = {}
     failures: list[RawNotReady] = []
+    FIX_BOUNDS.clear()
     for module in dict.fromkeys(SOURCES[part][0] for part in RAW_PARTS):
         try:
             fixed[module] = _fix_raw(module, export_record(manifest, module, "raw", size), work)
