@@ -131,12 +131,21 @@ def file_entries(rec: dict[str, Any], versions: dict[str, Any], configs_ref: str
 
 def rebuild_files(manifest: dict[str, Any]) -> None:
     q = manifest.get("qwen3_tts", {})
-    versions = manifest.get("versions", {})
+    # each file keeps the versions (and arithmetic) it was generated with: its record's, else
+    # its previous entry's; the run's only for what has neither
+    previous = {e["path"]: e.get("versions") for e in manifest.get("files", [])
+                if isinstance(e, dict) and "path" in e}
+    run_versions = manifest.get("versions", {})
+
+    def made_with(rec: dict[str, Any], path: str) -> dict[str, Any]:
+        return rec.get("versions") or previous.get(path) or run_versions
+
     files: list[dict[str, Any]] = []
     for rec in q.get("exports", []):
-        files += file_entries(rec, versions, rec["config"], rec["seed"])
+        files += file_entries(rec, made_with(rec, ""), rec["config"], rec["seed"])
     for kv in q.get("kvcache", []):
         p = FIXTURES / kv["path"]
+        versions = made_with(kv, kv["path"])
         files.append({"path": kv["path"], "kind": "kvcache_reference", "module": kv["module"],
                       "variant": "ported", "size": kv["size"], "config": kv["config"],
                       "seed": kv["seed"], "versions": versions, "sha256": sha256(p),
@@ -144,6 +153,7 @@ def rebuild_files(manifest: dict[str, Any]) -> None:
     e2e = q.get("e2e")
     if e2e:
         p = FIXTURES / e2e["path"]
+        versions = made_with(e2e, e2e["path"])
         files.append({"path": e2e["path"], "kind": "e2e_reference", "module": "pipeline",
                       "variant": "hf", "size": e2e["size"], "seed": e2e["input_seed"],
                       "versions": versions, "sha256": sha256(p), "bytes": p.stat().st_size,
@@ -219,7 +229,8 @@ def build_qwen(sizes: list[str], only: list[str] | None, scratch: Path,
                 q["kvcache"].append({"module": module, "size": size,
                                      "path": path.relative_to(FIXTURES).as_posix(),
                                      "config": f"qwen3_tts.configs.{size}.{part}",
-                                     "seed": sources.SEEDS[source], "convention": convention})
+                                     "seed": sources.SEEDS[source], "convention": convention,
+                                     "versions": versions})
             q["level_sum"] = level_sum_summary(q["exports"])
             rebuild_files(manifest)
             write_manifest(manifest)
@@ -238,6 +249,7 @@ def build_e2e(manifest: dict[str, Any]) -> None:
     """The end-to-end torch reference (tiny): greedy generation by the qwen-tts modeling code
     with the fixtures' weights + its waveform (`qwen3tts/e2e_reference.py`)."""
     from qwen3tts import configs, e2e_reference, sources
+    from qwen3tts.env import tool_versions
     from qwen3tts.npz import save_npz
 
     t0 = time.monotonic()
@@ -249,7 +261,7 @@ def build_e2e(manifest: dict[str, Any]) -> None:
     for size, parts in q.setdefault("configs", {}).items():
         parts["tts"] = configs.SIZES[size]["tts"]
     q["e2e"] = {"path": path.relative_to(FIXTURES).as_posix(), "size": "tiny",
-                **e2e_reference.describe(arrays)}
+                **e2e_reference.describe(arrays), "versions": tool_versions()}
     sources.release()
     rebuild_files(manifest)
     write_manifest(manifest)
@@ -293,6 +305,9 @@ def build_repros(manifest: dict[str, Any]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from qwen3tts.env import pin_arithmetic
+
+    pin_arithmetic()  # before anything imports torch (qwen3tts/env.py says why)
     from qwen3tts.modules import MODULES
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
