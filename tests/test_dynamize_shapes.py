@@ -154,12 +154,20 @@ def test_fix_pair_fallback_extends_the_codec_tables(tmp_path, capsys):
             assert _rel(a, b) <= 1e-6
 
 
-def test_fix_declares_the_pair_inputs_of_dynamize():
-    """fix's extra flags are the repairs' declarations, not a list in fix."""
+def test_fix_declares_the_pair_inputs_of_dynamize(tmp_path, capsys):
+    """fix's extra flags are the repairs' declarations, not a list in fix; a file one names
+    that does not exist is an input error (exit 2, nothing written)."""
+    from paramsurgery.cli import main
     from paramsurgery.commands.fix import fix_inputs
 
     assert [f for f in fix_inputs()] == ["--traced-len", "--pair", "--pair-bin", "--pair-pnnx"]
     assert all(i.help for i in Dynamize.fix_inputs)
+    d = R / "attention" / "static10"
+    out = tmp_path / "o.param"
+    assert main(["fix", str(d / "model.ncnn.param"), "-o", str(out),
+                 "--pair-bin", str(tmp_path / "none.bin")]) == 2
+    assert "none.bin: --pair-bin: no such file" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_cli_reference_mode(tmp_path, capsys):

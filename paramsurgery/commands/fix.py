@@ -184,6 +184,10 @@ class _FixAll:
 
         args = self.args
         options = {inp.name: getattr(args, inp.name, None) for inp in fix_inputs().values()}
+        for inp in fix_inputs().values():  # a missing file is an input error, before any work
+            value = options[inp.name]
+            if inp.path and value is not None and not os.path.isfile(value):
+                raise ParamSurgeryError(f"{inp.flag}: no such file", file=value)
         rep = fix_graph(g, traced=self.traced, param=args.param, bin=args.bin,
                         reference=args.reference or find_reference(args.param),
                         options=options)
