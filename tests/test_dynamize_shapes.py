@@ -181,6 +181,12 @@ def test_cli_reference_mode(tmp_path, capsys):
                  "-o", str(out)]) == 0
     assert "dynamize: 8 change(s)" in capsys.readouterr().out
     check_golden("fix/dynamize.attention.param", out.read_text())
+    # fix finds ref.npz next to the file (T=13, traced at 10) and --verify pairs it by order
+    assert main(["fix", str(d / "model.ncnn.param"), "--bin", str(d / "model.ncnn.bin"),
+                 "-o", str(tmp_path / "f.param"), "--verify"]) == 0
+    text = capsys.readouterr().out
+    assert "repairs called for: dynamize" in text and "ref.npz: ok: out0 rel" in text
+    check_golden("fix/dynamize.attention.param", (tmp_path / "f.param").read_text())
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"not a zip")
     assert main(["dynamize", str(d / "model.ncnn.param"), "--reference", str(bad),

@@ -8,6 +8,7 @@ the before/after table).
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -51,10 +52,14 @@ def test_raw_tiny_fixed_runs_right_at_untraced_length(module: str, tmp_path: Pat
     assert (rec["status"]["kind"] == "load_fails") == (module in NEEDS_REPAIR)
     param = QWEN / "tiny" / f"{module}.{variant}.ncnn.param"
     out = tmp_path / "y.param"
-    code, text = run_fix(param, param.with_suffix(".bin"), out)
+    # the codec: one trace (T=25) + the reference next to it (T=13), --verify'd by fix
+    extra = ("--verify",) if module == "codec_decoder" else ()
+    code, text = run_fix(param, param.with_suffix(".bin"), out, *extra)
     assert code == 0, text
     assert (" change(s)" in text) == (module in NEEDS_REPAIR)
-    if module == "codec_decoder":  # one trace (T=25) + the reference next to it (T=13)
+    if module == "codec_decoder":
+        assert re.search(r"verify against \S+codec_decoder.raw_static.ref.npz: ok: out0 rel ",
+                         text), text
         assert "repairs called for: fix-slice, dynamize" in text
         assert "dynamize: 34 change(s)" in text
         assert "exact for lengths up to 25 (--pair OTHER.param extends it)" in text

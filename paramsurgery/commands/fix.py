@@ -237,8 +237,29 @@ def _verify(run: Run, staged: Outputs) -> Check | None:
     if ref is None:
         raise ParamSurgeryError("--verify needs a torch reference: X.ref.npz next to the input "
                                 "or --reference REF.npz", file=args.param)
+    if any("length_spec" in r.data for r in _report(run).results):
+        return _verify_other_length(run, staged, os.fspath(ref))
     return verify_against_reference(staged.param, staged.bin, os.fspath(ref), graph=run.graph,
                                     pnnx=args.pnnx or None, source=args.param, tol=args.tol)
+
+
+def _verify_other_length(run: Run, staged: Outputs, ref: str) -> Check:
+    """A static export dynamized to the reference's length: pnnx's traced shapes no longer
+    pair the arrays with the blobs, so they are paired in order (and the batch axes read
+    from the repaired graph) in a blob-keyed copy."""
+    import tempfile
+
+    from ..npz import write_npz
+    from ..passes.dynamize_shapes import blob_keyed_reference
+    from ..verify_reference import verify_against_reference
+
+    with tempfile.TemporaryDirectory(prefix="paramsurgery-fix-ref-") as tmp:
+        keyed = os.path.join(tmp, "ref.npz")
+        write_npz(keyed, blob_keyed_reference(ref, run.graph))
+        check = verify_against_reference(staged.param, staged.bin, keyed, graph=run.graph,
+                                         tol=run.args.tol)
+    check.reference = ref
+    return check
 
 
 run = GraphCommand("fixed", _FixAll, bin_note=True, verify=_verify,

@@ -185,6 +185,7 @@ class ShapeDynamize:
         self._check_outputs(g)
         result = PassResult(g, bool(self.changes), list(self.changes))
         result.notes.extend(self.bounded)
+        result.data["length_spec"] = self.spec
         return result
 
     def _infer(self, layer: Layer, ins: list) -> list | None:
@@ -471,6 +472,25 @@ def traced_input_shapes(ops: Sequence, g: Graph) -> list[tuple[tuple, int | None
             return None
         out.append((tuple(shape), axes.get(blob)))
     return out if len(out) == len(order) else None
+
+
+def blob_keyed_reference(path: str, g: Graph) -> dict[str, np.ndarray]:
+    """A reference at another length as blob-keyed arrays for `g` (its dynamized graph):
+    `input_*` / `output_*` paired with the inputs / outputs in order (pnnx's traced shapes
+    no longer fit them), plus `batch_index_<blob>` for each input read with a batch axis
+    (`Reshape 12=b`, fix-slice's)."""
+    with np.load(path) as data:
+        arrays = {k: data[k] for k in data.files}
+    if any(k in g.inputs for k in arrays):  # already keyed by blob
+        out = dict(arrays)
+    else:
+        ins = [k for k in arrays if k.startswith("input_")]
+        outs = [k for k in arrays if k.startswith("output_")]
+        out = {blob: arrays[key] for blob, key in zip(sorted(g.inputs, key=_num), ins)}
+        out.update({blob: arrays[key] for blob, key in zip(sorted(g.outputs, key=_num), outs)})
+    for blob, b in batch_axes(g).items():
+        out.setdefault(f"batch_index_{blob}", np.asarray(b))
+    return out
 
 
 def reference_shapes(path: str) -> tuple[list[tuple], list[tuple]] | None:
