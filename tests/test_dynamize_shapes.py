@@ -206,3 +206,13 @@ def test_reshape_dims_that_copy_the_input_count_as_its_extent():
     g, p = _static("7767517\n2 2\nInput in0 0 1 in0\nReshape r 1 1 in0 out0 0=0 1=0\n",
                    (4, 16), (6, 16), (6, 16))
     assert not p(g).modified
+
+
+def test_a_traced_length_where_the_shapes_are_unknown_is_refused():
+    """No rule knows what a leftover outputs: a Reshape after it holding the traced length
+    (10) cannot be proven either way, so the one-trace rewrite refuses, naming it."""
+    g, p = _static("7767517\n3 3\nInput in0 0 1 in0\ntorch.foo f 1 1 in0 a\n"
+                   "Reshape r 1 1 a out0 0=4 1=10\n", (10, 4), (13, 4), (13, 4))
+    with pytest.raises(PassRefused, match=r"r: a param equals the traced length 10 but the "
+                                          r"shape analysis does not know the input's shape"):
+        p(g)

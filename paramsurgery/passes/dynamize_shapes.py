@@ -38,6 +38,7 @@ from .base import Change, PassResult
 SYMBOL = "T"
 RESHAPE_DIMS = {0: "w", 1: "h", 11: "d", 2: "c"}
 NUMPY_AXIS = {"w": -1, "h": -2, "d": -3, "c": -4}
+LENGTH_CARRIERS = ("Gemm", "Reshape", "Crop", "Slice")  # params that can bake a length
 TABLE_ATOL = 2e-5  # float32 cos/sin of p·θ recomputed in float64: a few ulp apart
 
 
@@ -161,8 +162,12 @@ class ShapeDynamize:
     # ------------------------------------------------------------------ run
     def run(self, g: Graph) -> PassResult:
         tables: list[Layer] = []
+        unknown: list[str] = []  # a traced-length value where the shapes are not known
         for layer in list(g):
             ins = [self.shapes.get(b) for b in layer.inputs]
+            if layer.type in LENGTH_CARRIERS and any(i is None for i in ins) and \
+                    self._holds_traced_len(layer):
+                unknown.append(layer.name)
             if layer.type == "Gemm":
                 self._gemm(layer, ins)
             elif layer.type == "Reshape":
@@ -177,6 +182,14 @@ class ShapeDynamize:
                     self.shapes[blob] = self.spec.inputs[blob]
                 else:
                     self.shapes[blob] = outs[i] if outs is not None and i < len(outs) else None
+        if unknown:
+            shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more"
+                                              if len(unknown) > 5 else "")
+            raise PassRefused(f"{shown}: a param equals the traced length "
+                              f"{self.spec.traced_len} but the shape analysis does not know "
+                              f"the input's shape there, so it cannot tell whether it is "
+                              f"length-derived; give {self.fallback} (the same model traced "
+                              f"at another length) or --traced-len with --layers")
         proven = [self._table(g, layer) for layer in tables]  # all before any rewrite
         for layer, letter, ref in proven:
             self._extend_and_crop(g, layer, letter, ref)
@@ -187,6 +200,13 @@ class ShapeDynamize:
         result.notes.extend(self.bounded)
         result.data["length_spec"] = self.spec
         return result
+
+    def _holds_traced_len(self, layer: Layer) -> bool:
+        t0 = self.spec.traced_len
+        for _, v in layer.params.items():
+            if v == t0 or (isinstance(v, (list, tuple)) and t0 in v):
+                return True
+        return False
 
     def _infer(self, layer: Layer, ins: list) -> list | None:
         expr = layer.params.get(6) if layer.type == "Reshape" else None
