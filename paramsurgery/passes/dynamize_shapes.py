@@ -2,7 +2,7 @@
 
 A static export bakes its traced length T0 into params. With pnnx's IR next to the file
 (the traced input shapes) and a length to run at (a reference whose inputs differ from the
-traced ones only in T0's places, or `--traced-len`), the inputs' length dims become the
+traced ones only in T0's places), the inputs' length dims become the
 symbol `T` and one walk over the layers in file order (the static shape rules of
 `paramsurgery.shapes`, no rescans) proves each baked value shape-derived before rewriting
 it, so the layers after it see the symbolic shapes too:
@@ -17,7 +17,9 @@ it, so the layers after it see the symbolic shapes too:
   reference's output shapes (a literal bound would give other lengths), else refused;
 - a MemoryData position table (rows = T0) read by RotaryEmbed: proven a cos/sin table with
   row p at position p (`cos(p·θ)`, `sin(p·θ)`), cropped at run time to the input's length:
-  exact for T ≤ T0 (the traced rows; `--pair` gives a longer table).
+  exact for T ≤ T0 (the traced rows; `--pair` gives a longer table);
+- a param equal to T0 on a Gemm/Reshape/Crop/Slice whose input shape is not known there →
+  refused (it could be length-derived).
 """
 
 from __future__ import annotations
@@ -86,14 +88,6 @@ def spec_from_reference(g: Graph, traced_inputs: Sequence[tuple[tuple, int | Non
     spec.target_len = t1
     spec.outputs = {blob: tuple(s) for blob, s in zip(sorted(g.outputs, key=_num), ref_outputs)}
     return spec
-
-
-def spec_from_traced_len(g: Graph, traced_inputs: Sequence[tuple[tuple, int | None]],
-                         t0: int) -> LengthSpec:
-    """Every input dim equal to `t0` is the length (`--traced-len T0`)."""
-    syms = [tuple(Affine.symbol(SYMBOL) if d == t0 else d for d in shape)
-            for shape, _ in traced_inputs]
-    return _spec(g, syms, [b for _, b in traced_inputs], t0, f"--traced-len {t0}")
 
 
 def _num(blob: str) -> tuple:
