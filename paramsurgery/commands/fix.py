@@ -45,7 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help=inp.help)
     add_verify_args(p, "run the result through ncnn against a torch reference (needs --bin; "
                        "X.ref.npz next to the input or --reference)", tol=1e-4)
-    p.add_argument("--reference", metavar="NPZ", help="--verify: the reference (.npz)")
+    p.add_argument("--reference", metavar="NPZ",
+                   help="the torch reference (.npz; default: X.ref.npz next to the input): "
+                        "what --verify compares with, and the length a static export is "
+                        "dynamized to when its inputs are the traced ones at another length")
     run.finish(p, explain="also list what each pass left alone")
 
 
