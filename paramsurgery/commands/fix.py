@@ -6,7 +6,10 @@ by its rule or check), and each pass declares in its own file whether `fix` may 
 lint's PS004 names as the fix). The passes run in a `PassManager`; one that refuses is
 rolled back and its reason printed, the others still apply. A repair can make another
 finding visible: the plan is rebuilt from the new findings until no new pass is called for
-(each pass runs at most once).
+(each pass runs at most once). A pass's extra inputs are its own declaration
+(`Pass.fix_inputs`, e.g. dynamize's `--pair`), exposed here as flags and handed over in the
+`RepairContext` with the input's `--bin`, its reference and `repaired_like` (another export
+after the repairs applied so far, so a pass compares like with like).
 
 With `--bin`, the weights are loaded (and checked against the graph) and the output gets
 its `.bin` next to it: rewritten when a repair changed the weighted layers, else a hard link
