@@ -114,10 +114,14 @@ def fix_graph(g: Graph, *, traced: str | os.PathLike | None = None,
     repeated while the findings call for a pass that has not run yet. `options`: values of
     the passes' `fix_inputs` by name."""
     applied: list[type[Pass]] = []  # the repairs that changed the graph, in order
-    ctx = RepairContext(_path(traced), traced_len, _path(pair),
-                        weights=any(layer.weights for layer in g), param=_path(param),
-                        bin=_path(bin), reference=_path(reference),
-                        options=dict(options or {}),
+    given = dict(options or {})
+    if traced_len is not None:  # the Python API's names for dynamize's declared inputs
+        given["traced_len"] = traced_len
+    if pair is not None:
+        given["pair"] = _path(pair)
+    ctx = RepairContext(_path(traced), weights=any(layer.weights for layer in g),
+                        param=_path(param), bin=_path(bin), reference=_path(reference),
+                        options=given,
                         repaired_like=lambda p, b, t: _repaired_like(applied, p, b, t))
     before = lint_findings(g)
     found = before

@@ -158,8 +158,6 @@ class RepairContext:
     """What `paramsurgery fix` knows besides the graph, for `Pass.for_fix`."""
 
     traced: str | None = None  # pnnx's X.pnnx.param (traced shapes, constants)
-    traced_len: int | None = None  # the length a static export was traced at
-    pair: str | None = None  # the same model exported at another length
     weights: bool = False  # the graph carries the weights of its .bin
     param: str | None = None  # the input file
     bin: str | None = None  # its weights (`--bin`)
@@ -170,10 +168,7 @@ class RepairContext:
     repaired_like: "Callable[[str, str | None, str | None], Graph] | None" = None
 
     def option(self, name: str) -> Any:
-        if name == "traced_len" and self.traced_len is not None:
-            return self.traced_len
-        if name == "pair" and self.pair is not None:
-            return self.pair
+        """The value of a pass's declared input (`FixInput.name`), None when not given."""
         return self.options.get(name)
 
     @cached_property
