@@ -117,6 +117,9 @@ def bounds(s: Site, blob: str) -> Bounds | None:
         if b in known:
             return known[b]
         prod = s.g.producer(b)
+        value = folded_value(prod) if prod is not None and not is_folded(prod) else None
+        if value is not None and value == round(value) and abs(value) < EXACT_INT:
+            return (int(value), int(value))  # a one-element integer constant
         if prod is None or prod.type not in _LAYOUT + _CASTS or not prod.inputs:
             return None
         b = prod.inputs[0]
@@ -136,7 +139,7 @@ def integral(s: Site, blob: str) -> str | None:
         if b in facts(s):
             continue
         prod = s.g.producer(b)
-        if prod is None:
+        if prod is None or prod.type == "Input":
             return f"{b!r} is a graph input (its values are not known to be integers)"
         t = prod.type
         if t in ("Crop", "Reshape") and prod.inputs:
