@@ -301,3 +301,19 @@ def test_mask_rules_are_in_the_default_set() -> None:
         assert name in RULES.names()
     assert RULES.for_type("Tensor.masked_fill").name == "masked_fill"
     assert RULES.for_type("torch.eq").name == "compare"
+
+
+def test_repro_of_the_folded_length_is_right_after_lower(tmp_path) -> None:
+    """The repro case's bug graph as pnnx wrote it (divides by the first trace's 10 at
+    every length): lower thaws the constant with pnnx's model_ncnn.py as evidence, and the
+    graph matches torch at the untraced length 13."""
+    from conftest import FIXTURES
+
+    d = FIXTURES / "repros" / "size-after-transpose-folded" / "bug"
+    g = paramsurgery.load(d / "model.ncnn.param", bin=d / "model.ncnn.bin")
+    res = Lower(traced=d / "model.pnnx.param")(g)
+    assert "thaw" in res.format() and "(10, model_ncnn.py)" in res.format()
+    ref = np.load(d / "ref.npz")
+    got = run_saved(tmp_path, res, ref["in0"], int(ref["batch_index_in0"]))
+    want = ref["out0"]
+    assert np.allclose(got.reshape(want.shape), want, rtol=1e-5, atol=1e-6)
