@@ -129,7 +129,7 @@ def bounds(s: Site, blob: str) -> Bounds | None:
 def integral(s: Site, blob: str) -> str | None:
     """None when every value of `blob` is proven an integer below 2**24 in magnitude;
     otherwise why not (worklist over producers)."""
-    ops = {op.name: op for op in s.pnnx.ops} if s.pnnx is not None else {}
+    ops = {op.name: op for op in getattr(s.pnnx, "ops", ())}
     work, seen = [blob], set()
     while work:
         b = work.pop()
@@ -157,15 +157,15 @@ def integral(s: Site, blob: str) -> str | None:
                     and np.all(np.abs(v) < EXACT_INT)):
                 return f"MemoryData {prod.name!r} holds values that are not small integers"
         elif t == "Clip":
-            lo, hi = prod.params.get(0, -FLT_MAX), prod.params.get(1, FLT_MAX)
-            if not all(abs(x) >= FLT_MAX or float(x) == round(float(x)) for x in (lo, hi)):
+            lo, hi = _num(prod.params.get(0, -FLT_MAX)), _num(prod.params.get(1, FLT_MAX))
+            if not all(abs(x) >= FLT_MAX or x == round(x) for x in (lo, hi)):
                 return f"Clip {prod.name!r} has a fractional bound"
             work.extend(prod.inputs)
         elif t == "BinaryOp":
             if prod.params.get(0, 0) not in (ADD, SUB, MUL, MAX, MIN, RSUB):
                 return f"BinaryOp {prod.name!r} (op {prod.params.get(0, 0)}) can leave the integers"
             if prod.params.get(1, 0):
-                k = float(prod.params.get(2, 0.0))
+                k = _num(prod.params.get(2, 0.0))
                 if k != round(k):
                     return f"BinaryOp {prod.name!r} has the fractional scalar {k:g}"
             work.extend(prod.inputs)
@@ -206,10 +206,15 @@ def _operands(s: Site) -> tuple[str, str | None, float | None]:
     return s.input(0), None, float(other)
 
 
+def _num(v: object) -> float:
+    """A numeric param as a float (NaN for anything else: never an integer)."""
+    return float(v) if isinstance(v, (int, float)) else float("nan")
+
+
 def _refuse_folded(s: Site, blobs: list[str]) -> None:
     for b in blobs:
         prod = s.g.producer(s.g.above_splits(b))
-        if is_folded(prod):
+        if prod is not None and is_folded(prod):
             value = folded_value(prod)
             shown = f" = {value:g}" if value is not None else ""
             ev = s.shared.get("evidence")
@@ -222,13 +227,12 @@ def _refuse_folded(s: Site, blobs: list[str]) -> None:
 
 
 def _same_or_scalar(s: Site) -> None:
-    op = s.op()
-    shapes = [s.pnnx.operand(o).shape if s.pnnx.operand(o) else None for o in op.inputs]
+    shapes = [s.shape(i) for i in range(len(s.op().inputs))]
     if any(sh is None for sh in shapes):
         raise Declined("pnnx recorded no shape for an operand")
     if len(shapes) < 2 or len(set(shapes)) == 1:
         return
-    if any(all(n == 1 for n in sh) for sh in shapes):
+    if any(sh is not None and all(n == 1 for n in sh) for sh in shapes):
         return  # one element: broadcast alike in torch and ncnn
     raise Declined("broadcasts tensors of different shapes: torch's and ncnn's BinaryOp "
                    "broadcasting differ, so it is not lowered")
@@ -292,7 +296,7 @@ def compare(s: Site) -> str:
         if y is not None:
             return s.binary(SUB, x, y)
         if neg_scalar:
-            return s.emit("BinaryOp", [x], {0: RSUB, 1: 1, 2: float(k)}, "rsub")
+            return s.emit("BinaryOp", [x], {0: RSUB, 1: 1, 2: _num(k)}, "rsub")
         return s.binary(SUB, x, scalar=k)
 
     if kind in ("lt", "le", "gt", "ge"):
@@ -463,5 +467,5 @@ def record_positions(s: Site, top: str, start: int, ref: str, axis: int) -> None
     e = extent(s, ref, axis)
     if e is None:
         return
-    facts(s)[top] = (start, start + e - 1)
+    facts(s)[top] = (start, start + e - 1)  # type: ignore[operator]
     s.shared.setdefault("extents", {})[top] = e
