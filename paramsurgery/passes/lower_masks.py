@@ -129,7 +129,9 @@ def bounds(s: Site, blob: str) -> Bounds | None:
 def integral(s: Site, blob: str) -> str | None:
     """None when every value of `blob` is proven an integer below 2**24 in magnitude;
     otherwise why not (worklist over producers)."""
-    ops = {op.name: op for op in getattr(s.pnnx, "ops", ())}
+    if "ops_by_name" not in s.shared:  # once per run, not per comparison
+        s.shared["ops_by_name"] = {op.name: op for op in getattr(s.pnnx, "ops", ())}
+    ops = s.shared["ops_by_name"]
     work, seen = [blob], set()
     while work:
         b = work.pop()
@@ -334,12 +336,16 @@ def masked_fill(s: Site) -> str:
                    f"pass the mask as an additive input")
 
 
-def _sizes(s: Site, what: str) -> list:
-    """The target sizes of expand/repeat as exact forms (static param or shape arithmetic)."""
+def _shape_and_sizes(s: Site, what: str) -> tuple[tuple, list]:
+    """The traced input shape of expand/repeat and its sizes as exact forms (a static param
+    or shape arithmetic)."""
+    shape = s.shape(0)
+    if shape is None:
+        raise Declined("pnnx recorded no shape for the input")
     op = s.op()
     static = op.param("sizes")
     if isinstance(static, tuple) and all(isinstance(v, int) for v in static):
-        return [Affine(Fraction(v)) for v in static]
+        return tuple(shape), [Affine(Fraction(v)) for v in static]
     if len(s.layer.inputs) != 2:
         raise Declined(f"pnnx recorded no static {what} and the layer has no {what} bottom")
     try:
@@ -349,7 +355,7 @@ def _sizes(s: Site, what: str) -> list:
     forms = value if isinstance(value, list) else [value]
     if not all(isinstance(f, Affine) and f.integral for f in forms):
         raise Declined(f"{what} {', '.join(map(str, forms))} are not integer forms")
-    return forms
+    return tuple(shape), forms
 
 
 def _input_extents(s: Site, blob: str, traced: tuple) -> list:
@@ -369,10 +375,7 @@ def _input_extents(s: Site, blob: str, traced: tuple) -> list:
 @rule("Tensor.expand", "aten::expand", doc="identity when it only prepends unit dims and names "
       "the input's own extents", into=_MASKS)
 def expand(s: Site) -> str:
-    shape = s.shape(0)
-    if shape is None:
-        raise Declined("pnnx recorded no shape for the input")
-    sizes = _sizes(s, "sizes")
+    shape, sizes = _shape_and_sizes(s, "sizes")
     lead = len(sizes) - len(shape)
     if lead < 0:
         raise Declined(f"{len(sizes)} sizes for a rank-{len(shape)} input")
@@ -411,10 +414,7 @@ def _through_batch_reshape(s: Site, blob: str) -> str:
 @rule("Tensor.repeat", "aten::repeat", doc="x * ones along one unit dim (ones: a MemoryData "
       "table cropped to the extent)", into=_MASKS)
 def repeat(s: Site) -> str:
-    shape = s.shape(0)
-    if shape is None:
-        raise Declined("pnnx recorded no shape for the input")
-    sizes = _sizes(s, "repeats")
+    shape, sizes = _shape_and_sizes(s, "repeats")
     if len(sizes) != len(shape):
         raise Declined(f"{len(sizes)} repeats for a rank-{len(shape)} input (new leading dims)")
     grown = [(d, f) for d, f in enumerate(sizes) if not (f.is_number and f.const == 1)]
