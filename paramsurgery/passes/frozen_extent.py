@@ -133,15 +133,16 @@ def is_folded(layer: Layer | None) -> bool:
 
 
 def thaw(g: Graph, pnnx: object, ev: TraceEvidence, facts: dict,
-         table: int) -> tuple[list[Change], list[str]]:
+         table: int) -> tuple[list[Change], dict[str, str]]:
     """Rewrite every folded constant proven to be a traced extent (module doc) into that
-    extent computed from the input. Returns the changes and notes for constants left alone;
-    `facts[blob] = (lo, hi)` records the value bounds of each rewritten constant."""
+    extent computed from the input. Returns the changes and, by layer name, why each other
+    folded constant was left alone; `facts[blob] = (lo, hi)` records the value bounds of
+    each rewritten constant."""
     from ..shapes.affine import Affine
     from ..weights import set_weights
 
     changes: list[Change] = []
-    notes: list[str] = []
+    notes: dict[str, str] = {}
     if not ev.dims:
         return changes, notes
     readers: dict[str, list] = {}
@@ -154,12 +155,17 @@ def thaw(g: Graph, pnnx: object, ev: TraceEvidence, facts: dict,
             continue
         value = folded_value(layer)
         if value is None:
+            if not layer.weights:  # one holding more than one value is no length
+                notes[layer.name] = "its value is in the .bin, which is not loaded (--bin)"
             continue
         matches = [d for d in ev.dims if d.traced == value]
         if len(matches) != 1:
-            if len(matches) > 1:
-                notes.append(f"{layer.name} = {value:g} is the traced extent of "
-                             f"{len(matches)} input dims: which one is not known")
+            traced = ", ".join(f"{d.blob} dim {d.dim} = {d.traced}" for d in ev.dims)
+            notes[layer.name] = (
+                f"{value:g} is the traced extent of {len(matches)} input dims: which one is "
+                f"not known" if matches else
+                f"{value:g} is not the traced extent of a dynamic input dim ({traced}, "
+                f"{ev.source}), so what pnnx computed it from is not known")
             continue
         dim = matches[0]
         attr = by_name.get(layer.name)
@@ -167,14 +173,14 @@ def thaw(g: Graph, pnnx: object, ev: TraceEvidence, facts: dict,
         users = readers.get(operand, []) if operand is not None else []
         if not any(pnnx.operand(o) is not None and None in (pnnx.operand(o).shape or ())  # type: ignore[attr-defined]
                    for op in users for o in op.inputs if o != operand):
-            notes.append(f"{layer.name} = {value:g} equals the traced extent of "
-                         f"{dim.blob} dim {dim.dim}, but no op reads it with a tensor of a "
-                         f"dynamic length: left as a constant")
+            notes[layer.name] = (f"{value:g} equals the traced extent of {dim.blob} dim "
+                                 f"{dim.dim}, but no op reads it with a tensor of a dynamic "
+                                 f"length: left as a constant")
             continue
         if g.weights is None:
-            notes.append(f"{layer.name} = {value:g} is the traced extent of {dim.blob} dim "
-                         f"{dim.dim}; computing it adds a MemoryData to the .bin: load the "
-                         f"weights (--bin)")
+            notes[layer.name] = (f"{value:g} is the traced extent of {dim.blob} dim "
+                                 f"{dim.dim}; computing it adds a MemoryData to the .bin: "
+                                 f"load the weights (--bin)")
             continue
         line = layer.source_line
         shape = [layer.params.get(k, 0) for k in (0, 1, 11, 2)]

@@ -521,9 +521,10 @@ class Lower(Pass):
 
         ev = trace_evidence(pnnx, self.traced, self.traced_len)
         shared["evidence"] = ev
-        changes, notes = thaw(g, pnnx, ev, shared.setdefault("facts", {}), ARANGE_TABLE)
+        changes, kept = thaw(g, pnnx, ev, shared.setdefault("facts", {}), ARANGE_TABLE)
+        shared["folds_kept"] = kept  # why: named when a rule meets one of them
         result.changes.extend(changes)
-        result.notes.extend(notes)
+        result.notes.extend(f"{name} kept: {why}" for name, why in kept.items())
         if changes:
             result.modified = True
         return len(changes)

@@ -220,9 +220,9 @@ def _refuse_folded(s: Site, blobs: list[str]) -> None:
             value = folded_value(prod)
             shown = f" = {value:g}" if value is not None else ""
             ev = s.shared.get("evidence")
-            why = ev.missing if ev is not None and ev.missing else (
-                "it is not the traced extent of a dynamic input dim, so what pnnx computed "
-                "it from is not known")
+            why = s.shared.get("folds_kept", {}).get(prod.name) or (
+                ev.missing if ev is not None and ev.missing else "what pnnx computed it from "
+                "is not known")
             raise Declined(f"compares with {prod.name!r}{shown}, a constant pnnx folded from "
                            f"the first trace (e.g. `lengths * x.shape[-1]`): in a dynamic "
                            f"export the mask is frozen at the traced length; {why}")
