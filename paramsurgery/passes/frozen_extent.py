@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -132,36 +133,34 @@ def is_folded(layer: Layer | None) -> bool:
     return layer is not None and layer.type == "MemoryData" and layer.name.startswith("pnnx_fold")
 
 
-def thaw(g: Graph, pnnx: object, ev: TraceEvidence, facts: dict,
-         table: int) -> tuple[list[Change], dict[str, str]]:
-    """Rewrite every folded constant proven to be a traced extent (module doc) into that
-    extent computed from the input. Returns the changes and, by layer name, why each other
-    folded constant was left alone; `facts[blob] = (lo, hi)` records the value bounds of
-    each rewritten constant."""
-    from ..shapes.affine import Affine
-    from ..weights import set_weights
-
-    changes: list[Change] = []
-    notes: dict[str, str] = {}
+def frozen_lengths(g: Graph, pnnx: object, ev: TraceEvidence,
+                   value_of: Callable[[Layer], float | None] | None = None
+                   ) -> tuple[list[tuple[Layer, TracedDim, float]], dict[str, str]]:
+    """The folded constants proven to be a traced extent (module doc), each with its dim and
+    value, and, by layer name, why each other one-element folded constant is not.
+    `value_of` reads a constant's value (default: the layer's loaded weights)."""
+    found: list[tuple[Layer, TracedDim, float]] = []
+    kept: dict[str, str] = {}
     if not ev.dims:
-        return changes, notes
+        return found, kept
+    read = value_of or folded_value
     readers: dict[str, list] = {}
     for op in pnnx.ops:  # type: ignore[attr-defined]
         for name in op.inputs:
             readers.setdefault(name, []).append(op)
     by_name = {op.name: op for op in pnnx.ops}  # type: ignore[attr-defined]
-    for layer in list(g.by_type("MemoryData")):
+    for layer in g.by_type("MemoryData"):
         if not is_folded(layer):
             continue
-        value = folded_value(layer)
+        value = read(layer)
         if value is None:
             if not layer.weights:  # one holding more than one value is no length
-                notes[layer.name] = "its value is in the .bin, which is not loaded (--bin)"
+                kept[layer.name] = "its value is in the .bin, which is not loaded (--bin)"
             continue
         matches = [d for d in ev.dims if d.traced == value]
         if len(matches) != 1:
             traced = ", ".join(f"{d.blob} dim {d.dim} = {d.traced}" for d in ev.dims)
-            notes[layer.name] = (
+            kept[layer.name] = (
                 f"{value:g} is the traced extent of {len(matches)} input dims: which one is "
                 f"not known" if matches else
                 f"{value:g} is not the traced extent of a dynamic input dim ({traced}, "
@@ -173,10 +172,26 @@ def thaw(g: Graph, pnnx: object, ev: TraceEvidence, facts: dict,
         users = readers.get(operand, []) if operand is not None else []
         if not any(pnnx.operand(o) is not None and None in (pnnx.operand(o).shape or ())  # type: ignore[attr-defined]
                    for op in users for o in op.inputs if o != operand):
-            notes[layer.name] = (f"{value:g} equals the traced extent of {dim.blob} dim "
-                                 f"{dim.dim}, but no op reads it with a tensor of a dynamic "
-                                 f"length: left as a constant")
+            kept[layer.name] = (f"{value:g} equals the traced extent of {dim.blob} dim "
+                                f"{dim.dim}, but no op reads it with a tensor of a dynamic "
+                                f"length: left as a constant")
             continue
+        found.append((layer, dim, value))
+    return found, kept
+
+
+def thaw(g: Graph, pnnx: object, ev: TraceEvidence, facts: dict,
+         table: int) -> tuple[list[Change], dict[str, str]]:
+    """Rewrite every folded constant proven to be a traced extent (`frozen_lengths`) into
+    that extent computed from the input. Returns the changes and, by layer name, why each
+    other folded constant was left alone; `facts[blob] = (lo, hi)` records the value bounds
+    of each rewritten constant."""
+    from ..shapes.affine import Affine
+    from ..weights import set_weights
+
+    changes: list[Change] = []
+    found, notes = frozen_lengths(g, pnnx, ev)
+    for layer, dim, value in found:
         if g.weights is None:
             notes[layer.name] = (f"{value:g} is the traced extent of {dim.blob} dim "
                                  f"{dim.dim}; computing it adds a MemoryData to the .bin: "
