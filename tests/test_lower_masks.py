@@ -13,13 +13,7 @@ from paramsurgery.passes.lower import RULES, Lower
 from paramsurgery.runtime import Feed, Fetch, run
 
 from golden import check_golden
-
-
-def fix_header(text: str) -> str:
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    layers = [ln.split() for ln in lines[2:]]
-    blobs = {b for ln in layers for b in ln[4:4 + int(ln[2]) + int(ln[3])]}
-    return "\n".join([lines[0], f"{len(layers)} {len(blobs)}"] + lines[2:]) + "\n"
+from test_lower_layout import fix_header
 
 
 def lower_with_bin(tmp_path, ncnn: str, pnnx: str, weights: bytes = b"", *,
