@@ -153,6 +153,12 @@ class FixInput:
         return self.flag.lstrip("-").replace("-", "_")
 
 
+# the length a static export was traced at: read by more than one repair (one flag in fix)
+TRACED_LEN = FixInput("--traced-len", "the length a static export was traced at (every "
+                      "value equal to it may be length-derived)", metavar="T", type=int,
+                      path=False)
+
+
 @dataclass
 class RepairContext:
     """What `paramsurgery fix` knows besides the graph, for `Pass.for_fix`."""

@@ -33,7 +33,7 @@ from ..graph import Graph
 from ..layer import Layer
 from ..values import Kind
 from . import _traced
-from .base import Change, FixInput, Pass, PassResult, RepairContext, Skip, register
+from .base import TRACED_LEN, Change, FixInput, Pass, PassResult, RepairContext, Skip, register
 
 if TYPE_CHECKING:
     from .dynamize_shapes import LengthSpec
@@ -74,8 +74,7 @@ class Dynamize(Pass):
     repair_order = 60
 
     fix_inputs = (
-        FixInput("--traced-len", "the length a static export was traced at (every input dim "
-                 "equal to it is the length)", metavar="T", type=int, path=False),
+        TRACED_LEN,
         FixInput("--pair", "the same model exported at another length: proves what one "
                  "trace cannot (the fallback when the single-trace rewrite refuses)",
                  metavar="OTHER_PARAM"),

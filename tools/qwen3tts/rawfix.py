@@ -6,7 +6,9 @@ Every module goes through the issue's command, `paramsurgery fix X.ncnn.param --
 X.ncnn.bin -o Y.param` (run in this process): fix lints, runs the repairs the findings call
 for (fold-gqa, lower, fix-batch-reshape, fix-slice, ...) and, for the codec decoder, which
 pnnx can export only statically (`raw_static`, one trace at T=25), dynamize from that trace,
-pnnx's IR and the reference next to it (T=13).
+pnnx's IR and the reference next to it (T=13). The speaker encoder's length mask, which pnnx
+froze at the traced length, is read back from pnnx's test script kept next to the raw
+export (`speaker_encoder.raw_ncnn.py`).
 """
 
 from __future__ import annotations
