@@ -36,7 +36,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
@@ -177,15 +177,23 @@ class Reference:
         `batch_index_<blob>` scalars), or `input_<name>`/`output_<name>`, which are paired
         with the graph's inputs and outputs through pnnx's traced shapes (rank, fixed sizes,
         int/float); arrays with identical shapes are interchangeable for a shape check.
-        Raises ValueError when the arrays cannot be paired."""
+        An io side file (`X.ref.io.json`, `read_io_sidefile`) pairs the keys with the blobs
+        and gives every batch axis instead. Raises ValueError when the arrays cannot be
+        paired."""
         with np.load(path) as z:
             data = {k: z[k] for k in z.files}
         ins = sorted(graph.inputs, key=_in_key)
         outs = _ordered_outputs(graph)
         bidx = {k[len("batch_index_"):]: int(v) for k, v in data.items()
                 if k.startswith("batch_index_")}
+        io = read_io_sidefile(path)
         in_keys = [k for k in data if k in ins]
-        if in_keys:
+        if io is not None:  # the side file pairs keys with blobs and says every batch axis
+            in_map = {e["blob"]: e["key"] for e in io["inputs"] if e["key"] in data}
+            out_map = {e["blob"]: e["key"] for e in io["outputs"] if e["key"] in data}
+            for e in io["inputs"] + io["outputs"]:
+                bidx.setdefault(e["blob"], int(e["batch_index"]))
+        elif in_keys:
             in_map = {k: k for k in in_keys}
             out_map = {k: k for k in data if k in outs}
         else:
@@ -262,6 +270,35 @@ def _pair(blobs: list[str], operands: list["Operand"], keys: list[str],
 # what reading a broken reference `.npz` raises (empty file: EOFError; not a zip:
 # BadZipFile; a pickle: ValueError)
 REFERENCE_ERRORS = (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile)
+
+
+def io_sidefile(reference: str) -> str:
+    """Where a reference's io side file is: `X.ref.io.json` for `X.ref.npz`."""
+    return (reference[: -len(".npz")] if reference.endswith(".npz") else reference) + ".io.json"
+
+
+def read_io_sidefile(reference: str) -> dict[str, list[dict[str, Any]]] | None:
+    """The io record next to a reference (`X.ref.io.json`), in the fixture manifest's `io`
+    form: `{"inputs": [{"blob": "in2", "key": "input_cos", "batch_index": 1}, ...],
+    "outputs": [...]}` (batch_index 233 = none). None when there is no side file; a side
+    file that is not such a record raises ValueError."""
+    import json
+
+    side = io_sidefile(os.fspath(reference))
+    if not os.path.isfile(side):
+        return None
+    try:
+        with open(side, encoding="utf-8") as fh:
+            io = json.load(fh)
+        for part in ("inputs", "outputs"):
+            for e in io[part]:
+                if not (isinstance(e["blob"], str) and isinstance(e["key"], str)):
+                    raise TypeError("blob and key are strings")
+                int(e["batch_index"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{side}: not an io record ({{'inputs': [{{blob, key, "
+                         f"batch_index}}], 'outputs': [...]}}): {exc}") from None
+    return {"inputs": list(io["inputs"]), "outputs": list(io["outputs"])}
 
 
 def find_reference(param_path: str) -> str | None:
