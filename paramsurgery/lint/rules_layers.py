@@ -252,24 +252,14 @@ def float_math_on_ids(ctx: "LintContext") -> Iterator[Hit]:
     (Split, Reshape, Permute, Crop, Slice, Concat, …); each blob is visited once.
     Workaround: do the index arithmetic on the host (pre-offset the ids and concatenate
     the tables into one Embed), or use one Embedding per codebook."""
+    from ..passes.match import walk_up
+
     g = ctx.graph
     seen: set[str] = set()
     flagged: set[int] = set()
     for emb in g.by_type("Embed"):
-        if not emb.inputs:
-            continue
-        work = [emb.inputs[0]]
-        while work:
-            b = work.pop()
-            if b in seen:
-                continue
-            seen.add(b)
-            p = g.producer(b)
-            if p is None or p.type in ("Input", "MemoryData"):
-                continue
-            if p.type in _ID_PRESERVING:
-                work.extend(p.inputs)
-            elif p.type in _FLOAT_MATH and p.id not in flagged:
+        for _, p in walk_up(g, emb.inputs[:1], _ID_PRESERVING, seen):
+            if p is not None and p.type in _FLOAT_MATH and p.id not in flagged:
                 flagged.add(p.id)
                 yield Hit(p, f"{p.type} {p.name!r} ({_describe_math(p)}) computes in float on "
                              f"the int32 ids that Embed {emb.name!r} reads: the result is float "

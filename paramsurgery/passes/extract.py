@@ -81,36 +81,34 @@ def plan_extract(g: Graph, inputs: Sequence[str] | None, outputs: Sequence[str])
     if both:
         raise PassRefused(f"{', '.join(both)} named as both input and output", file=where)
 
+    from ..cone import cone
+
     input_set = set(inputs)
     keep: set[int] = set()
     used_inputs: set[str] = set()
     unfed: dict[str, list[str]] = {}  # graph input -> outputs that need it
+    by_id, pos = g.nx.nodes, g.position()
     for out in outputs:
-        stack = [out]
-        seen: set[str] = set()
-        while stack:
-            b = stack.pop()
-            if b in seen:
-                continue
-            seen.add(b)
-            if b in input_set:
-                used_inputs.add(b)
-                continue
-            p = g.producer(b)
-            if p is None:
-                raise PassRefused(f"output {out!r} depends on blob {b!r}, which no layer "
-                                  f"writes", file=where)
-            if p.type == "Input":
+        sink = g.producer(out)
+        assert sink is not None  # checked above
+        for lid in sorted(cone(g, [sink.id], stop=input_set), key=pos.__getitem__):
+            layer = by_id[lid]["layer"]
+            if layer.type == "Input":
                 if auto_inputs:
-                    used_inputs.add(b)
-                    if b not in input_set:
-                        input_set.add(b)
-                        inputs.append(b)
-                    continue
-                unfed.setdefault(b, []).append(out)
+                    used_inputs.update(layer.outputs)
+                    inputs.extend(b for b in layer.outputs if b not in input_set)
+                    input_set.update(layer.outputs)
+                else:
+                    for b in layer.outputs:
+                        unfed.setdefault(b, []).append(out)
                 continue
-            keep.add(p.id)
-            stack.extend(p.inputs)
+            keep.add(layer.id)
+            for b in layer.inputs:
+                if b in input_set:
+                    used_inputs.add(b)
+                elif g.producer(b) is None:
+                    raise PassRefused(f"output {out!r} depends on blob {b!r}, which no layer "
+                                      f"writes", file=where)
     if unfed:
         by_outs: dict[tuple[str, ...], list[str]] = {}
         for b, outs in unfed.items():

@@ -359,22 +359,12 @@ class FuseCodebooks(Pass):
 
     def _mentions_embed(self, g: Graph, layer: Layer) -> bool:
         """Whether a failed candidate is worth an --explain line (an Embed feeds it)."""
-        frontier, seen = list(layer.inputs), set()
-        for _ in range(64):
-            if not frontier:
-                return False
-            b = frontier.pop()
-            if b in seen:
-                continue
-            seen.add(b)
-            p = g.producer(b)
-            if p is None:
-                continue
-            if p.type == "Embed":
-                return True
-            if p.type in LAYOUT_TYPES + ("BinaryOp", "Concat", "Eltwise", "Split"):
-                frontier.extend(p.inputs)
-        return False
+        from itertools import islice
+
+        from .match import walk_up
+
+        near = walk_up(g, layer.inputs, LAYOUT_TYPES + ("BinaryOp", "Concat", "Eltwise", "Split"))
+        return any(p is not None and p.type == "Embed" for _, p in islice(near, 64))
 
     def _match_root(self, g: Graph, layer: Layer) -> _SumMatch | None:
         """A sum whose terms are Embed rows, written by `layer`; None if `layer` is not the
