@@ -125,7 +125,7 @@ def walk_up(g: Graph, blobs: Iterable[str], through: Collection[str],
     (None: dangling), going up through the inputs of producers whose type is in `through`."""
     def up(b: str) -> list[str]:
         p = g.producer(b)
-        return p.inputs if p is not None and p.type in through else []
+        return list(p.inputs) if p is not None and p.type in through else []
 
     for b in visit_once(blobs, up, seen):
         yield b, g.producer(b)
