@@ -149,3 +149,28 @@ def inputshape_of(args: argparse.Namespace, g: Any = None) -> dict:
     if g is not None:
         check_blobs(g, shapes, getattr(args, "param", None))
     return shapes
+
+
+def command(sub: argparse._SubParsersAction, doc: str | None, run: Any = None,
+            **options: Any) -> argparse.ArgumentParser:
+    """A command's parser, declared by its module docstring: the first paragraph is
+    "`paramsurgery NAME`: one-line help", the paragraphs after it the description (what
+    `NAME --help` prints). `run` is what the command runs (set later for GraphCommand)."""
+    import inspect
+
+    first, _, rest = inspect.cleandoc(doc or "").partition("\n\n")
+    head, sep, help_text = " ".join(first.split()).partition(": ")
+    name = head.strip("`").removeprefix("paramsurgery ")
+    if not sep or not name or " " in name:
+        raise ValueError(f"a command docstring starts with '`paramsurgery NAME`: help': {first!r}")
+    p = sub.add_parser(name, help=help_text, description=" ".join(rest.split()) or help_text,
+                       **options)
+    if run is not None:
+        p.set_defaults(run=run)
+    return p
+
+
+def add_input_arg(p: argparse.ArgumentParser, what: str = "input .param",
+                  name: str = "param") -> None:
+    """The graph a command reads (positional `param`)."""
+    p.add_argument(name, help=what)
