@@ -64,19 +64,16 @@ class ParityReport:
             (self.reference_rel is None or self.reference_rel <= self.tol)
 
     def format(self) -> str:
-        lines = [f"kv-cache parity: prefill {self.n} + {self.m} single-token steps vs a full "
-                 f"prefill of {self.n + self.m} (tolerance rel {self.tol:g})"]
-        if self.error:
-            lines.append(f"  FAILED to run: {self.error}")
-            return "\n".join(lines)
-        if self.reference_rel is not None:
-            lines.append(f"  full prefill vs graph without cache: rel {self.reference_rel:.3e}")
-        for s in self.steps:
-            flag = "ok" if s.max_rel <= self.tol else "MISMATCH"
-            lines.append(f"  {s.label:<10} positions {s.positions[0]:>3}..{s.positions[1] - 1:<3} "
-                         f"max_abs {s.max_abs:.3e}  rel {s.max_rel:.3e}  {flag}")
-        lines.append("  parity: " + ("ok" if self.ok else "FAILED"))
-        return "\n".join(lines)
+        from .equivalence import format_parity
+
+        rows = [] if self.reference_rel is None else [
+            f"full prefill vs graph without cache: rel {self.reference_rel:.3e}"]
+        rows += [f"{s.label:<10} positions {s.positions[0]:>3}..{s.positions[1] - 1:<3} "
+                 f"max_abs {s.max_abs:.3e}  rel {s.max_rel:.3e}  "
+                 f"{'ok' if s.max_rel <= self.tol else 'MISMATCH'}" for s in self.steps]
+        return format_parity(f"kv-cache parity: prefill {self.n} + {self.m} single-token steps "
+                             f"vs a full prefill of {self.n + self.m} (tolerance rel {self.tol:g})",
+                             self.error, rows, self.ok, failed="FAILED to run")
 
 
 # --------------------------------------------------------------------------- inference

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence
 
 from ..errors import PassRefused
 from ..findings import ERROR, Finding
@@ -209,6 +209,20 @@ class Pass:
                                             f"layer(s) downstream of the change")
                 self.ensures(work, before)
             return result
+
+
+def check_selection(layers: Sequence["Layer"], named: set[str], kind: str, *,
+                    types: str | None = None) -> None:
+    """A pass over layers of a kind (`--only`/`--skip` naming some of them): refuse when the
+    graph has none (`types`: how to name them, default `kind`) or a name is not one."""
+    from ..errors import PassRefused
+
+    if not layers:
+        raise PassRefused(f"the graph has no {types or kind} layer")
+    unknown = named - {layer.name for layer in layers}
+    if unknown:
+        raise PassRefused(f"--only/--skip name(s) that are not {kind} layers: "
+                          f"{', '.join(sorted(unknown))}")
 
 
 def keep_or_refuse(pass_name: str, result: PassResult, refused: list[Skip], *, partial: bool,
