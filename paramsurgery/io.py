@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, Iterator
 
-from .errors import ParamSurgeryError
+from .errors import ParamSurgeryError, cannot_open
 
 if TYPE_CHECKING:
     from .graph import Graph
@@ -164,14 +164,8 @@ def read_bytes(path: str | os.PathLike) -> bytes:
             if stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
                 return fh.read()
             data = fh.read(MAX_STREAM_BYTES + 1)
-    except FileNotFoundError:
-        raise ParamSurgeryError("no such file", file=path_s) from None
-    except IsADirectoryError:
-        raise ParamSurgeryError("is a directory, not a file", file=path_s) from None
-    except PermissionError:
-        raise ParamSurgeryError("permission denied", file=path_s) from None
     except OSError as exc:
-        raise ParamSurgeryError(f"cannot read: {exc.strerror or exc}", file=path_s) from None
+        raise ParamSurgeryError(cannot_open(exc), file=path_s) from None
     if len(data) > MAX_STREAM_BYTES:
         raise ParamSurgeryError(f"not a regular file and longer than {MAX_STREAM_BYTES} bytes",
                                 file=path_s)
@@ -215,3 +209,16 @@ def save_graph(g: "Graph", path: str | os.PathLike, bin: str | os.PathLike | Non
 
     atomic_write_many({path_s: lambda fh: fh.write(data),
                        os.fspath(bin): lambda fh: write_weights(g, fh)})
+
+
+def companion(path: str | os.PathLike, *endings: tuple[str, str]) -> str | None:
+    """A file kept next to `path` (pnnx's IR, the weights, ...): for each `(ending,
+    replacement)` that `path` ends with, in order, `path` with it replaced, the first that
+    is an existing file other than `path`."""
+    p = os.fspath(path)
+    for ending, replacement in endings:
+        if p.endswith(ending):
+            cand = p[: len(p) - len(ending)] + replacement
+            if cand != p and os.path.isfile(cand):
+                return cand
+    return None

@@ -153,15 +153,17 @@ def inputshape_of(args: argparse.Namespace, g: Any = None) -> dict:
 
 def command(sub: argparse._SubParsersAction, doc: str | None, run: Any = None,
             **options: Any) -> argparse.ArgumentParser:
-    """A command's parser, declared by its module docstring: the first paragraph is
-    "`paramsurgery NAME`: one-line help", the paragraphs after it the description (what
-    `NAME --help` prints). `run` is what the command runs (set later for GraphCommand)."""
+    """A command's parser, declared by its docstring (the module's, or the run function's
+    for a subcommand): the first paragraph is "`paramsurgery [GROUP] NAME`: one-line help",
+    the paragraphs after it the description (what `NAME --help` prints; the help when
+    there are none). `run` is what the command runs (GraphCommand sets it in `finish`)."""
     import inspect
 
     first, _, rest = inspect.cleandoc(doc or "").partition("\n\n")
     head, sep, help_text = " ".join(first.split()).partition(": ")
-    name = head.strip("`").removeprefix("paramsurgery ")
-    if not sep or not name or " " in name:
+    words = head.strip("`").split()  # `paramsurgery [GROUP] NAME`
+    name = words[-1] if len(words) >= 2 and words[0] == "paramsurgery" else ""
+    if not sep or not name:
         raise ValueError(f"a command docstring starts with '`paramsurgery NAME`: help': {first!r}")
     p = sub.add_parser(name, help=help_text, description=" ".join(rest.split()) or help_text,
                        **options)
@@ -174,3 +176,16 @@ def add_input_arg(p: argparse.ArgumentParser, what: str = "input .param",
                   name: str = "param") -> None:
     """The graph a command reads (positional `param`)."""
     p.add_argument(name, help=what)
+
+
+def write_graph(g: Any, out: str, note: str) -> None:
+    """Write `g`'s text to `out` (atomically; '-' = stdout); then `note` (a format string
+    of `out`) on stderr says what was written."""
+    from ..io import atomic_write
+
+    data = g.dump_bytes()
+    if out == "-":
+        sys.stdout.buffer.write(data)
+    else:
+        atomic_write(out, data)
+        print(note.format(out=out), file=sys.stderr)

@@ -8,21 +8,20 @@ import tempfile
 
 from ..errors import ParamSurgeryError
 from ._common import add_pass_args, run_param_pass
+from ._runner import add_bin_arg, add_verify_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fold-explicit-cache", help="fold an explicit Concat(past, current) k/v "
                        "cache into SDPA's native kv cache (7=1)")
     add_pass_args(p, "nativecache")
-    p.add_argument("--verify", action="store_true",
-                   help="prove the rewrite through ncnn with a decode loop: prefill, then steps "
-                        "feeding back ncnn's caches, against the input graph fed plain past "
-                        "arrays (needs --feeds); nothing is written when it fails")
+    add_verify_args(p, "prove the rewrite through ncnn with a decode loop: prefill, then "
+                       "steps feeding back ncnn's caches, against the input graph fed plain "
+                       "past arrays (needs --feeds)", tol=1e-5)
     p.add_argument("--feeds", metavar="NPZ",
                    help="--verify: the non-cache inputs of each call, arrays named "
                         "'<input>@<step>' (step 0 = prefill) in ncnn layout")
-    p.add_argument("--bin", metavar="BIN", help="--verify: the weights (default: none)")
-    p.add_argument("--tol", type=float, default=1e-5, help="--verify: relative tolerance")
+    add_bin_arg(p)
     p.set_defaults(run=run)
 
 

@@ -321,13 +321,6 @@ def _parse(text: str, path: str | None) -> PnnxGraph:
 def find_pnnx_param(param_path: str | os.PathLike) -> str | None:
     """The `.pnnx.param` pnnx wrote next to an `.ncnn.param` (`m.ncnn.param` →
     `m.pnnx.param`; `m.param` → `m.pnnx.param`), if it exists."""
-    p = os.fspath(param_path)
-    cands = []
-    if p.endswith(".ncnn.param"):
-        cands.append(p[: -len(".ncnn.param")] + ".pnnx.param")
-    elif p.endswith(".param"):
-        cands.append(p[: -len(".param")] + ".pnnx.param")
-    for c in cands:
-        if os.path.isfile(c):
-            return c
-    return None
+    from ..io import companion
+
+    return companion(param_path, (".ncnn.param", ".pnnx.param"), (".param", ".pnnx.param"))

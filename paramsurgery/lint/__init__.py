@@ -207,15 +207,9 @@ def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
 
 
 def _bin_next_to(p: str) -> str | None:
-    cands = []
-    if p.endswith(".param"):
-        cands.append(p[: -len(".param")] + ".bin")
-    if p.endswith(".param.bin"):
-        cands.append(p[: -len(".param.bin")] + ".bin")
-    for c in cands:
-        if os.path.isfile(c) and c != p:
-            return c
-    return None
+    from ..io import companion
+
+    return companion(p, (".param", ".bin"), (".param.bin", ".bin"))
 
 
 def fix_pass_of(finding: Finding) -> str | None:

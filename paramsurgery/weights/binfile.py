@@ -29,7 +29,7 @@ from typing import IO, TYPE_CHECKING, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import BinLayoutError
+from ..errors import BinLayoutError, cannot_open
 from . import tags as T
 from .schema import PACKED, RAW, TAGGED, Read, SchemaError, layer_reads, reads_for
 
@@ -63,12 +63,8 @@ class WeightFile:
         path_s = os.fspath(path)
         try:
             fd = os.open(path_s, os.O_RDONLY)
-        except FileNotFoundError:
-            raise BinLayoutError("no such file", file=path_s) from None
-        except IsADirectoryError:
-            raise BinLayoutError("is a directory, not a file", file=path_s) from None
-        except PermissionError:
-            raise BinLayoutError("permission denied", file=path_s) from None
+        except OSError as exc:
+            raise BinLayoutError(cannot_open(exc), file=path_s) from None
         try:
             size = os.fstat(fd).st_size
             data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if size else b""
