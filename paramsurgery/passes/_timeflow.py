@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Union
 
 from ..graph import Graph
 from ..layer import Layer
@@ -660,22 +660,11 @@ def crop_spans(layer: Layer, rank: int) -> dict[int, tuple[int, int]] | None:
     p = layer.params
     starts, ends, axes = p.get(9) or [], p.get(10) or [], p.get(11)
     if starts and ends:
-        if axes is None or not axes:
-            axes = list(range(len(starts)))
-        out = {}
-        for st, en, ax in zip(starts, ends, axes):
-            try:
-                a = _axis_w_index(ax, rank)
-            except ValueError:
-                return None
-            if st == -233:
-                st = 0
-            if en == -233:
-                en = 0
-            if st < 0:
-                return None
-            out[a] = (st, en)
-        return out
+        def numeric(st: int, en: int, a: int) -> tuple[int, int] | None:
+            st, en = (0 if st == -233 else st), (0 if en == -233 else en)
+            return None if st < 0 else (st, en)
+
+        return _spans_by_axis(zip(starts, ends, axes or range(len(starts))), rank, numeric)
     se, ee, ae = p.get(19), p.get(20), p.get(21)
     if se and ee and ae:
         try:
@@ -686,19 +675,12 @@ def crop_spans(layer: Layer, rank: int) -> dict[int, tuple[int, int]] | None:
             return None
         if not (len(st_l) == len(en_l) == len(ax_l)):
             return None
-        out = {}
-        for st_s, en_s, ax in zip(st_l, en_l, ax_l):
-            try:
-                a = _axis_w_index(ax, rank)
-            except ValueError:
-                return None
-            dim = "wh?c"[a] if rank <= 3 else None
-            st = _expr_start(st_s)
-            en = _expr_end(en_s, dim)
-            if st is None or en is None:
-                return None
-            out[a] = (st, en)
-        return out
+
+        def expression(st_s: str, en_s: str, a: int) -> tuple[int, int] | None:
+            st, en = _expr_start(st_s), _expr_end(en_s, "wh?c"[a] if rank <= 3 else None)
+            return None if st is None or en is None else (st, en)
+
+        return _spans_by_axis(zip(st_l, en_l, ax_l), rank, expression)
     if any(k in p for k in (9, 10, 19, 20)):
         return None
     # legacy offsets: only the all-default/auto form is understood
@@ -707,6 +689,24 @@ def crop_spans(layer: Layer, rank: int) -> dict[int, tuple[int, int]] | None:
     if any(legacy) or any(v not in (-233,) for v in sizes):
         return None
     return {}
+
+
+def _spans_by_axis(specs: Iterable[tuple[Any, Any, int]], rank: int,
+                   span: Callable[[Any, Any, int], tuple[int, int] | None]
+                   ) -> dict[int, tuple[int, int]] | None:
+    """Axis (w-first index) → `span(start, end, axis)` for each (start, end, numpy axis);
+    None when an axis is out of range or a span is not understood."""
+    out = {}
+    for st, en, ax in specs:
+        try:
+            a = _axis_w_index(ax, rank)
+        except ValueError:
+            return None
+        got = span(st, en, a)
+        if got is None:
+            return None
+        out[a] = got
+    return out
 
 
 def time_crop(layer: Layer, rank: int, axis: int) -> tuple[int, int] | None:
