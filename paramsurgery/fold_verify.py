@@ -28,6 +28,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from .npz import save_arrays
+
 from .errors import VerificationError
 
 
@@ -85,7 +87,7 @@ def verify_fold(explicit_param: str | Path, folded_param: str | Path, bin: str |
         d = Path(tmp)
         arrays = {f"s{i}_{j}": np.asarray(a) for i, feeds in enumerate(steps)
                   for j, a in enumerate(feeds.values())}
-        np.savez(d / "steps.npz", **arrays)
+        save_arrays(d / "steps.npz", arrays)
         spec = {"explicit": str(explicit_param), "folded": str(folded_param),
                 "bin": None if bin is None else str(bin),
                 "caches": [c.__dict__ for c in caches], "outputs": list(outputs),

@@ -430,6 +430,7 @@ class Graph:
         if lo is None and hi is None:
             k = 0
         elif lo is None:
+            assert hi is not None
             k = hi - _GAP
         elif hi is None:
             k = lo + _GAP
@@ -487,7 +488,7 @@ class Graph:
         for b in outputs:
             if b in self._producers:
                 raise GraphError(f"blob {b!r} already has a producer "
-                                 f"({self.producer(b).name!r})")
+                                 f"({self._layers[self._producers[b][0][0]].name!r})")
         layer = Layer(type, name, list(inputs), list(outputs), None)
         _fill_params(layer, params)
         return layer
@@ -609,7 +610,8 @@ class Graph:
             _check_token(b, "blob name")
             p = self._producers.get(b)
             if p and p[0][0] != layer.id:
-                raise GraphError(f"blob {b!r} already has a producer ({self.producer(b).name!r})")
+                raise GraphError(f"blob {b!r} already has a producer "
+                                 f"({self._layers[p[0][0]].name!r})")
         return self._relist(layer, blobs, tops=True)
 
     def _relist(self, layer: Layer, blobs: list[str], *, tops: bool) -> "Graph":

@@ -17,7 +17,7 @@ import stat
 import tempfile
 import threading
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Callable, Iterator
+from typing import IO, TYPE_CHECKING, Callable, Iterator, Mapping
 
 from .errors import ParamSurgeryError, cannot_open
 
@@ -121,7 +121,7 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
         fh.write(data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data)
 
 
-def atomic_write_many(writers: dict[str | os.PathLike, Callable[[IO], None]]) -> None:
+def atomic_write_many(writers: Mapping[str | os.PathLike, Callable[[IO], object]]) -> None:
     """Write several files; all are renamed into place only after every one was written."""
     staged: list[tuple[str, Path]] = []
     with signals_raise():

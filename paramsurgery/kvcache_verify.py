@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .npz import save_arrays
+
 from .errors import ParamSurgeryError, VerificationError
 from .graph import Graph
 from .io import load
@@ -249,7 +251,7 @@ def _verify_generic(g: Graph, param, bin, slots, n: int, m: int, io: DecoderIO,
     report = ParityReport(n, m, tol)
     with tempfile.TemporaryDirectory(prefix="paramsurgery-kv-") as tmp:
         names = list(feeds)
-        np.savez(Path(tmp) / "feeds.npz", **{f"a{i}": feeds[b] for i, b in enumerate(names)})
+        save_arrays(Path(tmp) / "feeds.npz", {f"a{i}": feeds[b] for i, b in enumerate(names)})
         spec = {"param": str(param), "bin": None if bin is None else str(bin), "n": n, "m": m,
                 "io": asdict(io), "seed": seed, "rope": False,
                 "reference_param": None if reference_param is None else str(reference_param),

@@ -18,7 +18,7 @@ import argparse
 import sys
 
 from ..errors import ParamSurgeryError
-from ..findings import ERROR, INFO, WARNING
+from ..findings import ERROR, INFO, WARNING, Finding
 from ._common import add_format_arg, command, print_json
 
 
@@ -97,7 +97,7 @@ def lint_paths(args: argparse.Namespace) -> int:
         select_rules(args.select, args.ignore)
     except ValueError as exc:
         raise ParamSurgeryError(str(exc)) from None
-    results = []
+    results: list[tuple[str, list[Finding] | None, str | None]] = []
     unreadable = 0
     for path in args.param:
         try:
@@ -147,7 +147,9 @@ def _json_report(results: list, counts: dict) -> dict:
     from ..lint import fix_pass_of
 
     entries = []
-    passing, failing, unreadable = [], [], []
+    passing: list[str] = []
+    failing: list[str] = []
+    unreadable: list[dict[str, str | None]] = []
     for path, fs, err in results:
         if fs is None:
             unreadable.append({"file": path, "error": err})

@@ -21,6 +21,8 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
+from ..npz import save_arrays
+
 from ..graph import Graph
 from ..runtime import FeedLike, _as_feed, child_env
 from .frames import read_frames
@@ -76,11 +78,11 @@ def cache_tops(graph: Graph) -> set[str]:
 
 def _prepare(tmp: Path, side: NcnnSide, feeds: Mapping[str, FeedLike],
              blobs: list[tuple[str, int]], out: str | None) -> list[str]:
-    feeds = {name: _as_feed(f) for name, f in feeds.items()}
-    np.savez(tmp / "inputs.npz", **{f"i{i}": f.array for i, f in enumerate(feeds.values())})
+    as_feeds = {name: _as_feed(f) for name, f in feeds.items()}
+    save_arrays(tmp / "inputs.npz", {f"i{i}": f.array for i, f in enumerate(as_feeds.values())})
     spec = {"param": os.path.abspath(side.param),
             "bin": None if side.bin is None else os.path.abspath(side.bin),
-            "inputs": [[name, f.batch_index] for name, f in feeds.items()],
+            "inputs": [[name, f.batch_index] for name, f in as_feeds.items()],
             "blobs": [list(b) for b in blobs], "options": side.settings, "out": out}
     (tmp / "spec.json").write_text(json.dumps(spec))
     return [sys.executable, "-m", "paramsurgery.compare.ncnn_child", str(tmp)]

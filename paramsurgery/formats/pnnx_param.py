@@ -57,7 +57,8 @@ class Operand:
 
     @property
     def is_int(self) -> bool:
-        return bool(self.dtype) and (self.dtype[0] in "iu" or self.dtype == "bool")
+        return self.dtype is not None and self.dtype != "" and \
+            (self.dtype[0] in "iu" or self.dtype == "bool")
 
     def shape_text(self) -> str:
         if self.shape is None:
@@ -179,7 +180,7 @@ def parse_value(text: str) -> object:
         if not inner:
             return ()
         parts = inner.split(",")
-        vals = []
+        vals: list[int | float] = []
         for p in parts:
             p = p.strip()
             if _INT_RE.match(p):

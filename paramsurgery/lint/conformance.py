@@ -95,7 +95,7 @@ def parse_input_shapes(text: str | Sequence[str], blobs: Sequence[str] | None = 
     default to `in0`, `in1`, …"""
     if not isinstance(text, str):
         text = ",".join(text)
-    specs = []
+    specs: list[InputSpec] = []
     pos = 0
     text = text.strip()
     while pos < len(text):
@@ -586,9 +586,9 @@ def _layouts(specs: list[InputSpec]) -> list[list[int]]:
     if not any(s.guessed for s in specs):
         return [first]
     alts = [first,
-            [s.batch_index if not s.guessed else (0 if len(s.shape) >= 2 else NO_BATCH)
-             for s in specs],
-            [s.batch_index if not s.guessed else NO_BATCH for s in specs]]
+            [s.effective_batch_index() if not s.guessed else
+             (0 if len(s.shape) >= 2 else NO_BATCH) for s in specs],
+            [s.effective_batch_index() if not s.guessed else NO_BATCH for s in specs]]
     out: list[list[int]] = []
     for a in alts:
         if a not in out:
@@ -622,7 +622,7 @@ def torch_parts(length: int, n: int, semantics: str) -> list[int]:
     `tensor_split` (the first `length % n` parts one longer)."""
     if semantics == "chunk":
         size = -(-length // n)
-        parts = []
+        parts: list[int] = []
         left = length
         while left > 0 and len(parts) < n:
             parts.append(min(size, left))
@@ -637,14 +637,15 @@ def uneven_split(layer: "Layer", shapes: dict[str, tuple[int, ...]]) -> SplitRep
     if not layer.inputs or layer.inputs[0] not in shapes:
         return None
     ins = shapes[layer.inputs[0]]
-    outs = [shapes.get(b) for b in layer.outputs]
-    if any(o is None or len(o) != len(ins) for o in outs):
+    found = [shapes.get(b) for b in layer.outputs]
+    outs = [o for o in found if o is not None and len(o) == len(ins)]
+    if len(outs) != len(found):
         return None
     axes = [i for i in range(len(ins)) if any(o[i] != ins[i] for o in outs)]
     if len(axes) != 1:
         return None
     ax = axes[0]
-    slices = layer.params.get(0) or []
+    slices = layer.params.get_ints(0) or []
     parts = [o[ax] for o in outs]
     fixed = [(i, s) for i, s in enumerate(slices[:len(parts)]) if s != -233]
     auto_idx = [i for i, s in enumerate(slices[:len(parts)]) if s == -233]

@@ -26,16 +26,14 @@ def _ints(layer: "Layer", pid: int) -> list[int] | None:
     v = layer.params.value(pid)
     if v is None:
         return None
-    if v.kind is Kind.INT:
-        return [int(v.value)]
-    if v.kind is Kind.INTS:
-        return [int(x) for x in v.value]
+    if v.kind in (Kind.INT, Kind.INTS):
+        return layer.params.get_ints(pid)
     return None
 
 
 def _int(layer: "Layer", pid: int, default: int) -> int:
     v = layer.params.value(pid)
-    return int(v.value) if v is not None and v.kind is Kind.INT else default
+    return layer.params.get_int(pid) if v is not None and v.kind is Kind.INT else default
 
 
 # =========================================================================== Slice
@@ -479,8 +477,10 @@ def _param_kind_hits(layer: "Layer") -> Iterator[Hit]:
         if info.kind is Kind.FLOAT and value.kind is Kind.INT and value.value == 0:
             continue  # int 0 and float 0.0 have the same bits: harmless everywhere
         sev, why = problem
-        if info.kind is Kind.FLOATS and value.kind is Kind.INTS and _float_bits(value.value):
-            floats = ", ".join(f"{x:g}" for x in _float_bits(value.value)[:4])
+        bits = _float_bits(tuple(value.value)) if isinstance(value.value, (list, tuple)) and \
+            info.kind is Kind.FLOATS and value.kind is Kind.INTS else None
+        if bits:
+            floats = ", ".join(f"{x:g}" for x in bits[:4])
             why = (f"the ints are float32 bit patterns ({floats}, …): ncnn builds with the "
                    f"untyped ParamDict read those floats, a typed ParamDict may convert "
                    f"the integers instead; write the floats")

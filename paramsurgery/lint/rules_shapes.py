@@ -223,7 +223,8 @@ _FREEZING = ("F.pad", "Tensor.reshape", "Tensor.view", "Tensor.expand", "torch.c
 
 def _pnnx_finding(ctx: "LintContext", op: "Op", code: str, severity: str, message: str,
                   fix: str | None = None) -> Finding:
-    return Finding(code, severity, message, op.name, op.line, ctx.pnnx.path, fix)
+    return Finding(code, severity, message, op.name, op.line,
+                   ctx.pnnx.path if ctx.pnnx is not None else None, fix)
 
 
 @rule("PS410", "frozen-shape", WARNING,
@@ -271,12 +272,12 @@ def uneven_split_traced(ctx: "LintContext") -> Iterator[Hit | Finding]:
         return
     conf = ctx.conformance
     mapping = conf.mapping
-    by_op: dict[int, "object"] = {}
-    for lay in conf.auto_slices:
-        for b in lay.outputs:
+    by_op: dict[int, "Layer"] = {}
+    for auto in conf.auto_slices:
+        for b in auto.outputs:
             o = mapping.get(b)
             if o is not None and o.producer is not None:
-                by_op[id(o.producer)] = lay
+                by_op[id(o.producer)] = auto
     if not conf.auto_slices:
         return
     for op in pn.ops:

@@ -23,12 +23,15 @@ subgraph (as ncnn defines outputs), which the result reports.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
 from .base import Change, Pass, PassResult, register
+
+if TYPE_CHECKING:
+    from ..runtime import FeedLike
 
 
 @dataclass
@@ -114,10 +117,10 @@ def plan_extract(g: Graph, inputs: Sequence[str] | None, outputs: Sequence[str])
         for b, outs in unfed.items():
             by_outs.setdefault(tuple(outs), []).append(b)
         parts = []
-        for outs, bs in by_outs.items():
+        for needing, bs in by_outs.items():
             bs = sorted(bs, key=_natural)
-            parts.append(f"{', '.join(outs)} depend{'s' if len(outs) == 1 else ''} on graph "
-                         f"input{'s' if len(bs) > 1 else ''} {', '.join(bs)}")
+            parts.append(f"{', '.join(needing)} depend{'s' if len(needing) == 1 else ''} on "
+                         f"graph input{'s' if len(bs) > 1 else ''} {', '.join(bs)}")
         n = len(unfed)
         raise PassRefused(f"{'; '.join(parts)}, which {'is' if n == 1 else 'are'} not in the "
                           f"inputs (add {'it' if n == 1 else 'them'} to the inputs, or also cut a "
@@ -288,7 +291,7 @@ class ExtractCheck:
 
 
 def check_extract(full_param: str, full_bin: str | None, sub_param: str, sub_bin: str | None,
-                  feeds: Mapping[str, object], outputs: Iterable[str],
+                  feeds: "Mapping[str, FeedLike]", outputs: Iterable[str],
                   cut: Iterable[str] = ()) -> ExtractCheck:
     """Run the full graph on `feeds` (graph inputs), take the `cut` blobs it computes as the
     subgraph's inputs (as ncnn Mats, unchanged), run the subgraph, and compare `outputs`
@@ -303,7 +306,7 @@ def check_extract(full_param: str, full_bin: str | None, sub_param: str, sub_bin
     sub = load_net(sub_param, sub_bin)
     sub_inputs = set(sub.input_names())
     mats = {name: _to_mat(_as_feed(v)) for name, v in feeds.items()}
-    ref: dict[str, object] = {}
+    ref: dict[str, np.ndarray] = {}
     cut_mats: dict[str, object] = {}
     with full.create_extractor() as ex:
         ex.set_light_mode(False)

@@ -91,11 +91,12 @@ class FixReduction(Pass):
             return fail(red, "its input does not come from a Concat 0=-233 (stack on pnnx's "
                              "batch axis)")
         op = red.params.get(0, 0)
-        if op not in ELEMENTWISE_OPS:
-            return fail(red, f"operation {op} ({OP_NAMES.get(op, '?')}) of a stacked axis is not "
+        if not isinstance(op, int) or op not in ELEMENTWISE_OPS:
+            name = OP_NAMES.get(op, "?") if isinstance(op, int) else "?"
+            return fail(red, f"operation {op} ({name}) of a stacked axis is not "
                              f"an element-wise combination of the parts (only SUM, MEAN, MAX, "
                              f"MIN, PROD are)")
-        coeff = float(red.params.get(2, 1.0))
+        coeff = red.params.get_float(2, 1.0)
         if coeff != 1.0 and op not in (0, 3):
             return fail(red, f"coeff 2={coeff} with {OP_NAMES[op]} has no element-wise form")
         if red.params.get(4, 0) != 0:
@@ -129,7 +130,7 @@ class FixReduction(Pass):
         dims = sorted({d % rank for d in dims}) if rank else dims
         sizes = [shape[d] for d in dims]
         if all(s == 1 for s in sizes):
-            if float(red.params.get(2, 1.0)) != 1.0:
+            if red.params.get_float(2, 1.0) != 1.0:
                 return fail(red, "reduces size-1 dims but scales by coeff 2≠1")
             return matched(red, op=op, dims=dims, shape=shape)
         shown = ", ".join(f"dim {d} of size {'?' if s is None else s}" for d, s in zip(dims, sizes))

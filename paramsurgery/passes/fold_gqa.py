@@ -170,7 +170,7 @@ class FoldGQA(Pass):
                 if tile.params.get(0, 0) != 1:
                     raise NoMatch(tile, f"Tile {tile.name!r} tiles axis {tile.params.get(0, 0)}, "
                                         f"not the new axis 1")
-                rep = int(tile.params.get(1, 1))
+                rep = tile.params.get_int(1, 1)
             exp = g.producer(tile.inputs[0])
             form = "tile"
             layers.append(tile)
@@ -242,7 +242,7 @@ class FoldGQA(Pass):
                  (c == "-1" and keeps_t)
         else:  # rep unknown (Tensor.expand): h must keep T, then c = G*rep by conservation
             ok = keeps_t and cn is not None and cn % groups == 0
-            heads = cn if ok else 0
+            heads = cn if ok and cn is not None else 0
         if not ok:
             raise NoMatch(r2, f"{side}: Reshape {r2.name!r} ({','.join(dims)}) is not provably "
                               f"[D={d}, T, H=G*rep] (G={groups}" +
