@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar, Union
 
 import networkx as nx
 
@@ -89,7 +89,7 @@ class Graph:
         self._ids_in_order = True  # layer ids increase along the file order (until a reorder)
         self._blob_count: int | None = None  # cached distinct blob names; None = recount
         self.source = Source()
-        self.weights = None  # a paramsurgery.weights model file when a .bin was loaded
+        self.weights: Any = None  # a paramsurgery.weights model file when a .bin was loaded
 
     # ================================================================== construction
     @classmethod

@@ -95,11 +95,11 @@ def infer_hidden(g: Graph, embeds: str) -> int | None:
         for layer, _ in g.consumers(blob):
             p = layer.params
             if layer.type in ("RMSNorm", "LayerNorm") and p.get(0):
-                return int(p[0])
+                return p.get_int(0)
             if layer.type == "Gemm" and p.get(5, 0) and p.get(9):
-                return int(p[9])
+                return p.get_int(9)
             if layer.type == "MultiHeadAttention" and p.get(0):
-                return int(p.get(3, p[0]))
+                return p.get_int(3, p.get_int(0))
             if layer.type in ("Split", "Noop"):
                 frontier.extend(layer.outputs)
     return None
@@ -115,15 +115,16 @@ def infer_head_dim(g: Graph) -> int | None:
             if p is None:
                 break
             if p.type in ("RMSNorm", "LayerNorm") and p.params.get(0):
-                return int(p.params[0])
+                return p.params.get_int(0)
             if p.type == "Reshape":
                 expr = p.params.get(6)
                 if isinstance(expr, str):
                     first = expr.split(",")[0]
                     if _INT_RE.fullmatch(first):
                         return int(first)
-                if isinstance(p.params.get(0), int) and p.params.get(0) > 0:
-                    return int(p.params[0])
+                dims0 = p.params.get(0)
+                if isinstance(dims0, int) and dims0 > 0:
+                    return dims0
                 break
             if not p.inputs:
                 break
@@ -351,7 +352,7 @@ def _child(spec_path: Path) -> int:
         else:
             feeds = {io["embeds"]: embeds[start:stop],
                      io["mask"]: causal_mask(stop - start, past)}
-        if rope:
+        if cos is not None and sin is not None:
             feeds[io["cos"]] = cos[start:stop]
             feeds[io["sin"]] = sin[start:stop]
         for name, arr in feeds.items():
@@ -386,7 +387,7 @@ def _child(spec_path: Path) -> int:
             return 0
         full, _ = call(net, 0, total, 0, {})
         np.save(spec_path.parent / "candidate.npy", full)
-        steps = []
+        steps: list[dict[str, object]] = []
         pre, caches = call(net, 0, n, 0, {})
         d, r = _rel(pre, full[:n])
         steps.append({"label": "prefill", "positions": [0, n], "max_abs": d, "max_rel": r})
@@ -395,7 +396,7 @@ def _child(spec_path: Path) -> int:
             d, r = _rel(out, full[t:t + 1])
             steps.append({"label": f"step {t - n + 1}", "positions": [t, t + 1], "max_abs": d,
                           "max_rel": r})
-        result = {"steps": steps}
+        result: dict[str, object] = {"steps": steps}
     except (RuntimeError, NcnnRunError) as exc:
         result = {"error": str(exc)}
     out_path.write_text(json.dumps(result))

@@ -214,7 +214,7 @@ class Params:
         kind = param_kind(self._owner.type, pid)
         if kind is None:
             return None
-        return Value(kind, [] if kind.is_array else ("" if kind is Kind.STRING else 0))
+        return Value(kind, () if kind.is_array else ("" if kind is Kind.STRING else 0))
 
     def __setitem__(self, pid: int, value: object) -> None:
         self.set(pid, value)

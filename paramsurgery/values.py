@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 from itertools import chain
-from typing import Iterator, Sequence, Union
+from typing import Any, Iterator, Sequence, Union, cast
 
 import numpy as np
 
@@ -36,7 +36,8 @@ class Kind(str, Enum):
         return self in (Kind.INTS, Kind.FLOATS)
 
 
-PyValue = Union[int, float, str, list]
+PyValue = Union[int, float, str, list]  # as Python code sees a param (arrays as lists)
+Stored = Union[int, float, str, tuple]  # as a Value holds it (arrays as tuples)
 
 
 @dataclass(frozen=True)
@@ -44,17 +45,18 @@ class Value:
     """A typed param value. `quoted` only matters for strings (how they were written)."""
 
     kind: Kind
-    value: PyValue
+    value: Stored
     quoted: bool = False
 
     def __post_init__(self) -> None:
         if self.kind.is_array and not isinstance(self.value, tuple):
-            object.__setattr__(self, "value", tuple(self.value))
+            object.__setattr__(self, "value", tuple(cast(Any, self.value)))  # a list given
 
     @property
     def python(self) -> PyValue:
         """The plain Python value (arrays as lists)."""
-        return list(self.value) if self.kind.is_array else self.value
+        v = self.value
+        return list(v) if isinstance(v, tuple) else v
 
 
 # --------------------------------------------------------------------------- constructors
@@ -63,7 +65,7 @@ def Int(v: int) -> Value:
     return Value(Kind.INT, _check_int(v))
 
 
-def Float(v: float) -> Value:
+def Float(v: float | np.integer | np.floating) -> Value:
     return Value(Kind.FLOAT, _to_f32(v))
 
 
@@ -177,15 +179,14 @@ def format_value(pid: int, value: Value) -> str:
     kind = value.kind
     if kind is Kind.INT:
         return f"{pid}={value.value}"
+    v = value.value
     if kind is Kind.FLOAT:
-        return f"{pid}={pnnx_float(value.value)}"
-    if kind is Kind.INTS:
-        body = ",".join(str(x) for x in value.value)
-        return f"{ARRAY_KEY_BASE - pid}={len(value.value)}" + (f",{body}" if body else "")
-    if kind is Kind.FLOATS:
-        body = ",".join(pnnx_float(x) for x in value.value)
-        return f"{ARRAY_KEY_BASE - pid}={len(value.value)}" + (f",{body}" if body else "")
-    s = value.value
+        return f"{pid}={pnnx_float(float(cast(Any, v)))}"
+    if isinstance(v, tuple):
+        body = ",".join(str(x) for x in v) if kind is Kind.INTS else \
+            ",".join(pnnx_float(x) for x in v)
+        return f"{ARRAY_KEY_BASE - pid}={len(v)}" + (f",{body}" if body else "")
+    s = str(v)
     if '"' in s:
         return f"{pid}={s}"  # read unquoted (`a"b`): the only form ncnn reads it back in
     if value.quoted or not _BARE_RE.fullmatch(s):
@@ -291,11 +292,11 @@ def parse_value(key: str, text: str) -> tuple[int, Value]:
         # ncnn types an old-style array by its last element and keeps raw bits of the others;
         # a mixed array is representable only as written, so keep each element's own kind.
         if floats and floats[-1]:
-            return pid, Value(Kind.FLOATS, [float(v) for v in vals]) if all(floats) else \
+            return pid, Value(Kind.FLOATS, tuple(float(v) for v in vals)) if all(floats) else \
                 _Mixed(Kind.FLOATS, vals)
         if any(floats):
             return pid, _Mixed(Kind.INTS, vals)
-        return pid, Value(Kind.INTS, vals)
+        return pid, Value(Kind.INTS, tuple(vals))
     c0 = text[0]
     if c0.isalpha() and c0.isascii():
         # ncnn ends an unquoted string at whitespace only: `a"b` is the string a"b
@@ -319,7 +320,7 @@ def parse_value(key: str, text: str) -> tuple[int, Value]:
                 raise ValueError_(f"invalid array element (index {i}): float in an int array", off)
             vals.append(float(v) if first_float else v)
             off += len(e) + 1
-        return pid, Value(Kind.FLOATS if first_float else Kind.INTS, vals)
+        return pid, Value(Kind.FLOATS if first_float else Kind.INTS, tuple(vals))
     is_f, v = _parse_number(text, 0)
     return pid, Value(Kind.FLOAT if is_f else Kind.INT, v)
 
@@ -347,7 +348,7 @@ def _parse_long_array(text: str, start: int, old_style: bool) -> Value:
     per element. A chunk numpy cannot convert is re-parsed element by element to name the
     bad one."""
     is_float_text = _is_float_text
-    kinds: list[bool] = []  # per chunk: any float element / all float elements
+    kinds: list[tuple[bool, bool]] = []  # per chunk: any float element / all float elements
 
     def values() -> Iterator[list]:
         first_float: bool | None = None
@@ -417,7 +418,7 @@ class _Mixed(Value):
     """An old-style array mixing int and float elements. ncnn loads it but reinterprets the
     bits of the minority elements; we keep it as written and lint flags it."""
 
-    def __init__(self, kind: Kind, values: list) -> None:
+    def __init__(self, kind: Kind, values: Sequence) -> None:
         super().__init__(kind, tuple(values))
 
     @property

@@ -280,7 +280,8 @@ def _names_from_param(cand, records, layer_names, blob_names, type_names) -> boo
     tl = text.layers
     if len(tl) != len(records):
         return False
-    ln, bn = {}, {}
+    ln: dict[int, str] = {}
+    bn: dict[int, str] = {}
     custom: dict[int, str] = {}
     for i, (layer, rec) in enumerate(zip(tl, records)):
         _s, typeindex, type_name, bottoms, tops, _p, _r = rec
@@ -307,7 +308,9 @@ def _names_from_param(cand, records, layer_names, blob_names, type_names) -> boo
 
 def _names_from_idh(cand, records, layer_names, blob_names, type_names) -> bool:
     text = Path(cand).read_text("utf-8", "replace")
-    layers, blobs, types = {}, {}, {}
+    layers: dict[int, str] = {}
+    blobs: dict[int, str] = {}
+    types: dict[int, str] = {}
     for kind, name, val in _IDH_RE.findall(text):
         {"LAYER": layers, "BLOB": blobs, "TYPEINDEX": types}[kind][int(val)] = name
     if not layers and not blobs:
@@ -419,10 +422,11 @@ def encode_value(pid: int, value: Value) -> bytes:
     if k is Kind.FLOAT:
         return _I32.pack(pid) + _F32.pack(value.value)
     if k is Kind.STRING:
-        raw = value.value.encode("utf-8", "surrogateescape")
+        raw = str(value.value).encode("utf-8", "surrogateescape")
         return (_I32.pack(-pid - 23400) + _I32.pack(len(raw))
                 + raw + b"\0" * ((len(raw) + 3) // 4 * 4 - len(raw)))
     elems = value.value
+    assert isinstance(elems, tuple)  # an array kind
     floats = k is Kind.FLOATS
     body = b"".join(
         (_F32.pack(x) if (isinstance(x, float) if is_mixed(value) else floats) else _I32.pack(x))
