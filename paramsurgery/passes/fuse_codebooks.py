@@ -76,7 +76,7 @@ class _SumMatch:
     removed: list[Layer]  # the sum's own layers (adds / Eltwise / Concat+Reshape+Reduction)
     branches: list[_Branch]
     post: list[Layer]  # layout layers to apply once after the fused sum (templates)
-    post_extra: list[tuple[str, dict]] = field(default_factory=list)  # new layers (type, params)
+    post_extra: list[tuple[str, Any]] = field(default_factory=list)  # new layers (type, params)
 
 
 def _is_add(layer: Layer) -> bool:
@@ -221,7 +221,7 @@ class FuseCodebooks(Pass):
             coeffs = layer.params.get(1)
             if not any(self._leads_to_embed(g, b) for b in layer.inputs):
                 return None
-            if coeffs not in (None, []) and any(float(c) != 1.0 for c in coeffs):
+            if isinstance(coeffs, list) and any(float(c) != 1.0 for c in coeffs):
                 raise NoMatch(layer, f"Eltwise SUM with coefficients {coeffs}: not a plain sum")
             if len(layer.inputs) < 2:
                 return None
@@ -251,20 +251,20 @@ class FuseCodebooks(Pass):
         concat = src
         if not any(self._leads_to_embed(g, b) for b in concat.inputs):
             return None
-        cat_axis = concat.params.get(0, 0)
+        cat_axis = concat.params.get_int(0, 0)
         if cat_axis == -233:
             raise NoMatch(concat, f"Concat {concat.name!r} stacks along the batch axis (pnnx-bugs case "
                           f"4: the graph is broken); run `paramsurgery fix-reduction` first")
         if p.get(1, 1) != 0:
             raise NoMatch(red, f"Reduction {red.name!r} reduces everything (1=1), not the stacked axis")
-        if float(p.get(2, 1.0)) != 1.0:
+        if p.get_float(2, 1.0) != 1.0:
             raise NoMatch(red, f"Reduction {red.name!r} scales the sum by {p.get(2)}")
         axes = _ints(p.get(3))
         if not axes or len(axes) != 1:
             raise NoMatch(red, f"Reduction {red.name!r} has axes {axes}: want exactly the stacked "
                           f"axis (an empty list reduces nothing, pnnx-bugs case 4)")
         axis = axes[0]
-        keep = p.get(4, 0)
+        keep = p.get_int(4, 0)
         for b in [concat.outputs[0]] + ([reshape.outputs[0]] if reshape else []):
             if len(g.consumers(b)) != 1:
                 raise NoMatch(None, f"the stacked blob {b!r} is also read elsewhere")
@@ -290,7 +290,7 @@ class FuseCodebooks(Pass):
         rest = dims[:-1]
         post = list(branches[0].chain)
         m = _SumMatch(red, [concat, reshape, red], branches, post)
-        d = int(branches[0].embed.params.get(0, 0))
+        d = branches[0].embed.params.get_int(0, 0)
         identity = not post and len(rest) == 2 and rest[0] in (str(d), "0", "0w") and \
             rest[1] in ("-1", "0", "0h")
         if identity:
@@ -309,11 +309,12 @@ class FuseCodebooks(Pass):
         lasts = [br.chain[-1] if br.chain else None for br in branches]
         last0 = lasts[0]
         for br, last in zip(branches, lasts):
-            if last is None or last.type not in ("ExpandDims", "Reshape") or \
+            if last is None or last0 is None or last.type not in ("ExpandDims", "Reshape") or \
                     (last.type, _params_text(last)) != (last0.type, _params_text(last0)):
                 raise NoMatch(concat, f"Concat {concat.name!r} + Reduction {red.name!r}: the terms do "
                               f"not all end in the same ExpandDims/Reshape giving them extent "
                               f"1 on the stacked axis ({br.embed.name!r})")
+        assert last0 is not None  # the loop refused a branch without one
         if last0.type == "ExpandDims":
             # the stacked blob's rank (from the shape analysis) relates a negative Reduction
             # axis to the Concat axis
@@ -376,12 +377,12 @@ class FuseCodebooks(Pass):
             p = e.params
             if p.get(18, 0):
                 raise NoMatch(e, f"Embed {e.name!r} is int8 (18={p.get(18)}): not supported")
-            num = int(p.get(0, 0))
-            size = int(p.get(3, 0))
+            num = p.get_int(0, 0)
+            size = p.get_int(3, 0)
             if num <= 0 or size <= 0 or size % num:
                 raise NoMatch(e, f"Embed {e.name!r}: weight_data_size {size} is not a multiple of "
                               f"num_output {num}")
-            if p.get(1) is not None and int(p.get(1)) * num != size:
+            if p.get(1) is not None and p.get_int(1) * num != size:
                 raise NoMatch(e, f"Embed {e.name!r}: input_dim {p.get(1)} x num_output {num} != "
                               f"weight_data_size {size}")
             if d is None:
@@ -432,7 +433,7 @@ class FuseCodebooks(Pass):
                                                e.source_line))
                     continue
                 chosen.append(e)
-            dims = {int(e.params.get(0, 0)) for e in chosen}
+            dims = {e.params.get_int(0, 0) for e in chosen}
             if len(dims) > 1:
                 raise PassRefused(f"Embeds with their own id input have different widths "
                                   f"({', '.join(map(str, sorted(dims)))}): name the group with "
@@ -472,7 +473,7 @@ class FuseCodebooks(Pass):
     def _groups(self, embeds: list[Layer]) -> list[CodebookGroup]:
         groups, off = [], 0
         for i, e in enumerate(embeds):
-            vocab = int(e.params.get(3)) // int(e.params.get(0))
+            vocab = e.params.get_int(3) // e.params.get_int(0)
             groups.append(CodebookGroup(i, e.name, e.inputs[0], vocab, off,
                                         bool(e.params.get(2, 0))))
             off += vocab
@@ -480,7 +481,7 @@ class FuseCodebooks(Pass):
 
     def _fused_embed(self, g: Graph, embeds: list[Layer], groups: list[CodebookGroup],
                      ids: str, out: str, name: str, before: Layer) -> tuple[Layer, str]:
-        d = int(embeds[0].params.get(0))
+        d = embeds[0].params.get_int(0)
         total = sum(gr.vocab for gr in groups)
         fused = g.add_layer("Embed", name, [ids], [out],
                             {0: d, 1: total, 2: 0, 3: total * d}, before=before)
@@ -536,7 +537,7 @@ class FuseCodebooks(Pass):
         order = g.position()
         embeds.sort(key=lambda e: order[e.id])
         groups = self._groups(embeds)
-        n, d = len(groups), int(embeds[0].params.get(0))
+        n, d = len(groups), embeds[0].params.get_int(0)
         out = m.root.outputs[0]
         base = self.layer_name or "embed_fused"
         if count > 1:
@@ -584,7 +585,7 @@ class FuseCodebooks(Pass):
 
     def _rewrite_split(self, g: Graph, embeds: list[Layer], result: PassResult) -> Fusion:
         groups = self._groups(embeds)
-        n, d = len(groups), int(embeds[0].params.get(0))
+        n, d = len(groups), embeds[0].params.get_int(0)
         name = g.unique_layer_name(self.layer_name or "embed_fused")
         ids = groups[0].input
         rows = g.unique_blob_name(f"{name}_rows")
