@@ -156,7 +156,7 @@ def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
               pnnx_param: str | os.PathLike | None = None,
               select: Iterable[str] | str | None = None,
               ignore: Iterable[str] | str | None = None,
-              reference: str | os.PathLike | None = None,
+              reference: "str | os.PathLike | Reference | None" = None,
               input_shapes: "Sequence[InputSpec] | str | None" = None,
               run: bool | None = None, discover: bool = True,
               options: LintOptions | None = None,
@@ -181,7 +181,8 @@ def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
             raise ParamSurgeryError(f"no such file ({what})", file=os.fspath(given))
     pn: "str | os.PathLike | PnnxGraph | None" = pnnx_param
     ref: "str | os.PathLike | Reference | None" = reference
-    if reference is not None:  # read here, so a bad reference is an input error
+    if reference is not None and not isinstance(reference, Reference):  # read here: a bad
+        # reference is an input error
         try:
             from ..formats.pnnx_param import read_pnnx_param
 
