@@ -25,6 +25,8 @@ from ..findings import ERROR, Finding
 from ..graph import Graph
 
 if TYPE_CHECKING:
+    import argparse
+
     from ..layer import Layer
     from ._traced import PnnxOp
 
@@ -161,6 +163,19 @@ class Pass:
     summary: ClassVar[str] = ""
     command: ClassVar[str | None] = None  # the CLI command that runs it (set by `register`)
     repair_order: ClassVar[int | None] = None  # set: `paramsurgery fix` runs it, in this order
+    # set: the pass declares its own command `paramsurgery <name>` (writes <input>.<tag>.param;
+    # flags from `add_args`, the instance from `from_args`): no module in commands/ needed
+    tag: ClassVar[str | None] = None
+
+    @classmethod
+    def add_args(cls, p: "argparse.ArgumentParser") -> None:
+        """Its command's own flags, after the ones every pass command takes (input, -o,
+        --in-place, --explain, --format, --report)."""
+
+    @classmethod
+    def from_args(cls, args: "argparse.Namespace") -> "Pass":
+        """The instance its command runs."""
+        return cls()
 
     @classmethod
     def claims(cls, layer: "Layer") -> bool:

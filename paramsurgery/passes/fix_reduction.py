@@ -27,6 +27,7 @@ would need.
 
 from __future__ import annotations
 
+import argparse
 import os
 from typing import Sequence
 
@@ -70,6 +71,22 @@ class FixReduction(Pass):
     summary = ("stack + Reduction with dropped axes (Concat 0=-233, -23303=0) → element-wise "
                "sum/mean; identity Reductions bypassed when traced shapes prove it")
     repair_order = 50
+    tag = "fixred"
+
+    @classmethod
+    def add_args(cls, p: argparse.ArgumentParser) -> None:
+        from ..commands._runner import add_partial_arg, add_pnnx_arg
+
+        p.add_argument("--style", choices=("eltwise", "binaryop"), default="eltwise",
+                       help="write one Eltwise (default) or a chain of BinaryOps")
+        add_pnnx_arg(p)
+        add_partial_arg(p)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "FixReduction":
+        from ..commands._runner import traced_path
+
+        return cls(style=args.style, traced=traced_path(args), partial=args.partial)
 
     @classmethod
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "FixReduction | None":
