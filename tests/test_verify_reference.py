@@ -43,6 +43,13 @@ def test_raw_talker_verifies_with_the_io_side_file(tmp_path, capsys):
     assert "verify against" in out and ": ok: out0 rel" in out
     assert (tmp_path / "out.param").exists() and (tmp_path / "out.bin").exists()
 
+    # the fixture carries its side file (written from the same manifest record)
+    assert read_io_sidefile(f"{stem}.ref.npz") == {
+        part: [{k: e[k] for k in ("batch_index", "blob", "key", "name")} for e in entries]
+        for part, entries in _io_record("talker_decoder", "raw").items()}
+    assert main(args[:-2] + ["-o", str(tmp_path / "fixture.param")]) == 0
+    assert ": ok: out0 rel" in capsys.readouterr().out
+
 
 def test_io_sidefile_is_read_and_checked(tmp_path):
     ref = tmp_path / "x.ref.npz"

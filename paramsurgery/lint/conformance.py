@@ -36,7 +36,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -299,6 +299,20 @@ def read_io_sidefile(reference: str) -> dict[str, list[dict[str, Any]]] | None:
         raise ValueError(f"{side}: not an io record ({{'inputs': [{{blob, key, "
                          f"batch_index}}], 'outputs': [...]}}): {exc}") from None
     return {"inputs": list(io["inputs"]), "outputs": list(io["outputs"])}
+
+
+def write_io_sidefile(reference: str, io: Mapping[str, Any]) -> str:
+    """Write `io` (the manifest's record: inputs/outputs of blob, key, batch_index) as the
+    reference's side file, atomically; returns its path."""
+    import json
+
+    from ..io import atomic_write
+
+    side = io_sidefile(os.fspath(reference))
+    record = {part: [{k: e[k] for k in ("blob", "key", "batch_index", "name") if k in e}
+                     for e in io[part]] for part in ("inputs", "outputs")}
+    atomic_write(side, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+    return side
 
 
 def find_reference(param_path: str) -> str | None:
