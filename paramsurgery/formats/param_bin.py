@@ -39,7 +39,7 @@ from ..layer import Layer
 from ..layer_params import param_kind
 from ..layer_types import NCNN_LAYER_TYPES, TYPE_INDEX
 from ..params import Params
-from ..values import Kind, Value, format_value, is_mixed
+from ..values import Kind, Packed, Value, format_value, is_mixed
 
 MAGIC = 7767517
 EOP = -233
@@ -422,6 +422,9 @@ def encode_value(pid: int, value: Value) -> bytes:
         raw = value.value.encode("utf-8", "surrogateescape")
         return (_I32.pack(-pid - 23400) + _I32.pack(len(raw))
                 + raw + b"\0" * ((len(raw) + 3) // 4 * 4 - len(raw)))
+    if isinstance(value, Packed):  # already ncnn's element bits
+        return (_I32.pack(-pid - 23300) + _I32.pack(len(value))
+                + value.bits.astype("<i4", copy=False).tobytes())
     elems = value.value
     floats = k is Kind.FLOATS
     body = b"".join(
