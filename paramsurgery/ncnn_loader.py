@@ -2,10 +2,11 @@
 
 ncnn's grammar is defined by what `Net::load_param` accepts, and the wheel's parser is not
 published; so instead of re-deriving every rule we ask it. The loader may crash on hostile
-input, so it runs in a child `python` that imports only `ncnn`. Many files go through one
-child (the fuzz tests load 100,000 of them): the child writes a marker to stderr before each
-load and the verdict to stdout after it, so a crash or a hang is pinned to the file that
-caused it and the rest of the batch resumes in a fresh child.
+input, so it runs in a child `python` that imports only `ncnn`. One child, started on first
+use, serves every load of the process (the fuzz tests load 100,000 files, `lint *.param`
+one per file): the child writes a marker to stderr before each load and the verdict to
+stdout after it, so a crash or a hang is pinned to the file that caused it and the next
+file goes to a fresh child.
 
 A verdict is ncnn's return code and the messages ncnn printed while loading that file
 (`"too many blobs at layer 2 top 0"`), or `crashed`/`hung` with no return code.
@@ -13,17 +14,20 @@ A verdict is ncnn's return code and the messages ncnn printed while loading that
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import select
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 BINARY_MAGIC = b"\xdd\x85\x76\x00"
-_BATCH_BYTES = 64 << 20  # bytes of files piped to one child
 
 # Runs in the child: read length-prefixed files from stdin, load each with ncnn, report.
 _CHILD = r"""
@@ -51,7 +55,6 @@ while True:
     i += 1
 """
 
-_MARK = re.compile(rb"\n\x01([0-9]+)\n(.*?)(?:\n\x02\1\n|\Z)", re.S)
 
 
 @dataclass(frozen=True)
@@ -87,52 +90,98 @@ def available() -> bool:
 
 
 def load_verdicts(files: Sequence[bytes], timeout: float = 20.0) -> list[Verdict]:
-    """ncnn's verdict on each file's bytes. One child process loads them all in turn; a
-    crash or a hang (no verdict within `timeout` seconds of the previous one) marks that
-    file and the remaining files go to a new child."""
+    """ncnn's verdict on each file's bytes, in order. One long-lived child process (started
+    on first use, shared by every call in this process) loads them in turn; a crash or a
+    hang (no verdict within `timeout` seconds) marks that file and the next file goes to a
+    fresh child."""
     if not available():
         return [Verdict("unavailable")] * len(files)
-    verdicts: list[Verdict] = []
-    with tempfile.TemporaryDirectory(prefix="paramsurgery-ncnn-") as tmp:
-        scratch = os.path.join(tmp, "model.param")
-        while len(verdicts) < len(files):
-            start = end = len(verdicts)
-            size = 0
-            while end < len(files) and (end == start or size + len(files[end]) < _BATCH_BYTES):
-                size += len(files[end])
-                end += 1
-            verdicts.extend(_run_batch(files[start:end], scratch, timeout))
-    return verdicts
+    with _LOCK:
+        return [_LOADER.verdict(data, timeout) for data in files]
 
 
-def _run_batch(files: Sequence[bytes], scratch: str, timeout: float) -> list[Verdict]:
-    payload = b"".join(len(f).to_bytes(8, "little") + f for f in files)
-    with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen([sys.executable, "-c", _CHILD, scratch], stdin=subprocess.PIPE,
-                                stdout=out, stderr=err, env=_child_env())
-        hung = False
+class _Loader:
+    """The child process that answers `load_verdicts`: it starts once per process (its
+    Python start and `import ncnn` are ~100 ms, the load of a small file well under 1 ms),
+    so `lint *.param`, `fix` (lint before and after) and the fuzz tests pay it once."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.tmp: tempfile.TemporaryDirectory | None = None
+        self.owner = 0
+        self.index = 0
+
+    def start(self) -> subprocess.Popen:
+        if self.proc is not None and self.proc.poll() is None and self.owner == os.getpid():
+            return self.proc
+        self.close()
+        self.tmp = tempfile.TemporaryDirectory(prefix="paramsurgery-ncnn-")
+        scratch = os.path.join(self.tmp.name, "model.param")
+        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, scratch],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=_child_env(), bufsize=0)
+        self.owner, self.index = os.getpid(), 0
+        return self.proc
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and self.owner == os.getpid():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for fh in (proc.stdin, proc.stdout, proc.stderr):
+                if fh is not None:
+                    fh.close()
+        if self.tmp is not None:
+            self.tmp.cleanup()
+            self.tmp = None
+
+    def verdict(self, data: bytes, timeout: float) -> Verdict:
+        proc = self.start()
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        i = self.index
+        self.index += 1
         try:
-            proc.communicate(payload, timeout=timeout + 0.002 * len(files))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            hung = True
-        except BrokenPipeError:  # the child died before reading everything
-            proc.wait()
-        out.seek(0)
-        err.seek(0)
-        codes = [int(line.split()[1]) for line in out.read().decode().splitlines() if line]
-        messages = {int(m.group(1)): m.group(2) for m in _MARK.finditer(err.read())}
-    verdicts = [Verdict("ok" if rc == 0 else "rejected", rc, _split(messages.get(i, b"")))
-                for i, rc in enumerate(codes)]
-    if len(verdicts) < len(files):
-        if hung:
-            verdicts.append(Verdict("hung"))
-        elif proc.returncode != 0:
-            verdicts.append(Verdict("crashed", proc.returncode,
-                                    _split(messages.get(len(verdicts), b""))))
-        # else: the child stopped early without a crash (cannot happen); retry the rest
-    return verdicts
+            proc.stdin.write(len(data).to_bytes(8, "little") + data)
+        except BrokenPipeError:
+            pass  # the child died: reading below finds out how
+        out, err = b"", b""
+        done_out = re.compile(rb"(?:^|\n)%d (-?[0-9]+)\n" % i)
+        end_mark = b"\n\x02%d\n" % i
+        deadline = time.monotonic() + timeout
+        streams = {proc.stdout.fileno(): "out", proc.stderr.fileno(): "err"}
+        while streams:
+            left = deadline - time.monotonic()
+            ready = select.select(list(streams), [], [], max(left, 0))[0] if left > 0 else []
+            if not ready:
+                self.close()
+                return Verdict("hung", None, _split(_after_start(err, i)))
+            for fd in ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    del streams[fd]
+                elif streams[fd] == "out":
+                    out += chunk
+                else:
+                    err += chunk
+            m = done_out.search(out)
+            if m is not None and end_mark in err:
+                return Verdict("ok" if m.group(1) == b"0" else "rejected", int(m.group(1)),
+                               _split(_after_start(err[:err.index(end_mark)], i)))
+        code = proc.wait()
+        self.close()
+        return Verdict("crashed", code, _split(_after_start(err, i)))
+
+
+def _after_start(err: bytes, i: int) -> bytes:
+    mark = b"\n\x01%d\n" % i
+    at = err.find(mark)
+    return err[at + len(mark):] if at >= 0 else b""
+
+
+_LOCK = threading.Lock()
+_LOADER = _Loader()
+atexit.register(_LOADER.close)
 
 
 def _split(raw: bytes) -> tuple[str, ...]:

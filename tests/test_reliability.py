@@ -351,3 +351,29 @@ def test_layer_with_too_few_bottoms_is_no_internal_error(tmp_path):
     code, out, err = run_cli(["lint", "--no-run", p], timeout=60)
     assert code == 0, err  # ncnn loads it too
     assert load_verdicts([data])[0].loads
+
+
+# the loader child ---------------------------------------------------------------------
+def test_loader_child_pins_crashes_and_hangs_to_their_file(monkeypatch):
+    """One long-lived child answers every load; a file that kills it or hangs it gets its
+    own verdict and the next file goes to a fresh child."""
+    from paramsurgery import ncnn_loader
+
+    fake = ncnn_loader._CHILD.replace("import ncnn\n", "import signal, time\n").replace(
+        "    net = ncnn.Net()\n    rc = ",
+        "    if data == b'crash':\n        os.write(2, b'dying')\n        os.kill(os.getpid(), "
+        "signal.SIGSEGV)\n    if data == b'hang':\n        time.sleep(60)\n    rc = 0 if "
+        "data.startswith(b'ok') else -1 #")
+    fake = fake.replace("    del net\n", "    os.write(2, b'said ' + data) if rc else None\n")
+    monkeypatch.setattr(ncnn_loader, "_CHILD", fake)
+    monkeypatch.setattr(ncnn_loader, "available", lambda: True)
+    loader = ncnn_loader._Loader()
+    monkeypatch.setattr(ncnn_loader, "_LOADER", loader)
+    files = [b"ok1", b"bad", b"crash", b"ok2", b"hang", b"ok3"]
+    got = ncnn_loader.load_verdicts(files, timeout=1)
+    assert [v.status for v in got] == ["ok", "rejected", "crashed", "ok", "hung", "ok"]
+    assert got[1].messages == ("said bad",) and got[2].messages == ("dying",)
+    assert got[2].code == -signal.SIGSEGV
+    pid = loader.proc.pid
+    assert ncnn_loader.load_verdicts([b"ok4"])[0].loads and loader.proc.pid == pid  # reused
+    loader.close()

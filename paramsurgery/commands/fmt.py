@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..io import atomic_write, load
+from ..io import atomic_write, load, param_bytes
 from ._common import add_output_args, output_path
 
 
@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from ..normalize import normalize
 
     normalize(g)
-    data = g.dump_bytes()
+    data = param_bytes(g, out)
     if out == "-":
         sys.stdout.buffer.write(data)
     else:
