@@ -92,24 +92,29 @@ def available() -> bool:
 def load_verdicts(files: Sequence[bytes], timeout: float = 20.0) -> list[Verdict]:
     """ncnn's verdict on each file's bytes, in order. One long-lived child process (started
     on first use, shared by every call in this process) loads them in turn; a crash or a
-    hang (no verdict within `timeout` seconds) marks that file and the next file goes to a
-    fresh child."""
+    hang (no verdict within `timeout` seconds of the previous one) marks that file and the
+    remaining files go to a fresh child."""
     if not available():
         return [Verdict("unavailable")] * len(files)
+    verdicts: list[Verdict] = []
     with _LOCK:
-        return [_LOADER.verdict(data, timeout) for data in files]
+        while len(verdicts) < len(files):
+            verdicts.extend(_LOADER.serve(files[len(verdicts):], timeout))
+    return verdicts
 
 
 class _Loader:
     """The child process that answers `load_verdicts`: it starts once per process (its
     Python start and `import ncnn` are ~100 ms, the load of a small file well under 1 ms),
-    so `lint *.param`, `fix` (lint before and after) and the fuzz tests pay it once."""
+    so `lint *.param`, `fix` (lint before and after) and the fuzz tests pay it once. Files
+    are streamed to it while verdicts are read back, so a batch costs no round trip per
+    file."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self.tmp: tempfile.TemporaryDirectory | None = None
         self.owner = 0
-        self.index = 0
+        self.index = 0  # the child's number for the next file
 
     def start(self) -> subprocess.Popen:
         if self.proc is not None and self.proc.poll() is None and self.owner == os.getpid():
@@ -120,6 +125,8 @@ class _Loader:
         self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, scratch],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=_child_env(), bufsize=0)
+        assert self.proc.stdin is not None
+        os.set_blocking(self.proc.stdin.fileno(), False)
         self.owner, self.index = os.getpid(), 0
         return self.proc
 
@@ -136,41 +143,68 @@ class _Loader:
             self.tmp.cleanup()
             self.tmp = None
 
-    def verdict(self, data: bytes, timeout: float) -> Verdict:
+    def serve(self, files: Sequence[bytes], timeout: float) -> list[Verdict]:
+        """Verdicts of `files`, or of a prefix of them ending with the file that crashed or
+        hung the child (which is then gone)."""
         proc = self.start()
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        i = self.index
-        self.index += 1
-        try:
-            proc.stdin.write(len(data).to_bytes(8, "little") + data)
-        except BrokenPipeError:
-            pass  # the child died: reading below finds out how
+        base = self.index
+        wfd: int | None = proc.stdin.fileno()
+        readers = {proc.stdout.fileno(): "out", proc.stderr.fileno(): "err"}
+        pending, sent = b"", 0
         out, err = b"", b""
-        done_out = re.compile(rb"(?:^|\n)%d (-?[0-9]+)\n" % i)
-        end_mark = b"\n\x02%d\n" % i
+        codes: dict[int, int] = {}
+        done: list[Verdict] = []
         deadline = time.monotonic() + timeout
-        streams = {proc.stdout.fileno(): "out", proc.stderr.fileno(): "err"}
-        while streams:
+        while len(done) < len(files):
+            if wfd is not None and not pending and sent < len(files):
+                pending = len(files[sent]).to_bytes(8, "little") + files[sent]
+                sent += 1
             left = deadline - time.monotonic()
-            ready = select.select(list(streams), [], [], max(left, 0))[0] if left > 0 else []
-            if not ready:
+            ready_r: list[int] = []
+            ready_w: list[int] = []
+            if left > 0:
+                ready_r, ready_w, _ = select.select(
+                    list(readers), [wfd] if pending and wfd is not None else [], [], left)
+            if not ready_r and not ready_w:
                 self.close()
-                return Verdict("hung", None, _split(_after_start(err, i)))
-            for fd in ready:
+                return done + [Verdict("hung", None, _split(_after_start(err, base + len(done))))]
+            if ready_w and wfd is not None:
+                try:
+                    pending = pending[os.write(wfd, pending[:1 << 16]):]
+                except BlockingIOError:
+                    pass
+                except BrokenPipeError:  # the child died: reading finds out how
+                    wfd, pending = None, b""
+            for fd in ready_r:
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
-                    del streams[fd]
-                elif streams[fd] == "out":
+                    del readers[fd]
+                elif readers[fd] == "out":
                     out += chunk
+                    *lines, out = out.split(b"\n")
+                    for line in lines:
+                        num, ret = line.split()
+                        codes[int(num) - base] = int(ret)
                 else:
                     err += chunk
-            m = done_out.search(out)
-            if m is not None and end_mark in err:
-                return Verdict("ok" if m.group(1) == b"0" else "rejected", int(m.group(1)),
-                               _split(_after_start(err[:err.index(end_mark)], i)))
-        code = proc.wait()
-        self.close()
-        return Verdict("crashed", code, _split(_after_start(err, i)))
+            while len(done) in codes:  # the stdout verdict follows the stderr end marker
+                i = base + len(done)
+                end = err.find(b"\n\x02%d\n" % i)
+                if end < 0:
+                    break
+                rc = codes.pop(len(done))
+                done.append(Verdict("ok" if rc == 0 else "rejected", rc,
+                                    _split(_after_start(err[:end], i))))
+                err = err[end + len(b"\n\x02%d\n" % i):]
+                deadline = time.monotonic() + timeout
+            if not readers and len(done) < len(files):
+                code = proc.wait()
+                self.close()
+                return done + [Verdict("crashed", code,
+                                       _split(_after_start(err, base + len(done))))]
+        self.index = base + len(files)
+        return done
 
 
 def _after_start(err: bytes, i: int) -> bytes:

@@ -377,3 +377,36 @@ def test_loader_child_pins_crashes_and_hangs_to_their_file(monkeypatch):
     pid = loader.proc.pid
     assert ncnn_loader.load_verdicts([b"ok4"])[0].loads and loader.proc.pid == pid  # reused
     loader.close()
+
+
+@pytest.mark.parametrize("out_name", ["o.param", "o.param.bin"])
+def test_fmt_of_a_graph_without_blobs_keeps_a_loadable_header(tmp_path, out_name):
+    """Found by the .param.bin fuzz: a layer with no bottoms and no tops counts no blob, and
+    ncnn refuses a header blob_count of 0 (it loads the input, whose header says 1)."""
+    data = b"7767517\n1 1\nInput in 0 0\n"
+    src = write(tmp_path, data)
+    out = tmp_path / out_name
+    code, _, err = run_cli(["fmt", src, "-o", str(out)])
+    assert code == 0, err
+    assert out.read_bytes().startswith(b"\xdd\x85\x76\x00" if out_name.endswith(".bin")
+                                       else b"7767517\n1 1\n")
+    ins, outs = load_verdicts([data, out.read_bytes()])
+    assert ins.loads and outs.loads, outs.message
+
+
+def test_commands_write_param_bin_outputs_in_binary(tmp_path):
+    """A `.param.bin` output (and `--in-place` on one) stays binary: ncnn's load_param_bin
+    reads it."""
+    from paramsurgery.formats.param_bin import write_param_bin
+
+    src = tmp_path / "m.param.bin"
+    src.write_bytes(write_param_bin(paramsurgery.loads(SIMPLE)))
+    for argv in (["fmt", str(src), "-o", str(tmp_path / "a.param.bin")],
+                 ["fix", str(src), "-o", str(tmp_path / "b.param.bin")],
+                 ["remove-passthrough", str(src), "-o", str(tmp_path / "c.param.bin")],
+                 ["fmt", str(src), "--in-place"]):
+        code, _, err = run_cli(argv)
+        assert code == 0, (argv, err)
+    outs = [tmp_path / n for n in ("a.param.bin", "b.param.bin", "c.param.bin", "m.param.bin")]
+    assert all(o.read_bytes()[:4] == b"\xdd\x85\x76\x00" for o in outs)
+    assert all(v.loads for v in load_verdicts([o.read_bytes() for o in outs]))

@@ -500,7 +500,7 @@ def write_param_bin(g: Graph) -> bytes:
             body.append(encode_params(layer.params) + _I32.pack(EOP))
     declared = src.declared_blobs
     blob_count = declared if (declared is not None and not g.modified and declared >= nblobs) \
-        else nblobs
+        else max(nblobs, 1)  # ncnn refuses blob_count 0 even for layers without blobs
     header = struct.pack("<3i", MAGIC, len(layers), blob_count)
     trailer = extra.get("param_bin_trailer", b"") if src.format == "param.bin" else b""
     return header + b"".join(body) + trailer
