@@ -410,3 +410,14 @@ def test_commands_write_param_bin_outputs_in_binary(tmp_path):
     outs = [tmp_path / n for n in ("a.param.bin", "b.param.bin", "c.param.bin", "m.param.bin")]
     assert all(o.read_bytes()[:4] == b"\xdd\x85\x76\x00" for o in outs)
     assert all(v.loads for v in load_verdicts([o.read_bytes() for o in outs]))
+
+
+def test_a_refused_rewrite_is_located(tmp_path):
+    """Found by the 100k fuzz: removing a Split that reads a dangling blob would leave its
+    reader dangling; the refusal starts with `file:line:` like every exit-2 message."""
+    src = write(tmp_path, b"7767517\n3 4\nInput in0 0 1 in0\nSplit s 1 1 x y\nReLU r 1 1 y z\n")
+    assert load_verdicts([open(src, "rb").read()])[0].loads
+    code, _, err = run_cli(["remove-passthrough", src, "-o", str(tmp_path / "o.param")])
+    assert code == 2 and err.startswith(f"{src}:5: remove-passthrough would leave the graph "
+                                        f"invalid"), err
+    assert not (tmp_path / "o.param").exists()

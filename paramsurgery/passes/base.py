@@ -185,7 +185,10 @@ class Pass:
         new = new_errors(before, g.validate())
         if new:
             detail = "; ".join(f.format() for f in new[:5])
-            raise PassRefused(f"{self.name} would leave the graph invalid: {detail}")
+            # located on the first finding's line (of the input file) so the refusal reads
+            # `file:line: ...` like every exit-2 message
+            raise PassRefused(f"{self.name} would leave the graph invalid: {detail}",
+                              line=next((f.line for f in new if f.line), None))
 
     def __call__(self, g: Graph, *, in_place: bool = False) -> PassResult:
         from .._gc import paused_gc
