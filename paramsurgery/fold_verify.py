@@ -118,7 +118,7 @@ def decode_steps(g, caches: Sequence[FoldedCache], inputshape: Mapping[str, tupl
     for Embed, a causal mask for an attention mask, N(0, 1) otherwise) and cut per call:
     a length axis gives the call's positions, the last of two (a mask's columns) every
     position up to the call's last (past and current)."""
-    from .kvcache_verify import generic_plan
+    from .kvcache_verify import generic_plan, slice_step
     from .shapes import normalize_inputshape
     from .shapes.affine import evaluate
     from .shapes.feeds import make_feeds
@@ -147,14 +147,8 @@ def decode_steps(g, caches: Sequence[FoldedCache], inputshape: Mapping[str, tupl
     full = {b: tuple(evaluate(d, {sym: total}) for d in s) for b, s in shapes.items()}
     arrays = make_feeds(g, full, seed=seed)
     calls = [(0, prefill)] + [(prefill + i, prefill + i + 1) for i in range(steps)]
-    return [{b: _cut(arrays[b], plans[b], start, stop) for b in wanted}
+    return [{b: slice_step(arrays[b], plans[b], start, stop) for b in wanted}
             for start, stop in calls]
-
-
-def _cut(arr: np.ndarray, plan: list[str], start: int, stop: int) -> np.ndarray:
-    idx = tuple(slice(start, stop) if r == "q" else slice(0, stop) if r == "k" else slice(None)
-                for r in plan)
-    return np.ascontiguousarray(arr[idx])
 
 
 # --------------------------------------------------------------------------- child process

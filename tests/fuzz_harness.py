@@ -55,6 +55,15 @@ TOKENS = [b"-0=1", b"-00=2", b'0=a"b', b"0=ab\"", b"+0=1", b"031=1", b"-023300=1
           b"\xff", b"\xc2\xa0", b"\t", b"\r", b"\x0b"]
 
 
+def _truncate_or_flip(b: bytearray, op: int, rng: random.Random) -> bytes:
+    """op 0: cut the file short; op 1: overwrite 1-4 random bytes."""
+    if op == 0:
+        return bytes(b[: rng.randrange(len(b) + 1)])
+    for _ in range(rng.randint(1, 4)):
+        b[rng.randrange(len(b))] = rng.randrange(256)
+    return bytes(b)
+
+
 def mutate(data: bytes, rng: random.Random) -> bytes:
     """One random edit: truncation, byte flips, insertions, deletions, whitespace changes,
     line joins/swaps/duplicates, counts and special tokens."""
@@ -62,12 +71,8 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
     if not b:
         return bytes(rng.choice(TOKENS))
     op = rng.randrange(11)
-    if op == 0:
-        return bytes(b[: rng.randrange(len(b) + 1)])
-    if op == 1:
-        for _ in range(rng.randint(1, 4)):
-            b[rng.randrange(len(b))] = rng.randrange(256)
-        return bytes(b)
+    if op < 2:
+        return _truncate_or_flip(b, op, rng)
     if op == 2:
         i = rng.randrange(len(b) + 1)
         ins = rng.choice([b" ", b"\n", b"=", b",", b'"', b"-", b"+", b".", b"0", b"e", b"\r",
@@ -338,12 +343,8 @@ def mutate_bin(data: bytes, rng: random.Random) -> bytes:
     words = len(b) // 4
     op = rng.randrange(8)
     w = rng.randrange(words)
-    if op == 0:
-        return bytes(b[: rng.randrange(len(b) + 1)])
-    if op == 1:
-        for _ in range(rng.randint(1, 4)):
-            b[rng.randrange(len(b))] = rng.randrange(256)
-        return bytes(b)
+    if op < 2:
+        return _truncate_or_flip(b, op, rng)
     if op == 2:  # a special value
         b[4 * w:4 * w + 4] = _word(rng.choice(WORDS))
     elif op == 3:  # off by one
