@@ -272,8 +272,12 @@ def test_disk_full_exits_2_and_leaves_no_temp_file(tmp_path, monkeypatch):
 
 # 7 ------------------------------------------------------------------------ signals
 CHILD = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
     from paramsurgery.io import atomic_open
+    # a signal the parent ignores (nohup, some job runners: SIGHUP) stays ignored on purpose;
+    # the test is about the default disposition
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
     with atomic_open(sys.argv[1]) as fh:
         fh.write(b"x" * 1000)
         print("ready", flush=True)
