@@ -425,3 +425,12 @@ def test_a_refused_rewrite_is_located(tmp_path):
     assert code == 2 and err.startswith(f"{src}:5: remove-passthrough would leave the graph "
                                         f"invalid"), err
     assert not (tmp_path / "o.param").exists()
+
+
+def test_a_pass_that_cannot_prove_a_layer_refuses_on_its_line(tmp_path):
+    """`<pass> cannot prove the rewrite of ...` leads with the first unproven layer's line."""
+    src = write(tmp_path, b"7767517\n3 4\nInput in0 0 1 in0\n"
+                          b"Slice s 1 2 in0 a b -23300=2,1,-233 1=-233\nReLU r 1 1 a c\n")
+    code, _, err = run_cli(["fix-slice", src, "-o", str(tmp_path / "o.param")])
+    assert code == 2 and err.startswith(f"{src}:4: fix-slice cannot prove the rewrite"), err
+    assert not (tmp_path / "o.param").exists()

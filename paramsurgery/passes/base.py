@@ -227,7 +227,7 @@ def keep_or_refuse(pass_name: str, result: PassResult, refused: list[Skip], *, p
     detail = "; ".join(f"{s.layer}" + (f" (line {s.line})" if s.line else "") +
                        f": {s.reason}" for s in refused)
     raise PassRefused(f"{pass_name} cannot prove the rewrite of {len(refused)} "
-                      f"{what}: {detail}")
+                      f"{what}: {detail}", line=next((s.line for s in refused if s.line), None))
 
 
 def new_errors(before: Iterable[Finding], after: Iterable[Finding]) -> list[Finding]:
