@@ -295,7 +295,7 @@ def parse_value(key: str, text: str) -> tuple[int, Value]:
         if n != count:
             what = "fewer" if n < count else "more"
             raise ValueError_(f"array declares {count} elements but has {what} ({n})")
-        if count > _LONG_ARRAY:
+        if count > LONG_ARRAY:
             return pid, _parse_long_array(text, comma + 1, old_style=True)
         rest = text[comma + 1:] if comma >= 0 else ""
         vals: list = []
@@ -323,7 +323,7 @@ def parse_value(key: str, text: str) -> tuple[int, Value]:
     if "," in text:
         if text.endswith(",") and len(text) > 1:
             text = text[:-1]  # `0=5,` is a one-element array
-        if len(text) > _LONG_ARRAY:
+        if len(text) > LONG_ARRAY:
             return pid, _parse_long_array(text, 0, old_style=False)
         parts = text.split(",")
         vals = []
@@ -345,7 +345,7 @@ def parse_value(key: str, text: str) -> tuple[int, Value]:
 _LONG_ELEMENT_RE = re.compile(rf"[^,]{{{MAX_NUMBER_CHARS + 1}}}")
 _INT_CHARS = str.maketrans("", "", "0123456789+-,")  # translate() leaves what is not these
 _NUMBER_CHARS = str.maketrans("", "", "0123456789+-.eE,")
-_LONG_ARRAY = 4096  # elements (old style) or characters (new style) for the chunked parser
+LONG_ARRAY = 4096  # elements (old style) or characters (new style) for the chunked parser
 _CHUNK = 1 << 16  # characters per chunk
 
 
