@@ -18,6 +18,7 @@ import atexit
 import os
 import re
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -121,7 +122,8 @@ class _Loader:
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
-        self.tmp: tempfile.TemporaryDirectory | None = None
+        self.tmp: str | None = None  # the child's scratch directory (mkdtemp: a forked
+        # copy of this process must not remove it, as a TemporaryDirectory's finalizer would)
         self.owner = 0
         self.index = 0  # the child's number for the next file
 
@@ -129,8 +131,8 @@ class _Loader:
         if self.proc is not None and self.proc.poll() is None and self.owner == os.getpid():
             return self.proc
         self.close()
-        self.tmp = tempfile.TemporaryDirectory(prefix="paramsurgery-ncnn-")
-        scratch = os.path.join(self.tmp.name, "model.param")
+        self.tmp = tempfile.mkdtemp(prefix="paramsurgery-ncnn-")
+        scratch = os.path.join(self.tmp, "model.param")
         self.proc = subprocess.Popen([sys.executable, "-S", "-c", _CHILD, scratch],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=_child_env(), bufsize=0)
@@ -148,9 +150,9 @@ class _Loader:
             for fh in (proc.stdin, proc.stdout, proc.stderr):
                 if fh is not None:
                     fh.close()
-        if self.tmp is not None:
-            self.tmp.cleanup()
-            self.tmp = None
+        if self.tmp is not None and self.owner == os.getpid():
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp = None
 
     def serve(self, files: Sequence[bytes], timeout: float) -> list[Verdict]:
         """Verdicts of `files`, or of a prefix of them ending with the file that crashed or

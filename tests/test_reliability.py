@@ -434,3 +434,20 @@ def test_a_pass_that_cannot_prove_a_layer_refuses_on_its_line(tmp_path):
     code, _, err = run_cli(["fix-slice", src, "-o", str(tmp_path / "o.param")])
     assert code == 2 and err.startswith(f"{src}:4: fix-slice cannot prove the rewrite"), err
     assert not (tmp_path / "o.param").exists()
+
+
+def test_a_forked_copy_leaves_the_parents_loader_child_alone():
+    from paramsurgery import ncnn_loader
+
+    if not ncnn_loader.available():
+        pytest.skip("ncnn not installed")
+    assert ncnn_loader.load_verdicts([SIMPLE])[0].loads
+    parent_child, scratch = ncnn_loader._LOADER.proc.pid, ncnn_loader._LOADER.tmp
+    pid = os.fork()
+    if pid == 0:  # the copy: its own loader child, and closing it touches nothing of ours
+        ok = ncnn_loader.load_verdicts([SIMPLE])[0].loads
+        ncnn_loader._LOADER.close()
+        os._exit(0 if ok else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert os.path.isdir(scratch) and ncnn_loader._LOADER.proc.pid == parent_child
+    assert ncnn_loader.load_verdicts([SIMPLE])[0].loads
