@@ -17,7 +17,7 @@ many per child: `paramsurgery.ncnn_loader`) and through our command line in this
   and ncnn rejects that output (a pass's refusal of the whole graph, `m.param: the graph
   has no SDPA layer`, needs no line; one that names a line must start with it);
 - `input_modified`: a command changed its input; `stray_file`: a command left a file other
-  than its output in the directory. (`fix_refused`, for information: `fix` rolled back a
+  than its output (and the side outputs it says it wrote) in the directory. (`fix_refused`, for information: `fix` rolled back a
   repair that could not prove itself, exit 2 with the reason in its summary, as README says.)
 
 `.param.bin` mutants (`mutate_bin`, `check_mutants(..., binary=True)`) go through ncnn's
@@ -255,11 +255,15 @@ def check_mutants(mutants: list[bytes], workdir: Path, full_lint: bool = True, *
             if path.read_bytes() != data:
                 rep.add("input_modified", data, name)
                 path.write_bytes(data)
-            stray = set(os.listdir(workdir)) - expected
+            # a command's own side outputs (fuse-codebooks' manifest) are named where it
+            # says what it wrote
+            wrote = " ".join(re.findall(r"^wrote (.*)$", cout + cerr, re.M))
+            stray = {f for f in set(os.listdir(workdir)) - expected
+                     if not re.search(rf"(?:^|[\s,/]){re.escape(f)}(?:$|[\s,])", wrote)}
             if stray:
                 rep.add("stray_file", data, f"{name}: {sorted(stray)}")
-                for f in stray:
-                    (workdir / f).unlink()
+            for f in set(os.listdir(workdir)) - expected:
+                (workdir / f).unlink()
             if v.loads and out_path.exists():
                 outputs.append((name, data, out_path.read_bytes()))
     if outputs:
