@@ -194,14 +194,19 @@ def loads(text: str | bytes, name: str | None = None) -> "Graph":
     return read_param(data, name)
 
 
-def save_graph(g: "Graph", path: str | os.PathLike, bin: str | os.PathLike | None = None) -> None:
-    path_s = os.fspath(path)
-    if path_s.endswith(".param.bin"):
+def param_bytes(g: "Graph", path: str | os.PathLike) -> bytes:
+    """The graph as the file `path` names: binary for `.param.bin` (what ncnn's
+    `load_param_bin` reads), else text (also for `-`, stdout)."""
+    if os.fspath(path).endswith(".param.bin"):
         from .formats.param_bin import write_param_bin
 
-        data = write_param_bin(g)
-    else:
-        data = g.dump_bytes()
+        return write_param_bin(g)
+    return g.dump_bytes()
+
+
+def save_graph(g: "Graph", path: str | os.PathLike, bin: str | os.PathLike | None = None) -> None:
+    path_s = os.fspath(path)
+    data = param_bytes(g, path_s)
     if bin is None:
         atomic_write(path_s, data)
         return

@@ -294,7 +294,9 @@ def _run_side(spec: dict, tmp: Path, timeout: float) -> dict:
     return {"error": error} if error else json.loads(out_path.read_text())
 
 
-def _slice_step(arr: np.ndarray, plan: list[str], start: int, stop: int) -> np.ndarray:
+def slice_step(arr: np.ndarray, plan: list[str], start: int, stop: int) -> np.ndarray:
+    """One call's part of a whole-length array: a "q" axis gives positions start..stop, a
+    "k" axis 0..stop (past and current), a "-" axis all of it (`generic_plan`)."""
     idx = tuple(slice(start, stop) if r == "q" else slice(0, stop) if r == "k" else slice(None)
                 for r in plan)
     return np.ascontiguousarray(arr[idx])
@@ -347,7 +349,7 @@ def _child(spec_path: Path) -> int:
     def call(net_, start: int, stop: int, past: int, caches: dict | None):
         ex = net_.create_extractor()
         if generic:
-            feeds = {b: _slice_step(a, generic["plans"][b], start, stop)
+            feeds = {b: slice_step(a, generic["plans"][b], start, stop)
                      for b, a in full_inputs.items()}
         else:
             feeds = {io["embeds"]: embeds[start:stop],

@@ -181,9 +181,9 @@ def add_input_arg(p: argparse.ArgumentParser, what: str = "input .param",
 def write_graph(g: Any, out: str, note: str) -> None:
     """Write `g`'s text to `out` (atomically; '-' = stdout); then `note` (a format string
     of `out`) on stderr says what was written."""
-    from ..io import atomic_write
+    from ..io import atomic_write, param_bytes
 
-    data = g.dump_bytes()
+    data = param_bytes(g, out)  # a .param.bin output stays binary
     if out == "-":
         sys.stdout.buffer.write(data)
     else:

@@ -97,6 +97,10 @@ def lint_paths(args: argparse.Namespace) -> int:
         select_rules(args.select, args.ignore)
     except ValueError as exc:
         raise ParamSurgeryError(str(exc)) from None
+    if args.run_ncnn is not False:  # PS112 will ask ncnn: its child starts while we parse
+        from ..ncnn_loader import prestart
+
+        prestart()
     results: list[tuple[str, list[Finding] | None, str | None]] = []
     unreadable = 0
     for path in args.param:

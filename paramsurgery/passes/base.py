@@ -200,7 +200,10 @@ class Pass:
         new = new_errors(before, g.validate())
         if new:
             detail = "; ".join(f.format() for f in new[:5])
-            raise PassRefused(f"{self.name} would leave the graph invalid: {detail}")
+            # located on the first finding's line (of the input file) so the refusal reads
+            # `file:line: ...` like every exit-2 message
+            raise PassRefused(f"{self.name} would leave the graph invalid: {detail}",
+                              line=next((f.line for f in new if f.line), None))
 
     def __call__(self, g: Graph, *, in_place: bool = False) -> PassResult:
         from .._gc import paused_gc
@@ -253,7 +256,7 @@ def keep_or_refuse(pass_name: str, result: PassResult, refused: list[Skip], *, p
     detail = "; ".join(f"{s.layer}" + (f" (line {s.line})" if s.line else "") +
                        f": {s.reason}" for s in refused)
     raise PassRefused(f"{pass_name} cannot prove the rewrite of {len(refused)} "
-                      f"{what}: {detail}")
+                      f"{what}: {detail}", line=next((s.line for s in refused if s.line), None))
 
 
 def new_errors(before: Iterable[Finding], after: Iterable[Finding]) -> list[Finding]:
