@@ -215,7 +215,7 @@ def read_param_bin(data: bytes, path: str | None = None, *,
                       [blob_names[b] for b in tops], None)
         p = Params(text, layer)
         p.check()
-        for e in p._load().values():  # typed values: re-encode bits, not text, on edit
+        for e in p._owned().values():  # typed values: re-encode bits, not text, on edit
             e.text = None
         for e in p._dupes:
             e.text = None
