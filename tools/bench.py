@@ -12,10 +12,10 @@ fan-out Splits of the mask, cos and sin. Reported per shape and size: the best C
 per step, our total, ncnn's load_param (CPU seconds, its own process), the ratio ncnn / ours,
 t(largest)/t(smallest) per step, and how many workloads each best is taken from. Every
 measurement runs in a fresh process, as a user's command does; `--repeat` rounds interleave
-the sizes (so each sees the same machine load) and give each size about the same CPU budget
-(`largest / n` workloads per process, at most 20): a 10k-layer step of a few milliseconds is
-the best of tens of runs, not of three (which biases its time down, the ratio up: the
-scaling is if anything overstated). `--rules` adds the slowest lint rules at the largest
+the sizes (so each sees the same machine load); a sample of a smaller size is the mean of
+`largest / n` workloads in one process (at most 20), so samples of every size last about as
+long and meet the same load (a 10k-layer step of a few milliseconds is timed over tens of
+runs); reported is the best sample of the rounds. `--rules` adds the slowest lint rules at the largest
 size. The emitted text is checked to load in ncnn (outside the timing).
 """
 
@@ -97,7 +97,7 @@ def ncnn_loads(text: bytes, tmp: str) -> bool:
 
 def child_run(shape: str, n: int, inner: int, ignore: list[str], tmp: str) -> dict[str, float]:
     """`inner` workloads on the n-layer graph in a fresh process (a user's command starts
-    with an empty heap; a 100k-layer graph measured after a 10k one would not); the best
+    with an empty heap; a 100k-layer graph measured after a 10k one would not); the mean
     CPU seconds of each step."""
     cmd = [sys.executable, __file__, "--child", f"{shape}:{n}:{inner}", "--tmp", tmp]
     for code in ignore:
@@ -114,12 +114,12 @@ def child_main(spec: str, ignore: list[str], tmp: str) -> int:
     warm = Path(tmp) / f"{shape}-warmup.param"
     warm.write_text(SHAPES[shape](100))
     workload(warm, ignore)
-    best: dict[str, float] = {}
+    total: dict[str, float] = {}
     for _ in range(int(inner)):
         t, _out = workload(path, ignore)
         for k, v in t.items():
-            best[k] = min(best.get(k, v), v)
-    print(json.dumps(best))
+            total[k] = total.get(k, 0.0) + v
+    print(json.dumps({k: v / int(inner) for k, v in total.items()}))
     return 0
 
 
@@ -136,9 +136,10 @@ def ncnn_child(path: Path) -> float:
 def bench(shape: str, sizes: list[int], repeat: int, ignore: list[str], rules: bool,
           tmp: str, with_ncnn: bool = True) -> list[dict]:
     """Rounds of child runs, sizes interleaved within each round so every size sees the
-    same machine load (2 cores shared with other jobs); each size gets about the same CPU
-    budget per round: `largest / n` workloads per child (at most 20). Best of all, per
-    step."""
+    same machine load (2 cores shared with other jobs). A sample is the mean of `largest /
+    n` workloads in one process, so a sample of every size lasts about as long and meets
+    the same mix of quiet and busy moments (a best-of-many of short runs would catch only
+    the quiet ones); the best sample of the rounds, per step."""
     paths = {}
     for n in sizes:
         paths[n] = Path(tmp) / f"{shape}{n}.param"
