@@ -10,13 +10,13 @@ Graph shapes (tools/bench_graphs.py): `chain`, a residual chain (Split → Convo
 BinaryOp add per block); `decoder`, Qwen3-style decoder blocks with numeric blob names and
 fan-out Splits of the mask, cos and sin. Reported per shape and size: the best CPU seconds
 per step, our total, ncnn's load_param (CPU seconds, its own process), the ratio ncnn / ours,
-t(largest)/t(smallest) per step, and how many workloads each best is taken from. Every
+t(largest)/t(smallest) per step, and how many workloads each size ran. Every
 measurement runs in a fresh process, as a user's command does; `--repeat` rounds interleave
 the sizes (so each sees the same machine load); a sample of a smaller size is the mean of
 `largest / n` workloads in one process (at most 20), so samples of every size last about as
 long and meet the same load (a 10k-layer step of a few milliseconds is timed over tens of
-runs); reported is the best sample of the rounds. `--rules` adds the slowest lint rules at the largest
-size. The emitted text is checked to load in ncnn (outside the timing).
+runs); reported is the best sample of the rounds. `--rules` adds the slowest lint rules at
+the largest size. The emitted text is checked to load in ncnn (outside the timing).
 """
 
 from __future__ import annotations
