@@ -65,3 +65,33 @@ def test_stream_check_holds_one_net_at_a_time(tmp_path) -> None:
     one.flush()
     one.push(frames[:, :2])  # a new stream starts with the start graph again
     assert list(one._nets) == ["start"]
+
+
+def _rss() -> int:
+    import os
+
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/statm"), reason="Linux /proc")
+def test_hashing_weights_leaves_the_file_out_of_the_process(tmp_path) -> None:
+    """`reduce` checks the written weights against the source by content hash: a pass over
+    two multi-GB files, which kept both mapped in (2x the weight bytes, the reduce peak)."""
+    import paramsurgery
+    from paramsurgery.weights.synth import write_synth_bin
+
+    rows = ["Input in0 0 1 in0"] + [
+        f"Gemm g{i} 1 1 {'in0' if i == 0 else f'h{i - 1}'} h{i} 10=-1 2=0 3=1 4=0 5=1 6=1 7=0 "
+        f"8=1024 9=1024" for i in range(8)]
+    param = tmp_path / "g.param"
+    param.write_text("7767517\n9 9\n" + "\n".join(rows) + "\n")
+    with open(tmp_path / "g.bin", "wb") as fh:
+        write_synth_bin(paramsurgery.load(param), fh)
+    g = paramsurgery.load(param, bin=tmp_path / "g.bin")
+    size = (tmp_path / "g.bin").stat().st_size
+    assert size > 32 << 20
+    before = _rss()
+    hashes = {layer.name: layer.weights.sha256 for layer in g if layer.type == "Gemm"}
+    assert len(hashes) == 8 and len(set(hashes.values())) == 8
+    assert _rss() - before < size // 4, (before, _rss(), size)

@@ -89,6 +89,15 @@ class WeightFile:
     def view(self, offset: int, n: int) -> memoryview:
         return memoryview(self.data)[offset:offset + n]
 
+    def release(self, offset: int, n: int) -> None:
+        """Drop the pages of bytes just read from this process's memory (they stay in the
+        kernel's page cache): a pass over a whole multi-GB file, such as hashing it, then
+        does not leave the file resident in the process (RSS counts mapped pages)."""
+        data = self.data
+        if isinstance(data, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED") and n > 0:
+            start = offset - offset % mmap.PAGESIZE
+            data.madvise(mmap.MADV_DONTNEED, start, offset + n - start)
+
     def __repr__(self) -> str:
         return f"<WeightFile {self.path or '<memory>'} {self.size} bytes>"
 
@@ -167,6 +176,8 @@ class Weight:
             mv = self.raw()
             for i in range(0, len(mv), _CHUNK):
                 h.update(mv[i:i + _CHUNK])
+                if self._file is not None:
+                    self._file.release(self._offset + i, min(_CHUNK, len(mv) - i))
             self._sha = h.hexdigest()
         return self._sha
 
