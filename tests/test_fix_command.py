@@ -95,11 +95,12 @@ RAW = {
     "predictor_decoder": ([], [], ["fold-gqa"]),
     # repeat_kv folded; the interleaved M-RoPE slice/slice_copy lowered (Crop + Concat)
     "talker_decoder": ([], [], ["fold-gqa", "lower"]),
-    # length-mask arithmetic (lt/eq/masked_fill) in the graph; lower keeps the arange and
-    # the mask expressions it feeds, remove-passthrough the Tensor.to (no dtype in the IR)
-    "speaker_encoder": (["Tensor.expand", "Tensor.masked_fill", "Tensor.repeat",
-                         "pnnx.Expression", "torch.eq", "torch.lt"],
-                        ["Tensor.to", "pnnx.Expression", "torch.arange"], []),
+    # the ECAPA length mask without weights: lower lowers the eq of the 0/1 mask, and keeps
+    # what needs the .bin (arange/repeat tables, the folded length's value) and what reads it
+    # (with --bin it repairs everything: tests/test_rawfix_qwen3tts.py)
+    "speaker_encoder": (["pnnx.Expression"],
+                        ["Tensor.expand", "Tensor.masked_fill", "Tensor.repeat", "Tensor.to",
+                         "pnnx.Expression", "torch.arange", "torch.lt"], ["lower"]),
     # the computed pads are lowered and the lossy Reshape pair merged; the in-graph
     # positions (arange over the length) stay (lower needs the weights for its table)
     "mimi_encoder": ([], ["pnnx.Expression", "torch.arange"], ["lower", "fix-batch-reshape"]),

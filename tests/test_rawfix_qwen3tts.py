@@ -32,10 +32,10 @@ MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 RAW_TINY = {r["module"]: r for r in MANIFEST["qwen3_tts"]["exports"]
             if r["size"] == "tiny" and r["variant"] == "raw" and "io" in r}
 RAW_REAL = sorted(p for p in (QWEN / "real").glob("*.raw.ncnn.param"))
-NEEDS_REPAIR = ("talker_decoder", "predictor_decoder", "mimi_encoder")
+NEEDS_REPAIR = ("talker_decoder", "predictor_decoder", "mimi_encoder", "speaker_encoder")
 
 
-RUNNABLE = sorted(m for m in RAW_TINY if m != "speaker_encoder")
+RUNNABLE = sorted(RAW_TINY)
 
 
 @pytest.mark.parametrize("module", RUNNABLE)
@@ -88,21 +88,51 @@ def test_raw_codec_decoder_static_export_fixed_and_dynamized(tmp_path: Path) -> 
     assert st["kind"] == "runs_right", st
 
 
-REFUSED = {"speaker_encoder": "frozen at the traced length"}  # ECAPA length mask: see below
+# real size keeps no weights and no pnnx script: the folded length cannot be read
+REFUSED = {"speaker_encoder": "frozen at the traced length"}
 
 
-def test_raw_speaker_encoder_refused_naming_the_frozen_length() -> None:
-    """`_length_to_mask(lengths * x.shape[-1])` with lengths=ones: pnnx folds the product into
-    a constant from the first trace (300 mel frames), so the mask and `mask.sum()` are frozen
-    at T=300 whatever the input length; no graph surgery can recover the length it meant."""
+def test_raw_speaker_encoder_fixed_by_the_cli_matches_torch(tmp_path: Path) -> None:
+    """`paramsurgery fix X.raw.ncnn.param --bin X.raw.ncnn.bin -o Y.param --verify`: the
+    ECAPA length mask (`_length_to_mask(lengths * x.shape[-1])`, pnnx folded the product and
+    `mask.sum()` at the first trace, T=300) is rebuilt from the input's extent, read from
+    pnnx's own record of the trace (speaker_encoder.raw_ncnn.py), and the result matches
+    torch at T=211."""
+    from paramsurgery.cli import main
+
     param = QWEN / "tiny" / "speaker_encoder.raw.ncnn.param"
+    out = tmp_path / "y.param"
+    assert main(["fix", str(param), "--bin", str(param.with_suffix(".bin")), "-o", str(out),
+                 "--verify"]) == 0
+    rec = RAW_TINY["speaker_encoder"]
+    assert rec["lengths"]["reference"] not in (300, 173) and rec["lengths"]["trace"] == 300
+    st = check(out, tmp_path / "y.bin", rec["io"]["inputs"], rec["io"]["outputs"],
+               dict(np.load(QWEN / "tiny" / "speaker_encoder.raw.ref.npz")))
+    assert st["kind"] == "runs_right" and st["max_rel_err"] <= 1e-4, st
+
+
+def test_raw_speaker_encoder_without_the_trace_record_is_refused(tmp_path: Path) -> None:
+    """Without pnnx's X_ncnn.py (or --traced-len) nothing says the folded 300 is the traced
+    length: the comparison is refused, naming the constant and what would let it proceed."""
+    import shutil
+
+    for suffix in (".ncnn.param", ".ncnn.bin", ".pnnx.param"):
+        shutil.copy(QWEN / "tiny" / f"speaker_encoder.raw{suffix}", tmp_path)
+    param = tmp_path / "speaker_encoder.raw.ncnn.param"
     g, _, failures = repair(param, param.with_suffix(".bin"))
     assert [name for name, _ in failures] == ["lower"]
     msg = failures[0][1]
-    assert msg.startswith("torch.lt 'torch.lt_5' (compare): a boolean mask built in the graph")
-    assert "'pnnx_fold_270' = 300, a constant pnnx folded from the first trace" in msg
-    assert RAW_TINY["speaker_encoder"]["lengths"]["trace"] == 300
-    assert "Tensor.masked_fill 'Tensor.masked_fill_38' (select): ncnn has no select" in msg
+    assert msg.startswith("torch.lt 'torch.lt_5' (compare): compares with 'pnnx_fold_270' = "
+                          "300, a constant pnnx folded from the first trace")
+    assert "keep pnnx's X_ncnn.py next to X.ncnn.param, or give --traced-len T" in msg
+    assert "Tensor.masked_fill 'Tensor.masked_fill_38' (masked_fill): its mask is not " \
+           "proven constant" in msg
+    # the flag the refusal names lets it proceed (dynamize, also asked, finds nothing)
+    from paramsurgery.cli import main
+
+    assert main(["fix", str(param), "--bin", str(param.with_suffix(".bin")), "-o",
+                 str(tmp_path / "y.param"), "--traced-len", "300", "--verify", "--reference",
+                 str(QWEN / "tiny" / "speaker_encoder.raw.ref.npz")]) == 0
 
 
 FAST_REAL = ("mimi_encoder", "speaker_encoder")  # the rest: -m slow (10-20 s each)

@@ -132,6 +132,8 @@ def write_readme(out_dir: Path) -> Path:
             ev = "error varies run to run"
         elif st.get("max_abs_err") is not None:
             ev = f"max abs err {st['max_abs_err']}"
+        elif st["status"] == "wrong" and not st.get("output_shapes"):
+            ev = st.get("ncnn_message") or st.get("ncnn_status") or ""  # no output at all
         elif st["status"] == "wrong":
             ev = "shape " + "; ".join(f"{o['ncnn']} vs torch {o['torch']}"
                                       for o in st["output_shapes"] if o["ncnn"] != o["torch"])

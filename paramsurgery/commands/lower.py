@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_partial_arg(p)
     p.add_argument("--list-rules", action="store_true", help="print the rules and exit")
     add_bin_arg(p)  # needed by rules that add constants (arange's position table)
+    p.add_argument("--traced-len", type=int, metavar="T",
+                   help="the length pnnx traced at first (when its X_ncnn.py is not next to "
+                        "the file): a constant pnnx folded equal to it is read as that length")
     p.set_defaults(run=run)
 
 
@@ -36,5 +39,5 @@ def run(args: argparse.Namespace) -> int:
             print(f"{r.name:12} {', '.join(r.types):40} {r.doc}")
         return 0
     traced = traced_path(args)
-    return run_located(args, lambda: Lower(rules, traced=traced, partial=args.partial),
-                       "lowered")
+    return run_located(args, lambda: Lower(rules, traced=traced, partial=args.partial,
+                                           traced_len=args.traced_len), "lowered")

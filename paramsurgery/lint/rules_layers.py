@@ -655,6 +655,43 @@ def separate_codebook_embeds(ctx: "LintContext") -> Iterator[Hit]:
                             f"over pre-offset ids does the same with one table and one input")
 
 
+@rule("PS016", "frozen-trace-length", ERROR,
+      "a constant pnnx folded at the first trace equals that trace's length: the graph "
+      "computes with it at every length", fix_pass="lower", needs=("pnnx",))
+def frozen_trace_length(ctx: "LintContext") -> Iterator[Hit]:
+    """pnnx 20261020 folds arithmetic on the size of a dim it reached through a transpose
+    into a constant of the first trace (`torch.ones(B) * y.shape[1]`, HF ECAPA's
+    `_length_to_mask(lengths * seq_len)` and `mask.sum()`; repro case
+    `size-after-transpose-folded`). A one-element `MemoryData pnnx_fold_*` equal to the
+    traced extent of a dynamic input dim (pnnx's `X_ncnn.py` records it), read together with
+    a tensor of a dynamic length, is that length frozen: the dynamic graph is wrong at every
+    other length. `paramsurgery lower` computes it from the input instead (needs `--bin`)."""
+    from ..passes.frozen_extent import folded_value, frozen_lengths, is_folded, trace_evidence
+
+    folds = [lay for lay in ctx.graph.by_type("MemoryData") if is_folded(lay)]
+    if not folds or ctx.pnnx is None:
+        return
+    ev = trace_evidence(ctx.pnnx, ctx.pnnx.path, None)
+    if not ev.dims:
+        return
+    values: dict[str, float | None] = {}
+    if not any(lay.weights for lay in folds) and ctx.run_bin:
+        from ..io import load
+
+        weighted = load(ctx.path, bin=ctx.run_bin) if ctx.path else None
+        for lay in folds:
+            w = weighted.find(lay.name) if weighted is not None else None
+            values[lay.name] = folded_value(w) if w is not None else None
+    found, _ = frozen_lengths(ctx.graph, ctx.pnnx, ev,
+                              lambda lay: values.get(lay.name, folded_value(lay)))
+    for layer, dim, value in found:
+        yield Hit(layer, f"MemoryData {layer.name!r} = {value:g} is a constant pnnx folded at "
+                         f"the first trace, equal to its length ({dim.blob} dim {dim.dim} = "
+                         f"{dim.traced}, {ev.source}): the graph computes with {value:g} at "
+                         f"every length (e.g. `torch.ones(B) * x.shape[-1]` after a "
+                         f"transpose, ECAPA's length mask)")
+
+
 @rule("PS015", "lossy-batch-reshape", ERROR,
       "a Reshape to all-ones dims read back from ncnn's batch axis (0n): the elements are lost",
       fix_pass="fix-batch-reshape")

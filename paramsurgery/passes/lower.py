@@ -75,6 +75,7 @@ class Site:
     pnnx: object | None  # PnnxGraph
     traced_path: str | None
     steps: list[Step] = field(default_factory=list)
+    shared: dict = field(default_factory=dict)  # one run's analyses and facts, by rule modules
 
     # ------------------------------------------------------------------ reading
     def input(self, slot: int) -> str:
@@ -392,7 +393,7 @@ _NOT_EXACT = [
     ("xlogy", ("aten::xlogy",), "xlogy(0, y) is 0 even where log(y) is -inf or NaN; "
                                 "x*log(y) is NaN there"),
     ("sign_ops", ("aten::copysign", "aten::heaviside"), "ncnn has no sign-bit or select op"),
-    ("select", ("torch.where", "Tensor.masked_fill", "F.threshold", "aten::where"),
+    ("select", ("torch.where", "F.threshold", "aten::where"),
      "ncnn has no select layer (x*mask + y*(1-mask) is NaN where x or y is inf)"),
     ("float_power", ("aten::float_power",), "computes in float64; ncnn computes in float32"),
     ("softplus", ("F.softplus",), "ncnn's Softplus has no beta/threshold (log(1+exp(x)) only)"),
@@ -408,13 +409,15 @@ _DEFAULT: list[Rules] = []
 
 def default_rules() -> Rules:
     """This module's rules + the rule modules built on it (`lower_layout`: slices, slice
-    assignment, padding; `lower_values`: arange, casts). Composed on first use, so a rule
-    module can import this one first."""
+    assignment, padding; `lower_values`: arange, casts; `lower_masks`: comparisons,
+    masked_fill, expand, repeat). Composed on first use, so a rule module can import this
+    one first."""
     if not _DEFAULT:
         from .lower_layout import LAYOUT_RULES
+        from .lower_masks import MASK_RULES
         from .lower_values import VALUE_RULES
 
-        _DEFAULT.append(_BASE_RULES + LAYOUT_RULES + VALUE_RULES)
+        _DEFAULT.append(_BASE_RULES + LAYOUT_RULES + VALUE_RULES + MASK_RULES)
     return _DEFAULT[0]
 
 
@@ -440,13 +443,16 @@ class Lower(Pass):
 
     @classmethod
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "Lower | None":
-        return cls(traced=ctx.traced, partial=True) if asked else None
+        return cls(traced=ctx.traced, partial=True, traced_len=ctx.traced_len) \
+            if asked else None
 
     def __init__(self, rules: Iterable[Rule] | None = None, *,
-                 traced: str | os.PathLike | None = None, partial: bool = False) -> None:
+                 traced: str | os.PathLike | None = None, partial: bool = False,
+                 traced_len: int | None = None) -> None:
         self.rules = Rules(rules) if rules is not None else default_rules()
         self.traced = os.fspath(traced) if traced is not None else None
         self.partial = partial
+        self.traced_len = traced_len  # evidence for frozen_extent when X_ncnn.py is absent
 
     def run(self, g: Graph) -> PassResult:
         pnnx = None
@@ -458,6 +464,9 @@ class Lower(Pass):
         declined: list[tuple[Layer, Rule, str]] = []
         unknown: dict[str, list[str]] = {}
         lowered = 0
+        shared: dict = {}
+        if pnnx is not None:
+            lowered += self._thaw(g, pnnx, shared, result)
         for layer in list(g):
             if layer.graph is not g:
                 continue  # removed by an earlier rewrite (a pruned constant)
@@ -466,12 +475,12 @@ class Lower(Pass):
                 if is_converter_leftover(layer.type) and layer.type != "pnnx.Expression":
                     unknown.setdefault(layer.type, []).append(layer.name)
                 continue
-            site = Site(g, layer, pnnx, self.traced)
+            site = Site(g, layer, pnnx, self.traced, shared=shared)
             try:
                 if len(layer.outputs) != 1:
                     raise Declined(f"has {len(layer.outputs)} tops")
                 out = r.fn(site)
-                bypass = not site.steps and out in layer.inputs
+                bypass = not site.steps and (out in layer.inputs or g.has_blob(out))
                 if not bypass and (not site.steps or out != site.steps[-1].out):
                     raise Declined("the rule produced no layer")
             except NoMatch as exc:  # a rule's Declined, or a shared walk's NoMatch
@@ -500,7 +509,25 @@ class Lower(Pass):
                                 f"{', ...' if len(names) > 3 else ''})")
         if not lowered and not declined:
             result.notes.insert(0, "no leftover a rule lowers")
+        if result.modified:
+            g.insert_splits()  # rules may read a blob another layer reads (an extent's tensor)
         return result
+
+    def _thaw(self, g: Graph, pnnx: object, shared: dict, result: PassResult) -> int:
+        """Constants pnnx folded at the first trace that are the traced length: computed
+        from the input instead (`frozen_extent`), before any rule reads them."""
+        from .frozen_extent import thaw, trace_evidence
+        from .lower_values import ARANGE_TABLE
+
+        ev = trace_evidence(pnnx, self.traced, self.traced_len)
+        shared["evidence"] = ev
+        changes, kept = thaw(g, pnnx, ev, shared.setdefault("facts", {}), ARANGE_TABLE)
+        shared["folds_kept"] = kept  # why: named when a rule meets one of them
+        result.changes.extend(changes)
+        result.notes.extend(f"{name} kept: {why}" for name, why in kept.items())
+        if changes:
+            result.modified = True
+        return len(changes)
 
     def _bypass(self, g: Graph, site: Site, r: Rule, keep: str, result: PassResult) -> None:
         """The rule proved the layer returns bottom `keep` unchanged: its readers read that."""
@@ -622,4 +649,7 @@ def _prune(g: Graph, blob: str) -> list[str]:
 
 
 _PRUNABLE = ("pnnx.Expression", "Tensor.to", "MemoryData", "torch.arange", "Tensor.size",
-             "aten::size")
+             "aten::size",
+             # what computed a mask a rule proved constant (masked_fill's, now unread)
+             "Reshape", "ExpandDims", "Squeeze", "Crop", "Clip", "BinaryOp", "UnaryOp",
+             "Reduction")

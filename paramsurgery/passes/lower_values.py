@@ -7,12 +7,14 @@ Composed into `lower`'s default rules (`paramsurgery.passes.lower.RULES`).
   `start, start+1, ..., start+N-1` (N = `ARANGE_TABLE`) cropped against that tensor's extent
   by a two-bottom `Crop` with a shape expression (`20="1h"`). Exact for every extent up to
   N; the values are integers, exact in float32 (N < 2**24).
+  Its positions' bounds and extent are recorded for `lower_masks` (comparisons, expand).
 - Casts (`Tensor.to`, `.long()`, `.float()`, ...) between integer and float dtypes whose
   input does not come from a graph input: ncnn computes every layer in float32, so an
   integer tensor computed in the graph (positions from `arange`, shape arithmetic) already
   holds its integer values as floats, and the cast changes nothing. Integer tensors fed as
   graph inputs hold int32 bit patterns (what `Embed` reads): a cast of those is refused, as
-  are rounding casts (float → int of computed floats, float → f16/bf16).
+  are rounding casts (float → int of computed floats, float → f16/bf16). A bool → number
+  cast of a comparison `lower_masks` lowered is the identity (it holds 0/1 already).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..graph import Graph
 from .int_affine import Affine, NotAffine, ShapeArith
 from .lower import Declined, Rule, Rules, Site, rule
 from .lower_layout import ncnn_axis
+from .lower_masks import COMPARISONS, record_positions
 
 _VALUES: list[Rule] = []
 ARANGE_TABLE = 32768  # positions a lowered arange can produce (128 KiB of float32)
@@ -75,6 +78,7 @@ def arange(s: Site) -> str:
     table = s.emit("MemoryData", [], {0: ARANGE_TABLE}, "table",
                    {"data": np.arange(start, start + ARANGE_TABLE, dtype=np.float32)})
     limit = f"1{_LETTER[axis]}" if start == 0 else f"-(1{_LETTER[axis]},{start})"
+    record_positions(s, s.layer.outputs[0], start, ref, axis)
     return s.emit("Crop", [table, ref], {19: "0", 20: limit, 21: "0"}, "arange")
 
 
@@ -101,33 +105,17 @@ def int_cast(s: Site) -> str:
     if not ({din, dout} <= set(_INTS + _FLOATS) or din == "bool"):
         raise Declined(f"{din} -> {dout} changes the values (ncnn computes in float32)")
     if din == "bool":
-        raise Declined("bool -> number: a comparison leftover produced it (lowered only "
-                       "with the comparison)")
+        prod = s.g.producer(s.g.above_splits(s.input(0)))
+        if prod is None or prod.type in COMPARISONS or s.g.above_splits(s.input(0)) \
+                not in s.shared.get("facts", {}):
+            raise Declined("bool -> number: a comparison leftover produced it (lowered only "
+                           "with the comparison)")
+        return s.input(0)  # a lowered comparison already holds 0/1 as float32
     fed = _graph_input_source(s.g, s.input(0))
     if fed is not None and (din in _INTS) != (dout in _INTS):
         raise Declined(f"its {din} input comes from graph input {fed!r}, which ncnn holds as "
                        f"int32 bit patterns, not as float values")
     return s.input(0)
-
-
-# comparisons: refused, naming a constant pnnx folded at the first trace when there is one
-@rule("torch.lt", "torch.gt", "torch.le", "torch.ge", "torch.eq", "torch.ne",
-      doc="declined: ncnn has no comparison layer; names a trace-folded constant operand",
-      into=_VALUES)
-def compare(s: Site) -> str:
-    why = ("a boolean mask built in the graph: ncnn has no comparison or select layer; "
-           "pass the mask (additive 0/-inf) as an input")
-    for b in s.layer.inputs:
-        prod = s.g.producer(s.g.above_splits(b))
-        if prod is not None and prod.type == "MemoryData" and prod.name.startswith("pnnx_fold"):
-            value = ""
-            if prod.weights is not None and len(prod.weights) and prod.weights[0].count == 1:
-                value = f" = {float(prod.weights[0].array().reshape(-1)[0]):g}"
-            frozen = (f"; it compares with {prod.name!r}{value}, a constant pnnx folded from "
-                      f"the first trace (e.g. `lengths * x.shape[-1]`): in a dynamic export the "
-                      f"mask is frozen at the traced length")
-            raise Declined(why + frozen)
-    raise Declined(why)
 
 
 def _graph_input_source(g: Graph, blob: str) -> str | None:

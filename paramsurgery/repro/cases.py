@@ -311,6 +311,41 @@ def _neg_slice_module(kind: str):
     return Trim()
 
 
+# --------------------------------------------------------------------------- cases 8, 9
+
+def _folded_length_module(kind: str):
+    torch, nn, F = _tnn()
+
+    class MeanOverTime(nn.Module):
+        def forward(self, x):
+            y = x.transpose(1, 2)                    # (1, T, 4)
+            if kind == "length":
+                total = torch.ones(1) * y.shape[1]   # ECAPA: lengths * seq_len, mask.sum()
+                return (y / total).sum(1)
+            return y.mean(1)
+
+    return MeanOverTime()
+
+
+def _one_d_positions_module(kind: str):
+    torch, nn, F = _tnn()
+
+    class Positions(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.rand(1, 4, 1))
+            self.conv = nn.Conv1d(4, 4, 1)
+
+        def forward(self, x):
+            if kind == "one_d":
+                p = (x[0, 0] * 2).reshape(1, 1, -1)  # a 1-D (T,) tensor, as arange(T)
+            else:
+                p = x[:, 0:1] * 2                    # the same values, never 1-D
+            return self.conv(x) + self.w @ p
+
+    return Positions()
+
+
 # --------------------------------------------------------------------------- case 4
 
 def _stack_sum_module(kind: str):
@@ -757,6 +792,52 @@ CASES: tuple[ReproCase, ...] = (
         offending=(r"^Reshape\s.*\b1[23]=(?!233\b)\d+",),
         offending_text="Reshape reshape_N 1 1 a b 12=233 13=0 6=...   (12/13 != 233)",
         upstream=("Tencent/ncnn PR #6784", "Tencent/ncnn PR #6032"),
+    ),
+    ReproCase(
+        id="size-after-transpose-folded", number="8",
+        title="a size read after a transpose is folded into a constant of the first trace",
+        construct="(y / (torch.ones(1) * y.shape[1])).sum(1) with y = x.transpose(1, 2)",
+        make_inputs=_inputs_c4, trace_lengths=(10, 8), run_length=13, seed=115,
+        input_names=("x (1,4,T)",),
+        variants=(
+            Variant("bug", "mean over time as a sum divided by ones(1) * the length",
+                    "wrong", lambda: _folded_length_module("length")),
+            Variant("workaround", "y.mean(1)", "right", lambda: _folded_length_module("mean")),
+        ),
+        why=("pnnx folds `torch.ones(1) * y.shape[1]` into a constant (pnnx.Attribute "
+             "pnnx_fold_*) when y is a transpose's output, although that dim is dynamic (`?`) "
+             "in its own IR; without the transpose it keeps `size(@0,2)`. The dynamic graph "
+             "divides by the first trace's length (10) at every length."),
+        offending=(r"^MemoryData\s+pnnx_fold_",),
+        offending_text="MemoryData pnnx_fold_n.1 0 1 n 0=1   (holds 10, the first trace's length)",
+        upstream=(),
+        notes=("Met in Qwen3-TTS's ECAPA speaker encoder: AttentiveStatisticsPooling's "
+               "`_length_to_mask(lengths * seq_length)` and `mask.sum()` are folded at T=300, "
+               "so the mask and the mean are frozen there. `paramsurgery lower` reads such a "
+               "constant back as the input's extent when pnnx's X_ncnn.py (or --traced-len) "
+               "shows it is the traced length."),
+    ),
+    ReproCase(
+        id="one-d-through-batch-axis", number="9",
+        title="a 1-D tensor computed in the graph gets Reshape 12=0 6=\"0n\": read from ncnn's n",
+        construct="w @ (x[0, 0] * 2).reshape(1, 1, -1) next to conv(x) (a (T,) tensor as arange(T))",
+        make_inputs=_inputs_c4, trace_lengths=(7, 5), run_length=9, seed=116,
+        input_names=("x (1,4,T)",),
+        variants=(
+            Variant("bug", "a (T,) slice reshaped to (1,1,T) for a MatMul", "wrong",
+                    lambda: _one_d_positions_module("one_d")),
+            Variant("workaround", "x[:, 0:1] * 2: the same values with their leading dims",
+                    "right", lambda: _one_d_positions_module("keep_dims")),
+        ),
+        why=("pnnx gives the 1-D tensor batch axis 0 and writes a Reshape that moves its "
+             "elements out of ncnn's batch n (12=0 13=233 6=\"0n\"); ncnn holds a 1-D blob's "
+             "elements in w, so the Reshape fails at run time (extract returns -1). Mimi's "
+             "RoPE positions meet the same belief as a pair (Reshape 0=1 1=1, then 12=2 "
+             "6=\"0n,1,1\") that keeps one of the T positions (paramsurgery fix-batch-reshape, "
+             "lint PS015)."),
+        offending=(r"^Reshape\s.*\b12=0\b.*\b13=233\b.*6=\"?0n",),
+        offending_text='Reshape slice_0_ncnnreshape 1 1 a b 12=0 13=233 6="0n"',
+        upstream=("Tencent/ncnn PR #6784",),
     ),
 )
 

@@ -187,6 +187,22 @@ DETAILS: dict[str, str] = {
         "(`(3, 4, 1)` instead of `(1, 4, 9)`). Batch inference is context dependent: the same "
         "level sum in another graph converted right. Graphs with 12/13 also need an ncnn "
         "runtime that has PR #6784."),
+    "size-after-transpose-folded": (
+        "In `model.pnnx.param` the divisor is already `pnnx.Attribute pnnx_fold_n.1` "
+        "(`@data=(1)f32`) while the transposed tensor's dim is `?`: constant folding treats "
+        "`size()` of the transpose's output as static. Measuring the size on the input "
+        "instead (`x.shape[2]` before the transpose) keeps `size(@0,2)` in a "
+        "`pnnx.Expression` (no fold, but ncnn cannot load it). Met in HF ECAPA attentive "
+        "statistics pooling (`_length_to_mask(lengths * seq_length)`, `mask.sum()`), frozen "
+        "at the first trace's 300 frames in Qwen3-TTS's speaker encoder."),
+    "one-d-through-batch-axis": (
+        "pnnx's batch-axis inference gives the (T,) slice batch axis 0, and since PR #6784 it "
+        "converts the slice's squeeze to `Reshape 12=0 13=233 6=\"0n\"` (elements from n "
+        "into w). The Crop before it holds its T elements in w with n = 1, and ncnn's "
+        "Reshape fails in forward (extract returns -1). A `torch.arange(T)` in the same place "
+        "gets the same Reshape (Qwen3-TTS's speaker encoder), or, when reshaped to "
+        "`(1,1,T)`, the pair `Reshape 0=1 1=1` + `12=2 13=233 6=\"0n,1,1\"` that keeps one "
+        "position (Mimi's RoPE positions all become 0)."),
 }
 
 
@@ -361,6 +377,41 @@ SCRIPTS: dict[str, CaseScript] = {
         return self.conv(frames.transpose(1, 2))
 ''',
         host="ids = ids.reshape(3, -1).T.reshape(-1)   # level-major -> time-major",
+    ),
+    "size-after-transpose-folded": CaseScript(
+        model='''class Model(nn.Module):
+    def forward(self, x):                    # x (1, 4, T)
+        y = x.transpose(1, 2)                # (1, T, 4)
+        total = torch.ones(1) * y.shape[1]   # the length (ECAPA: lengths * seq_len)
+        return (y / total).sum(1)
+''',
+        workaround='''class Model(nn.Module):
+    def forward(self, x):
+        y = x.transpose(1, 2)
+        return y.mean(1)
+''',
+    ),
+    "one-d-through-batch-axis": CaseScript(
+        model='''class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(1, 4, 1))
+        self.conv = nn.Conv1d(4, 4, 1)
+
+    def forward(self, x):                              # x (1, 4, T)
+        p = (x[0, 0] * 2).reshape(1, 1, -1)           # a 1-D (T,) tensor, as arange(T)
+        return self.conv(x) + self.w @ p
+''',
+        workaround='''class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(1, 4, 1))
+        self.conv = nn.Conv1d(4, 4, 1)
+
+    def forward(self, x):
+        p = x[:, 0:1] * 2                              # the same values, never 1-D
+        return self.conv(x) + self.w @ p
+''',
     ),
 }
 

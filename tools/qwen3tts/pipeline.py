@@ -163,6 +163,10 @@ def export_variant(spec: VariantSpec, size: str, fixture_dir: Path, scratch: Pat
 
     keep(res.ncnn_param, ".ncnn.param", "ncnn_param")
     keep(res.pnnx_param, ".pnnx.param", "pnnx_param")
+    if spec.variant == "raw":
+        # pnnx's test script records the traced input shapes: the evidence `lower` needs
+        # to read a constant pnnx folded from the first trace as that trace's length
+        keep(res.ncnn_py, "_ncnn.py", "pnnx_script")
     if size == "tiny":
         keep(res.ncnn_bin, ".ncnn.bin", "ncnn_bin")
         ref_path = fixture_dir / f"{name}.ref.npz"
