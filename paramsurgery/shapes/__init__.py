@@ -59,7 +59,9 @@ def infer_shapes(g: Graph, inputshape: Mapping[str, tuple] | str | list[str] | N
         raise ValueError("infer_shapes: layers= is for the static analysis (the oracle runs "
                          "the whole graph)")
     with paused_gc():  # one object per blob and param: keep the collector out (linear time)
-        only = ancestors(g, layers) if layers is not None else None
+        # a neighbourhood late in a long chain has most of the graph as ancestors: past a
+        # third, the walk would cost more than it saves
+        only = ancestors(g, layers, limit=len(g) // 3) if layers is not None else None
         static = propagate(g, shapes, use_hints=use_hints, only=only)
     if not oracle:
         return static

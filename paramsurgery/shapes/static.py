@@ -81,16 +81,19 @@ def _disagree(a: Shape, b: Shape) -> bool:
     return any(x is not None and y is not None and x != y for x, y in zip(a, b))
 
 
-def ancestors(g: Graph, layer_ids: Iterable[int]) -> set[int]:
+def ancestors(g: Graph, layer_ids: Iterable[int], limit: int | None = None) -> set[int] | None:
     """`layer_ids` and every layer they read from, transitively (iteratively: one visit per
-    layer, no recursion): what the shapes of these layers' tops depend on."""
+    layer, no recursion): what the shapes of these layers' tops depend on. None once more
+    than `limit` layers are reached (computing the whole graph then costs about as much)."""
+    producers, layers = g._producers, g._layers
     seen = set(layer_ids)
     todo = list(seen)
     while todo:
-        layer = g.layer(todo.pop())
-        for blob in layer._inputs:
-            p = g.producer(blob)
-            if p is not None and p.id not in seen:
-                seen.add(p.id)
-                todo.append(p.id)
+        for blob in layers[todo.pop()]._inputs:
+            p = producers.get(blob)
+            if p and p[0][0] not in seen:
+                seen.add(p[0][0])
+                todo.append(p[0][0])
+        if limit is not None and len(seen) > limit:
+            return None
     return seen
