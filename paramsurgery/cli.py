@@ -3,7 +3,8 @@
 Each subcommand lives in its own module under `paramsurgery/commands/` and exposes
 `register(subparsers)`, which adds its parser with `set_defaults(run=<function>)`; the
 function returns the exit code. Modules are discovered, so adding a command touches no
-shared file. Errors a user can cause print `file:line:col: message` and exit 2.
+shared file. A pass that sets `tag` declares its own command in its pass file
+(`commands/_pass_commands.py`). Errors a user can cause print `file:line:col: message` and exit 2.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from .io import Terminated, signals_raise
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser. Given the command line, only the command it names is imported and
-    registered (command `foo-bar` lives in `commands/foo_bar.py`): starting the CLI costs
-    one command module, not all of them (`--version` none). Without one (help, a typo) every
-    command is."""
+    registered (command `foo-bar` lives in `commands/foo_bar.py`, or is declared by the pass
+    `foo-bar`): starting the CLI costs one command module, not all of them (`--version`
+    none). Without one (help, a typo) every command is."""
     parser = argparse.ArgumentParser(
         prog="paramsurgery",
         description="Exact, verified graph surgery on ncnn models (.param / .param.bin / .bin).")
@@ -38,10 +39,21 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     wanted = word.replace("-", "_") if word is not None else None
     if wanted in names and argv is not None and argv[0] == word:
         names = [wanted]
+    elif word is not None and argv is not None and argv[0] == word:
+        from .commands._pass_commands import register_pass_commands
+
+        # a command a pass declares (no module of its own): only the passes load
+        register_pass_commands(sub, {n.replace("_", "-") for n in names})
+        if word in sub.choices:
+            return parser
     elif word is None and argv and "--version" in argv and not {"-h", "--help"} & set(argv):
         names = []  # argparse prints the version before it would look at a command
     for name in names:
         importlib.import_module(f"{commands.__name__}.{name}").register(sub)
+    if len(names) > 1:  # not just the named command module: passes may declare commands too
+        from .commands._pass_commands import register_pass_commands
+
+        register_pass_commands(sub, sub.choices)  # (those registered above are skipped)
     return parser
 
 

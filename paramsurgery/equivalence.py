@@ -49,7 +49,6 @@ def verify_equivalent(candidate: str | os.PathLike, reference: str | os.PathLike
     run at (each symbol's list is walked in step; default 7 and 13). Input shapes not in
     `inputshape` come from the reference's Input layers."""
     from .io import load
-    from .runtime import run_isolated
     from .shapes import normalize_inputshape
     from .shapes.feeds import input_kinds, make_feeds
 
@@ -80,20 +79,45 @@ def verify_equivalent(candidate: str | os.PathLike, reference: str | os.PathLike
         concrete = {b: tuple(evaluate(d, env) for d in s) for b, s in spec.items()}
         feeds = make_feeds(gr, concrete, seed=seed, npz=inputs, kinds=kinds)
         tag = " ".join(f"{k}={v}" for k, v in env.items())
-        a = run_isolated(candidate, bin, feeds, outputs)
-        b = run_isolated(reference, reference_bin or bin, feeds, outputs)
-        if not a.ok:
-            check.error = f"{tag}: the rewritten graph does not run: {a.describe()}"
+        rel = run_side_by_side((candidate, bin, feeds), (reference, reference_bin or bin, feeds),
+                               outputs, what="the rewritten graph")
+        if isinstance(rel, str):
+            check.error = f"{tag}: {rel}"
             return check
-        if not b.ok:
-            check.error = f"{tag}: the reference does not run: {b.describe()}"
-            return check
-        for name in outputs:
-            x, y = a.outputs[name], b.outputs[name]
-            if x.shape != y.shape:
-                check.error = f"{tag}: {name} shapes differ ({x.shape} vs {y.shape})"
-                return check
-            scale = float(np.max(np.abs(y))) if y.size else 1.0
-            diff = float(np.max(np.abs(x.astype(np.float64) - y))) if y.size else 0.0
-            check.rel[f"{tag} {name}".strip()] = diff / (scale or 1.0)
+        check.rel.update({f"{tag} {name}".strip(): v for name, v in rel.items()})
     return check
+
+
+def format_parity(header: str, error: str | None, rows: Sequence[str], ok: bool, *,
+                  failed: str = "FAILED") -> str:
+    """A check's text: the header, then `failed: error` alone, or the rows and the verdict
+    line `parity: ok|FAILED`."""
+    if error:
+        return f"{header}\n  {failed}: {error}"
+    return "\n".join([header, *(f"  {r}" for r in rows), "  parity: " + ("ok" if ok else "FAILED")])
+
+
+Side = tuple[str | os.PathLike, str | os.PathLike | None, Mapping]  # param, bin, feeds
+
+
+def run_side_by_side(candidate: Side, reference: Side, outputs: Sequence[str], *,
+                     what: str) -> dict[str, float] | str:
+    """Run a rewritten graph (`what` names it) and its reference, each in a child process,
+    and compare `outputs`: output → max|a - b| / max|b|, or why they cannot be compared (a
+    side does not run, shapes differ)."""
+    from .runtime import run_isolated
+
+    a = run_isolated(candidate[0], candidate[1], candidate[2], list(outputs))
+    b = run_isolated(reference[0], reference[1], reference[2], list(outputs))
+    for res, who in ((a, what), (b, "the reference")):
+        if not res.ok:
+            return f"{who} does not run: {res.describe()}"
+    rel = {}
+    for name in outputs:
+        x, y = a.outputs[name], b.outputs[name]
+        if x.shape != y.shape:
+            return f"{name} shapes differ ({x.shape} vs {y.shape})"
+        scale = float(np.max(np.abs(y))) if y.size else 1.0
+        diff = float(np.max(np.abs(x.astype(np.float64) - y))) if y.size else 0.0
+        rel[name] = diff / (scale or 1.0)
+    return rel

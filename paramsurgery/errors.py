@@ -51,3 +51,14 @@ class VerificationError(ParamSurgeryError):
 
 class MissingDependency(ParamSurgeryError):
     """An optional dependency (torch, pnnx, qwen-tts) is needed but not installed."""
+
+
+def cannot_open(exc: OSError) -> str:
+    """What a file that could not be opened or read is, in the words every reader uses."""
+    if isinstance(exc, FileNotFoundError):
+        return "no such file"
+    if isinstance(exc, IsADirectoryError):
+        return "is a directory, not a file"
+    if isinstance(exc, PermissionError):
+        return "permission denied"
+    return f"cannot read: {exc.strerror or exc}"

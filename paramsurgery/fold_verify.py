@@ -28,6 +28,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from .npz import save_arrays
+
 from .errors import VerificationError
 
 
@@ -85,7 +87,7 @@ def verify_fold(explicit_param: str | Path, folded_param: str | Path, bin: str |
         d = Path(tmp)
         arrays = {f"s{i}_{j}": np.asarray(a) for i, feeds in enumerate(steps)
                   for j, a in enumerate(feeds.values())}
-        np.savez(d / "steps.npz", **arrays)
+        save_arrays(d / "steps.npz", arrays)
         spec = {"explicit": str(explicit_param), "folded": str(folded_param),
                 "bin": None if bin is None else str(bin),
                 "caches": [c.__dict__ for c in caches], "outputs": list(outputs),
@@ -102,6 +104,53 @@ def verify_fold(explicit_param: str | Path, folded_param: str | Path, bin: str |
     report.error = data.get("error")
     report.steps = [tuple(s) for s in data.get("steps", [])]
     return report
+
+
+# --------------------------------------------------------------------------- inputs
+
+PREFILL, STEPS = 3, 4  # generated decode loop: a 3-position prefill, then 4 single steps
+
+
+def decode_steps(g, caches: Sequence[FoldedCache], inputshape: Mapping[str, tuple],
+                 where: str | None = None, *, prefill: int = PREFILL, steps: int = STEPS,
+                 seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """The non-cache inputs of each call of the decode loop, generated: `inputshape` gives
+    every such input's shape with the sequence length as its one symbol (`q=[2,T,8]`,
+    `mask=[T,T]`). Arrays are made once for the whole length by kind (`shapes.feeds`: ids
+    for Embed, a causal mask for an attention mask, N(0, 1) otherwise) and cut per call:
+    a length axis gives the call's positions, the last of two (a mask's columns) every
+    position up to the call's last (past and current)."""
+    from .kvcache_verify import generic_plan, slice_step
+    from .shapes import normalize_inputshape
+    from .shapes.affine import evaluate
+    from .shapes.feeds import make_feeds
+
+    past = {b for c in caches for b in (c.past_k, c.past_v)}
+    wanted = [b for b in g.inputs if b not in past]
+    shapes = {b: s for b, s in normalize_inputshape(inputshape).items() if b not in past}
+    unknown = [b for b in shapes if b not in wanted]
+    if unknown:
+        raise VerificationError(f"--inputshape names {', '.join(map(repr, unknown))}, not a "
+                                f"non-cache input of the graph (those: {', '.join(wanted)})",
+                                file=where)
+    missing = [b for b in wanted if b not in shapes]
+    if missing:
+        raise VerificationError(
+            "--verify needs the inputs of each call of the decode loop: --feeds NPZ, or "
+            "--inputshape with the sequence length as a symbol for every non-cache input "
+            f"(missing: {', '.join(missing)}; e.g. {missing[0]}=[T,...])", file=where)
+    symbols = {x for s in shapes.values() for d in s for x in getattr(d, "symbols", ())}
+    if len(symbols) != 1:
+        raise VerificationError(f"--inputshape must use exactly one symbol, the sequence "
+                                f"length (got {', '.join(sorted(symbols)) or 'none'})",
+                                file=where)
+    sym, plans, _ = generic_plan(g, shapes, where or "")
+    total = prefill + steps
+    full = {b: tuple(evaluate(d, {sym: total}) for d in s) for b, s in shapes.items()}
+    arrays = make_feeds(g, full, seed=seed)
+    calls = [(0, prefill)] + [(prefill + i, prefill + i + 1) for i in range(steps)]
+    return [{b: slice_step(arrays[b], plans[b], start, stop) for b in wanted}
+            for start, stop in calls]
 
 
 # --------------------------------------------------------------------------- child process

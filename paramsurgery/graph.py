@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar, Union
 
 import networkx as nx
 
@@ -89,7 +89,7 @@ class Graph:
         self._ids_in_order = True  # layer ids increase along the file order (until a reorder)
         self._blob_count: int | None = None  # cached distinct blob names; None = recount
         self.source = Source()
-        self.weights = None  # a paramsurgery.weights model file when a .bin was loaded
+        self.weights: Any = None  # a paramsurgery.weights model file when a .bin was loaded
 
     # ================================================================== construction
     @classmethod
@@ -430,6 +430,7 @@ class Graph:
         if lo is None and hi is None:
             k = 0
         elif lo is None:
+            assert hi is not None
             k = hi - _GAP
         elif hi is None:
             k = lo + _GAP
@@ -439,21 +440,17 @@ class Graph:
             self._renumber()
             return self._order_link(lid, after)
         self._key[lid] = k
-        self._prev[lid] = after
-        self._next[lid] = nxt
-        if after is None:
-            self._head = lid
-        else:
-            self._next[after] = lid
-        if nxt is None:
-            self._tail = lid
-        else:
-            self._prev[nxt] = lid
+        self._join(after, lid)
+        self._join(lid, nxt)
 
     def _order_unlink(self, lid: int) -> None:
         self._ids_in_order = False
         p, n = self._prev.pop(lid), self._next.pop(lid)
         del self._key[lid]
+        self._join(p, n)
+
+    def _join(self, p: int | None, n: int | None) -> None:
+        """Make `n` follow `p` in the order list (None: `n` is the head / `p` the tail)."""
         if p is None:
             self._head = n
         else:
@@ -491,7 +488,7 @@ class Graph:
         for b in outputs:
             if b in self._producers:
                 raise GraphError(f"blob {b!r} already has a producer "
-                                 f"({self.producer(b).name!r})")
+                                 f"({self._layers[self._producers[b][0][0]].name!r})")
         layer = Layer(type, name, list(inputs), list(outputs), None)
         _fill_params(layer, params)
         return layer
@@ -601,15 +598,7 @@ class Graph:
         blobs = list(blobs)
         for b in blobs:
             _check_token(b, "blob name")
-        if blobs == layer._inputs:
-            return self
-        for slot, b in enumerate(layer._inputs):
-            self._unlink_input(layer.id, slot, b)
-        layer._inputs = blobs
-        for slot, b in enumerate(blobs):
-            self._link_input(layer.id, slot, b)
-        layer._mark_edited()
-        return self
+        return self._relist(layer, blobs, tops=False)
 
     def set_outputs(self, layer: LayerRef, blobs: Sequence[str]) -> "Graph":
         """Replace the whole top list. New tops must not have another producer."""
@@ -621,14 +610,25 @@ class Graph:
             _check_token(b, "blob name")
             p = self._producers.get(b)
             if p and p[0][0] != layer.id:
-                raise GraphError(f"blob {b!r} already has a producer ({self.producer(b).name!r})")
-        if blobs == layer._outputs:
+                raise GraphError(f"blob {b!r} already has a producer "
+                                 f"({self._layers[p[0][0]].name!r})")
+        return self._relist(layer, blobs, tops=True)
+
+    def _relist(self, layer: Layer, blobs: list[str], *, tops: bool) -> "Graph":
+        """Replace `layer`'s whole bottom (or top) list, re-linking every slot."""
+        old = layer._outputs if tops else layer._inputs
+        if blobs == old:
             return self
-        for slot, b in enumerate(layer._outputs):
-            self._unlink_output(layer.id, slot, b)
-        layer._outputs = blobs
+        unlink, link = ((self._unlink_output, self._link_output) if tops
+                        else (self._unlink_input, self._link_input))
+        for slot, b in enumerate(old):
+            unlink(layer.id, slot, b)
+        if tops:
+            layer._outputs = blobs
+        else:
+            layer._inputs = blobs
         for slot, b in enumerate(blobs):
-            self._link_output(layer.id, slot, b)
+            link(layer.id, slot, b)
         layer._mark_edited()
         return self
 

@@ -17,9 +17,9 @@ import stat
 import tempfile
 import threading
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Callable, Iterator
+from typing import IO, TYPE_CHECKING, Callable, Iterator, Mapping
 
-from .errors import ParamSurgeryError
+from .errors import ParamSurgeryError, cannot_open
 
 if TYPE_CHECKING:
     from .graph import Graph
@@ -121,7 +121,7 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
         fh.write(data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data)
 
 
-def atomic_write_many(writers: dict[str | os.PathLike, Callable[[IO], None]]) -> None:
+def atomic_write_many(writers: Mapping[str | os.PathLike, Callable[[IO], object]]) -> None:
     """Write several files; all are renamed into place only after every one was written."""
     staged: list[tuple[str, Path]] = []
     with signals_raise():
@@ -164,14 +164,8 @@ def read_bytes(path: str | os.PathLike) -> bytes:
             if stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
                 return fh.read()
             data = fh.read(MAX_STREAM_BYTES + 1)
-    except FileNotFoundError:
-        raise ParamSurgeryError("no such file", file=path_s) from None
-    except IsADirectoryError:
-        raise ParamSurgeryError("is a directory, not a file", file=path_s) from None
-    except PermissionError:
-        raise ParamSurgeryError("permission denied", file=path_s) from None
     except OSError as exc:
-        raise ParamSurgeryError(f"cannot read: {exc.strerror or exc}", file=path_s) from None
+        raise ParamSurgeryError(cannot_open(exc), file=path_s) from None
     if len(data) > MAX_STREAM_BYTES:
         raise ParamSurgeryError(f"not a regular file and longer than {MAX_STREAM_BYTES} bytes",
                                 file=path_s)
@@ -200,14 +194,19 @@ def loads(text: str | bytes, name: str | None = None) -> "Graph":
     return read_param(data, name)
 
 
-def save_graph(g: "Graph", path: str | os.PathLike, bin: str | os.PathLike | None = None) -> None:
-    path_s = os.fspath(path)
-    if path_s.endswith(".param.bin"):
+def param_bytes(g: "Graph", path: str | os.PathLike) -> bytes:
+    """The graph as the file `path` names: binary for `.param.bin` (what ncnn's
+    `load_param_bin` reads), else text (also for `-`, stdout)."""
+    if os.fspath(path).endswith(".param.bin"):
         from .formats.param_bin import write_param_bin
 
-        data = write_param_bin(g)
-    else:
-        data = g.dump_bytes()
+        return write_param_bin(g)
+    return g.dump_bytes()
+
+
+def save_graph(g: "Graph", path: str | os.PathLike, bin: str | os.PathLike | None = None) -> None:
+    path_s = os.fspath(path)
+    data = param_bytes(g, path_s)
     if bin is None:
         atomic_write(path_s, data)
         return
@@ -215,3 +214,16 @@ def save_graph(g: "Graph", path: str | os.PathLike, bin: str | os.PathLike | Non
 
     atomic_write_many({path_s: lambda fh: fh.write(data),
                        os.fspath(bin): lambda fh: write_weights(g, fh)})
+
+
+def companion(path: str | os.PathLike, *endings: tuple[str, str]) -> str | None:
+    """A file kept next to `path` (pnnx's IR, the weights, ...): for each `(ending,
+    replacement)` that `path` ends with, in order, `path` with it replaced, the first that
+    is an existing file other than `path`."""
+    p = os.fspath(path)
+    for ending, replacement in endings:
+        if p.endswith(ending):
+            cand = p[: len(p) - len(ending)] + replacement
+            if cand != p and os.path.isfile(cand):
+                return cand
+    return None

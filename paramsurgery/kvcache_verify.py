@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .npz import save_arrays
+
 from .errors import ParamSurgeryError, VerificationError
 from .graph import Graph
 from .io import load
@@ -64,19 +66,16 @@ class ParityReport:
             (self.reference_rel is None or self.reference_rel <= self.tol)
 
     def format(self) -> str:
-        lines = [f"kv-cache parity: prefill {self.n} + {self.m} single-token steps vs a full "
-                 f"prefill of {self.n + self.m} (tolerance rel {self.tol:g})"]
-        if self.error:
-            lines.append(f"  FAILED to run: {self.error}")
-            return "\n".join(lines)
-        if self.reference_rel is not None:
-            lines.append(f"  full prefill vs graph without cache: rel {self.reference_rel:.3e}")
-        for s in self.steps:
-            flag = "ok" if s.max_rel <= self.tol else "MISMATCH"
-            lines.append(f"  {s.label:<10} positions {s.positions[0]:>3}..{s.positions[1] - 1:<3} "
-                         f"max_abs {s.max_abs:.3e}  rel {s.max_rel:.3e}  {flag}")
-        lines.append("  parity: " + ("ok" if self.ok else "FAILED"))
-        return "\n".join(lines)
+        from .equivalence import format_parity
+
+        rows = [] if self.reference_rel is None else [
+            f"full prefill vs graph without cache: rel {self.reference_rel:.3e}"]
+        rows += [f"{s.label:<10} positions {s.positions[0]:>3}..{s.positions[1] - 1:<3} "
+                 f"max_abs {s.max_abs:.3e}  rel {s.max_rel:.3e}  "
+                 f"{'ok' if s.max_rel <= self.tol else 'MISMATCH'}" for s in self.steps]
+        return format_parity(f"kv-cache parity: prefill {self.n} + {self.m} single-token steps "
+                             f"vs a full prefill of {self.n + self.m} (tolerance rel {self.tol:g})",
+                             self.error, rows, self.ok, failed="FAILED to run")
 
 
 # --------------------------------------------------------------------------- inference
@@ -96,11 +95,11 @@ def infer_hidden(g: Graph, embeds: str) -> int | None:
         for layer, _ in g.consumers(blob):
             p = layer.params
             if layer.type in ("RMSNorm", "LayerNorm") and p.get(0):
-                return int(p[0])
+                return p.get_int(0)
             if layer.type == "Gemm" and p.get(5, 0) and p.get(9):
-                return int(p[9])
+                return p.get_int(9)
             if layer.type == "MultiHeadAttention" and p.get(0):
-                return int(p.get(3, p[0]))
+                return p.get_int(3, p.get_int(0))
             if layer.type in ("Split", "Noop"):
                 frontier.extend(layer.outputs)
     return None
@@ -116,15 +115,16 @@ def infer_head_dim(g: Graph) -> int | None:
             if p is None:
                 break
             if p.type in ("RMSNorm", "LayerNorm") and p.params.get(0):
-                return int(p.params[0])
+                return p.params.get_int(0)
             if p.type == "Reshape":
                 expr = p.params.get(6)
                 if isinstance(expr, str):
                     first = expr.split(",")[0]
                     if _INT_RE.fullmatch(first):
                         return int(first)
-                if isinstance(p.params.get(0), int) and p.params.get(0) > 0:
-                    return int(p.params[0])
+                dims0 = p.params.get(0)
+                if isinstance(dims0, int) and dims0 > 0:
+                    return dims0
                 break
             if not p.inputs:
                 break
@@ -252,7 +252,7 @@ def _verify_generic(g: Graph, param, bin, slots, n: int, m: int, io: DecoderIO,
     report = ParityReport(n, m, tol)
     with tempfile.TemporaryDirectory(prefix="paramsurgery-kv-") as tmp:
         names = list(feeds)
-        np.savez(Path(tmp) / "feeds.npz", **{f"a{i}": feeds[b] for i, b in enumerate(names)})
+        save_arrays(Path(tmp) / "feeds.npz", {f"a{i}": feeds[b] for i, b in enumerate(names)})
         spec = {"param": str(param), "bin": None if bin is None else str(bin), "n": n, "m": m,
                 "io": asdict(io), "seed": seed, "rope": False,
                 "reference_param": None if reference_param is None else str(reference_param),
@@ -294,7 +294,9 @@ def _run_side(spec: dict, tmp: Path, timeout: float) -> dict:
     return {"error": error} if error else json.loads(out_path.read_text())
 
 
-def _slice_step(arr: np.ndarray, plan: list[str], start: int, stop: int) -> np.ndarray:
+def slice_step(arr: np.ndarray, plan: list[str], start: int, stop: int) -> np.ndarray:
+    """One call's part of a whole-length array: a "q" axis gives positions start..stop, a
+    "k" axis 0..stop (past and current), a "-" axis all of it (`generic_plan`)."""
     idx = tuple(slice(start, stop) if r == "q" else slice(0, stop) if r == "k" else slice(None)
                 for r in plan)
     return np.ascontiguousarray(arr[idx])
@@ -347,12 +349,12 @@ def _child(spec_path: Path) -> int:
     def call(net_, start: int, stop: int, past: int, caches: dict | None):
         ex = net_.create_extractor()
         if generic:
-            feeds = {b: _slice_step(a, generic["plans"][b], start, stop)
+            feeds = {b: slice_step(a, generic["plans"][b], start, stop)
                      for b, a in full_inputs.items()}
         else:
             feeds = {io["embeds"]: embeds[start:stop],
                      io["mask"]: causal_mask(stop - start, past)}
-        if rope:
+        if cos is not None and sin is not None:
             feeds[io["cos"]] = cos[start:stop]
             feeds[io["sin"]] = sin[start:stop]
         for name, arr in feeds.items():
@@ -387,7 +389,7 @@ def _child(spec_path: Path) -> int:
             return 0
         full, _ = call(net, 0, total, 0, {})
         np.save(spec_path.parent / "candidate.npy", full)
-        steps = []
+        steps: list[dict[str, object]] = []
         pre, caches = call(net, 0, n, 0, {})
         d, r = _rel(pre, full[:n])
         steps.append({"label": "prefill", "positions": [0, n], "max_abs": d, "max_rel": r})
@@ -396,7 +398,7 @@ def _child(spec_path: Path) -> int:
             d, r = _rel(out, full[t:t + 1])
             steps.append({"label": f"step {t - n + 1}", "positions": [t, t + 1], "max_abs": d,
                           "max_rel": r})
-        result = {"steps": steps}
+        result: dict[str, object] = {"steps": steps}
     except (RuntimeError, NcnnRunError) as exc:
         result = {"error": str(exc)}
     out_path.write_text(json.dumps(result))

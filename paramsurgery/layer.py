@@ -45,12 +45,7 @@ class Layer:
 
     @type.setter
     def type(self, value: str) -> None:
-        _check_token(value, "layer type")
-        if value != self._type:
-            if self.graph is not None:
-                self.graph._retype_layer(self, value)
-            self._type = value
-            self._mark_edited()
+        self._set_token("_type", value, "layer type")
 
     @property
     def name(self) -> str:
@@ -58,11 +53,16 @@ class Layer:
 
     @name.setter
     def name(self, value: str) -> None:
-        _check_token(value, "layer name")
-        if value != self._name:
+        self._set_token("_name", value, "layer name")
+
+    def _set_token(self, field: str, value: str, what: str) -> None:
+        """Set the type or the name; the graph (when attached) re-indexes the layer first."""
+        _check_token(value, what)
+        if value != getattr(self, field):
             if self.graph is not None:
-                self.graph._rename_layer(self, value)
-            self._name = value
+                reindex = self.graph._retype_layer if field == "_type" else self.graph._rename_layer
+                reindex(self, value)
+            setattr(self, field, value)
             self._mark_edited()
 
     @property

@@ -9,9 +9,10 @@ atomically; `numpy.load` reads the result as usual.
 from __future__ import annotations
 
 import io
+import os
 import zipfile
 from pathlib import Path
-from typing import Mapping
+from typing import IO, Any, Mapping
 
 import numpy as np
 
@@ -32,3 +33,10 @@ def write_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> None:
             info.external_attr = 0o644 << 16
             zf.writestr(info, member.getvalue())
     atomic_write(path, buf.getvalue())
+
+
+def save_arrays(file: str | os.PathLike | IO[bytes], arrays: Mapping[str, np.ndarray]) -> None:
+    """A scratch `.npz` (what a child process reads or writes back): numpy's own writer.
+    (numpy's stub types `**arrays` as its `allow_pickle` keyword, hence the Any.)"""
+    savez: Any = np.savez
+    savez(file, **arrays)

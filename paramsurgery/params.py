@@ -8,7 +8,7 @@ per line); values are typed the first time a layer's params are read or edited.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, cast
 
 from .values import (Kind, PyValue, Value, ValueError_, format_value, infer,
                      parse_value, pnnx_order_key)
@@ -167,6 +167,22 @@ class Params:
     def get(self, pid: int, default: PyValue | None = None) -> PyValue | None:
         e = self._load().get(pid)
         return default if e is None else e.value.python
+
+    def get_int(self, pid: int, default: int = 0) -> int:
+        """The param as an int (`int(p.get(pid, default))`, typed): a float is truncated, a
+        list or a string that is not a number raises."""
+        return int(cast(Any, self.get(pid, default)))
+
+    def get_float(self, pid: int, default: float = 0.0) -> float:
+        """The param as a float (`float(p.get(pid, default))`, typed)."""
+        return float(cast(Any, self.get(pid, default)))
+
+    def get_ints(self, pid: int) -> list[int] | None:
+        """An array param as ints (a scalar: a list of one); None when absent."""
+        v = self.get(pid)
+        if v is None:
+            return None
+        return [int(x) for x in v] if isinstance(v, list) else [int(cast(Any, v))]
 
     def value(self, pid: int) -> Value | None:
         e = self._load().get(pid)

@@ -25,6 +25,8 @@ from typing import Mapping, Sequence, Union
 
 import numpy as np
 
+from .npz import save_arrays
+
 NO_BATCH = 233
 
 
@@ -233,7 +235,7 @@ def run_isolated(param: str | os.PathLike, bin: str | os.PathLike | None,
             (tmpdir / "graph.param").write_text(param_s)
             param_s = str(tmpdir / "graph.param")
         feeds = {name: _as_feed(v) for name, v in inputs.items()}
-        np.savez(tmpdir / "inputs.npz", **{f"i{i}": f.array for i, f in enumerate(feeds.values())})
+        save_arrays(tmpdir / "inputs.npz", {f"i{i}": f.array for i, f in enumerate(feeds.values())})
         spec = {
             "param": param_s,
             "bin": None if bin is None else os.fspath(bin),
@@ -311,7 +313,7 @@ def _child(tmpdir: Path) -> int:
                                                         "message": exc.message}))
         return 0
     names = list(outs)
-    np.savez(tmpdir / "outputs.npz", **{f"o{i}": outs[n] for i, n in enumerate(names)})
+    save_arrays(tmpdir / "outputs.npz", {f"o{i}": outs[n] for i, n in enumerate(names)})
     (tmpdir / "status.json").write_text(json.dumps({"status": "ok", "names": names}))
     return 0
 

@@ -21,7 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import IO, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -194,8 +194,10 @@ class StreamingRunner:
     def _net(self, which: str) -> Any:
         net = self._nets.get(which)
         if net is None:
+            load = self._load[which]
+            assert load is not None, which
             self._nets.clear()  # one_net: free the other first
-            net = self._nets[which] = self._load[which]()
+            net = self._nets[which] = load()
         return net
 
     @property
@@ -276,7 +278,8 @@ def convert(param: str | os.PathLike, bin: str | os.PathLike | None, out: str, *
     manifest = stream_manifest(result, p_path, b_path, s_path if start is not None else None,
                                param, bin)
     steady = result.graph
-    writers = {p_path: lambda fh: fh.write(steady.dump_bytes()),
+    writers: dict[str | os.PathLike, Callable[[IO], object]] = {
+               p_path: lambda fh: fh.write(steady.dump_bytes()),
                b_path: lambda fh: write_weights(steady, fh),
                m_path: lambda fh: fh.write((json.dumps(manifest, indent=2) + "\n").encode())}
     if start is not None:
@@ -389,22 +392,22 @@ def stream_compare(original_param: str | os.PathLike, original_bin: str | os.Pat
                                f"other than the earliest possible")
     for oo in m["outputs"]:
         k, a = oo["name"], oo["numpy_axis"]
-        got = np.concatenate(pieces[k], axis=a)
+        joined = np.concatenate(pieces[k], axis=a)
         ref = np.asarray(offline[k], np.float32)
         if k == name:
-            report.samples = got.shape[a]
+            report.samples = joined.shape[a]
             report.offline_samples = ref.shape[a] if ref.ndim else 0
-        if got.shape != ref.shape:
+        if joined.shape != ref.shape:
             report.ok = False
-            report.problems.append(f"{k}: streamed shape {got.shape} != offline {ref.shape}")
+            report.problems.append(f"{k}: streamed shape {joined.shape} != offline {ref.shape}")
             continue
         if ref.size == 0:
             continue
-        diff = float(np.max(np.abs(got - ref)))
+        diff = float(np.max(np.abs(joined - ref)))
         scale = float(np.max(np.abs(ref))) or 1.0
         if k == name:
             report.max_abs, report.rel = diff, diff / scale
-        if not np.all(np.isfinite(got)) or diff / scale > tol:
+        if not np.all(np.isfinite(joined)) or diff / scale > tol:
             report.ok = False
             report.problems.append(f"{k}: max|diff| {diff:.3g} = {diff / scale:.3g} of "
                                    f"max|offline| (tol {tol:g})")

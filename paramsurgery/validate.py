@@ -91,8 +91,8 @@ def validate_graph(g: "Graph") -> list[Finding]:
                   layer_of[lid])
     in_order = g._ids_in_order  # then ids compare like positions: skip the lookups
     for b, cons in g._consumers.items():
-        prods = producers.get(b)
-        if prods is not None and len(cons) == 1 and len(prods) == 1 and \
+        prods = producers.get(b) or []
+        if len(cons) == 1 and len(prods) == 1 and \
                 (cons[0][0] > prods[0][0] if in_order else pos[cons[0][0]] > pos[prods[0][0]]):
             continue  # the common case: one writer, one reader, in order
         if not prods:

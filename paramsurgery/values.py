@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 from itertools import chain
-from typing import Iterator, Sequence, Union
+from typing import Any, Iterator, Sequence, Union, cast
 
 import numpy as np
 
@@ -36,7 +36,8 @@ class Kind(str, Enum):
         return self in (Kind.INTS, Kind.FLOATS)
 
 
-PyValue = Union[int, float, str, list]
+PyValue = Union[int, float, str, list]  # as Python code sees a param (arrays as lists)
+Stored = Union[int, float, str, tuple]  # as a Value holds it (arrays as tuples)
 
 
 @dataclass(frozen=True)
@@ -44,17 +45,18 @@ class Value:
     """A typed param value. `quoted` only matters for strings (how they were written)."""
 
     kind: Kind
-    value: PyValue
+    value: Stored
     quoted: bool = False
 
     def __post_init__(self) -> None:
         if self.kind.is_array and not isinstance(self.value, tuple):
-            object.__setattr__(self, "value", tuple(self.value))
+            object.__setattr__(self, "value", tuple(cast(Any, self.value)))  # a list given
 
     @property
     def python(self) -> PyValue:
         """The plain Python value (arrays as lists)."""
-        return list(self.value) if self.kind.is_array else self.value
+        v = self.value
+        return list(v) if isinstance(v, tuple) else v
 
 
 # --------------------------------------------------------------------------- constructors
@@ -63,7 +65,7 @@ def Int(v: int) -> Value:
     return Value(Kind.INT, _check_int(v))
 
 
-def Float(v: float) -> Value:
+def Float(v: float | np.integer | np.floating) -> Value:
     return Value(Kind.FLOAT, _to_f32(v))
 
 
@@ -177,20 +179,40 @@ def format_value(pid: int, value: Value) -> str:
     kind = value.kind
     if kind is Kind.INT:
         return f"{pid}={value.value}"
+    v = value.value
     if kind is Kind.FLOAT:
-        return f"{pid}={pnnx_float(value.value)}"
-    if kind is Kind.INTS:
-        body = ",".join(str(x) for x in value.value)
-        return f"{ARRAY_KEY_BASE - pid}={len(value.value)}" + (f",{body}" if body else "")
-    if kind is Kind.FLOATS:
-        body = ",".join(pnnx_float(x) for x in value.value)
-        return f"{ARRAY_KEY_BASE - pid}={len(value.value)}" + (f",{body}" if body else "")
-    s = value.value
+        return f"{pid}={pnnx_float(float(cast(Any, v)))}"
+    if kind.is_array:
+        if isinstance(value, Packed):
+            # a chunk of elements at a time: a string per element only for one chunk
+            pieces = [_format_elements(kind, part) for part in value.chunks()]
+            count = len(value)
+        else:
+            elems = cast(tuple, v)
+            pieces = [_format_elements(kind, elems)]
+            count = len(elems)
+        body = ",".join(p for p in pieces if p)
+        return f"{ARRAY_KEY_BASE - pid}={count}" + (f",{body}" if body else "")
+    s = str(v)
     if '"' in s:
         return f"{pid}={s}"  # read unquoted (`a"b`): the only form ncnn reads it back in
     if value.quoted or not _BARE_RE.fullmatch(s):
         return f'{pid}="{s}"'
     return f"{pid}={s}"
+
+
+def _format_elements(kind: Kind, elems: Sequence) -> str:
+    if kind is Kind.INTS:
+        return ",".join(map(str, elems))
+    # a long array repeats few distinct values (zeros, ones, a scale): format each once
+    spelled: dict[float, str] = {}
+    out = []
+    for x in elems:
+        t = spelled.get(x)
+        if t is None:
+            t = spelled[x] = pnnx_float(x)
+        out.append(t)
+    return ",".join(out)
 
 
 def pnnx_order_key(pid: int) -> str:
@@ -277,7 +299,7 @@ def parse_value(key: str, text: str) -> tuple[int, Value]:
         if n != count:
             what = "fewer" if n < count else "more"
             raise ValueError_(f"array declares {count} elements but has {what} ({n})")
-        if count > _LONG_ARRAY:
+        if count > LONG_ARRAY:
             return pid, _parse_long_array(text, comma + 1, old_style=True)
         rest = text[comma + 1:] if comma >= 0 else ""
         vals: list = []
@@ -291,11 +313,11 @@ def parse_value(key: str, text: str) -> tuple[int, Value]:
         # ncnn types an old-style array by its last element and keeps raw bits of the others;
         # a mixed array is representable only as written, so keep each element's own kind.
         if floats and floats[-1]:
-            return pid, Value(Kind.FLOATS, [float(v) for v in vals]) if all(floats) else \
+            return pid, Value(Kind.FLOATS, tuple(float(v) for v in vals)) if all(floats) else \
                 _Mixed(Kind.FLOATS, vals)
         if any(floats):
             return pid, _Mixed(Kind.INTS, vals)
-        return pid, Value(Kind.INTS, vals)
+        return pid, Value(Kind.INTS, tuple(vals))
     c0 = text[0]
     if c0.isalpha() and c0.isascii():
         # ncnn ends an unquoted string at whitespace only: `a"b` is the string a"b
@@ -305,7 +327,7 @@ def parse_value(key: str, text: str) -> tuple[int, Value]:
     if "," in text:
         if text.endswith(",") and len(text) > 1:
             text = text[:-1]  # `0=5,` is a one-element array
-        if len(text) > _LONG_ARRAY:
+        if len(text) > LONG_ARRAY:
             return pid, _parse_long_array(text, 0, old_style=False)
         parts = text.split(",")
         vals = []
@@ -317,9 +339,9 @@ def parse_value(key: str, text: str) -> tuple[int, Value]:
                 first_float = is_f
             elif is_f and not first_float:
                 raise ValueError_(f"invalid array element (index {i}): float in an int array", off)
-            vals.append(float(v) if first_float else v)
+            vals.append(float(np.float32(v)) if first_float else v)  # ncnn: strtof
             off += len(e) + 1
-        return pid, Value(Kind.FLOATS if first_float else Kind.INTS, vals)
+        return pid, Value(Kind.FLOATS if first_float else Kind.INTS, tuple(vals))
     is_f, v = _parse_number(text, 0)
     return pid, Value(Kind.FLOAT if is_f else Kind.INT, v)
 
@@ -327,7 +349,7 @@ def parse_value(key: str, text: str) -> tuple[int, Value]:
 _LONG_ELEMENT_RE = re.compile(rf"[^,]{{{MAX_NUMBER_CHARS + 1}}}")
 _INT_CHARS = str.maketrans("", "", "0123456789+-,")  # translate() leaves what is not these
 _NUMBER_CHARS = str.maketrans("", "", "0123456789+-.eE,")
-_LONG_ARRAY = 4096  # elements (old style) or characters (new style) for the chunked parser
+LONG_ARRAY = 4096  # elements (old style) or characters (new style) for the chunked parser
 _CHUNK = 1 << 16  # characters per chunk
 
 
@@ -342,82 +364,104 @@ def _chunks(text: str, pos: int) -> Iterator[tuple[int, str]]:
 
 
 def _parse_long_array(text: str, start: int, old_style: bool) -> Value:
-    """The array elements in `text[start:]`, parsed a chunk at a time with numpy: memory is
-    the result (8 bytes per element plus the element objects) and one chunk, never a string
-    per element. A chunk numpy cannot convert is re-parsed element by element to name the
-    bad one."""
-    is_float_text = _is_float_text
-    kinds: list[bool] = []  # per chunk: any float element / all float elements
-
-    def values() -> Iterator[list]:
-        first_float: bool | None = None
-        for off, piece in _chunks(text, start):
-            parts = piece.split(",")
-            fl = [is_float_text(p) for p in parts] if is_float_text(piece) else [False]
-            if first_float is None:
-                first_float = fl[0]
-            kinds.append((any(fl), all(fl) and len(fl) == len(parts)))
-            if not old_style and not first_float and any(fl):
-                i = fl.index(True)
-                raise ValueError_(f"invalid array element (index {i}): float in an int array",
-                                  off)
-            yield _convert(parts, off, float_array=bool(first_float) if not old_style
-                           else None, floats=fl)
-
-    vals = tuple(chain.from_iterable(values()))
-    any_f = any(k[0] for k in kinds)
-    all_f = all(k[1] for k in kinds)
+    """The array elements in `text[start:]`, parsed a chunk at a time with numpy into one
+    preallocated 4-byte-per-element array (ncnn's own layout: int32 or float32 bits), never
+    a Python object or string per element. A chunk numpy cannot convert is re-parsed
+    element by element to name the bad one."""
+    count = text.count(",", start) + 1 if start < len(text) else 0
+    bits = np.empty(count, dtype=np.int32)
+    chunk_kinds: list[tuple[int, int, np.ndarray | bool]] = []  # (begin, end, is_float)
+    first_float: bool | None = None
+    n = 0
+    for off, piece in _chunks(text, start):
+        parts = piece.split(",")
+        fl = [_is_float_text(p) for p in parts] if _is_float_text(piece) else [False]
+        if first_float is None:
+            first_float = fl[0]
+        if not old_style and not first_float and any(fl):
+            i = fl.index(True)
+            raise ValueError_(f"invalid array element (index {n + i}): float in an int array",
+                              off + sum(len(p) + 1 for p in parts[:i]))
+        if not old_style:
+            is_float: np.ndarray | bool = bool(first_float)
+        elif any(fl):
+            is_float = True if all(fl) and len(fl) == len(parts) else np.array(fl, dtype=bool)
+        else:
+            is_float = False
+        _convert(parts, off, is_float, bits[n:n + len(parts)])
+        chunk_kinds.append((n, n + len(parts), is_float))
+        n += len(parts)
     if not old_style:
-        return Value(Kind.FLOATS if _is_float_text(text[start:text.find(",", start)])
-                     else Kind.INTS, vals)
-    last_float = _is_float_text(text[text.rfind(",") + 1:])
-    if all_f:
-        return Value(Kind.FLOATS, vals)
+        return Packed(Kind.FLOATS if first_float else Kind.INTS, bits)
+    any_f = any(k is not False for _, _, k in chunk_kinds)
+    all_f = all(k is True for _, _, k in chunk_kinds)
+    if all_f and chunk_kinds:
+        return Packed(Kind.FLOATS, bits)
     if not any_f:
-        return Value(Kind.INTS, vals)
-    return _Mixed(Kind.FLOATS if last_float else Kind.INTS, vals)
+        return Packed(Kind.INTS, bits)
+    mask = np.zeros(count, dtype=bool)
+    for b, e, k in chunk_kinds:
+        mask[b:e] = k
+    last_float = _is_float_text(text[text.rfind(",") + 1:])
+    return Packed(Kind.FLOATS if last_float else Kind.INTS, bits, mask)
 
 
-def _convert(parts: list[str], offset: int, float_array: bool | None,
-             floats: list[bool]) -> list:
-    """Convert one chunk's elements; `float_array` None: each element keeps its own kind."""
+def _convert(parts: list[str], offset: int, is_float: "np.ndarray | bool",
+             out: np.ndarray) -> None:
+    """Convert one chunk's elements into `out` (int32 bits; a float element's float32 bits);
+    `is_float` is the kind of every element or, for a mixed chunk, of each."""
     # numpy converts what Python's int()/float() accept; restricted to these characters
     # and with no empty or over-long element that is exactly ncnn's number syntax
     piece = ",".join(parts)
     try:
         if _LONG_ELEMENT_RE.search(piece) or "" in parts:
             raise ValueError
-        if float_array or (float_array is None and all(floats) and len(floats) == len(parts)):
+        if not isinstance(is_float, bool):  # a mixed chunk: ints are exact in float64
+            if piece.translate(_NUMBER_CHARS):
+                raise ValueError
+            wide = np.array(parts, dtype=np.float64)
+            ints = wide[~is_float]
+            if ints.size and (ints.min() < INT32_MIN or ints.max() > INT32_MAX):
+                raise ValueError
+            with np.errstate(over="ignore"):
+                floats = wide[is_float].astype(np.float32)
+            if not np.isfinite(floats).all():
+                raise ValueError
+            out[~is_float] = ints.astype(np.int32)
+            out[is_float] = floats.view(np.int32)
+            return
+        if is_float:
             if piece.translate(_NUMBER_CHARS):
                 raise ValueError
             with np.errstate(over="ignore"):
                 arr = np.array(parts, dtype=np.float64).astype(np.float32)
             if not np.isfinite(arr).all():
                 raise ValueError
-            return arr.astype(np.float64).tolist()
-        if float_array is None and any(floats):
-            raise ValueError  # mixed: element by element below
+            out[:] = arr.view(np.int32)
+            return
         if piece.translate(_INT_CHARS):
             raise ValueError
-        arr = np.array(parts, dtype=np.int64)
-        if arr.size and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
+        wide = np.array(parts, dtype=np.int64)
+        if wide.size and (wide.min() < INT32_MIN or wide.max() > INT32_MAX):
             raise ValueError
-        return arr.tolist()
+        out[:] = wide
     except (ValueError, OverflowError):
-        out: list = []
         off = offset
-        for e in parts:
-            is_f, v = _parse_number(e, off)
-            out.append(float(v) if float_array else v)
+        for i, e in enumerate(parts):
+            elem_float, v = _parse_number(e, off)
+            want_float = is_float if isinstance(is_float, bool) else bool(is_float[i])
+            if want_float:
+                out[i:i + 1] = np.array([v], dtype=np.float32).view(np.int32)
+            else:
+                out[i] = v
             off += len(e) + 1
-        return out
 
 
 class _Mixed(Value):
     """An old-style array mixing int and float elements. ncnn loads it but reinterprets the
     bits of the minority elements; we keep it as written and lint flags it."""
 
-    def __init__(self, kind: Kind, values: list) -> None:
+    def __init__(self, kind: Kind, values: Sequence) -> None:
         super().__init__(kind, tuple(values))
 
     @property
@@ -425,5 +469,59 @@ class _Mixed(Value):
         return True
 
 
+class Packed(Value):
+    """A long array held as ncnn holds it: one int32 array of element bits (float32 bits for
+    float elements), 4 bytes per element, with a per-element float mask only for a mixed
+    old-style array. `value` builds the Python tuple on demand, so loading, checking and
+    writing a 2-million-element array never makes an object per element."""
+
+    bits: np.ndarray
+    float_mask: np.ndarray | None
+
+    def __init__(self, kind: Kind, bits: np.ndarray, float_mask: np.ndarray | None = None) -> None:
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "quoted", False)
+        object.__setattr__(self, "bits", bits)
+        object.__setattr__(self, "float_mask", float_mask)
+
+    @property
+    def mixed(self) -> bool:
+        return self.float_mask is not None
+
+    def __len__(self) -> int:
+        return len(self.bits)
+
+    def chunks(self, size: int = 1 << 15) -> Iterator[list]:
+        """The elements as Python values (each with its own kind), `size` at a time."""
+        bits, mask = self.bits, self.float_mask
+        for b in range(0, len(bits), size):
+            part = bits[b:b + size]
+            if mask is None:
+                yield (part.view(np.float32) if self.kind is Kind.FLOATS else part).tolist()
+            else:
+                m = mask[b:b + size]
+                fl, it = part.view(np.float32).tolist(), part.tolist()
+                yield [f if is_f else i for f, i, is_f in zip(fl, it, m.tolist())]
+
+    @property  # type: ignore[override]
+    def value(self) -> tuple:
+        return tuple(chain.from_iterable(self.chunks()))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Packed):
+            mine, theirs = self.float_mask, other.float_mask
+            same_mask = (mine is None and theirs is None) or (
+                mine is not None and theirs is not None and np.array_equal(mine, theirs))
+            return (self.kind is other.kind and np.array_equal(self.bits, other.bits)
+                    and same_mask)
+        if isinstance(other, Value):
+            return (self.kind is other.kind and not other.quoted
+                    and self.value == other.value and is_mixed(other) == self.mixed)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.value, self.quoted))  # as the dataclass hashes a Value
+
+
 def is_mixed(value: Value) -> bool:
-    return isinstance(value, _Mixed)
+    return isinstance(value, _Mixed) or (isinstance(value, Packed) and value.mixed)

@@ -3,8 +3,11 @@ its outputs with the reference's: `max|ncnn - torch| / max|torch| <= tol` per ou
 
 The reference is a `.npz` as `paramsurgery lint` reads it (`lint.conformance.Reference`):
 blob-named arrays, or `input_<name>` / `output_<name>` paired with the graph's blobs
-through pnnx's traced shapes. pnnx's batch axis of each input is taken from the reference
-(`batch_index_<blob>`) or guessed as lint does (a leading 1 of a rank >= 2 array).
+through pnnx's traced shapes. pnnx's batch axis of each array is read, in this order, from
+the reference's `batch_index_<blob>` scalars, its io side file (`X.ref.io.json`, the fixture
+manifest's `io` record: `lint.conformance.read_io_sidefile`), pnnx's `X_ncnn.py` next to the
+source graph; only an array none of them names is guessed as lint does (a leading 1 of a
+rank >= 2 array), and the check says which ones were guessed.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ParamSurgeryError
+from .lint.conformance import io_sidefile
 from .graph import Graph
 from .runtime import NO_BATCH, Feed, Fetch, RunOptions, run_isolated
 
@@ -28,6 +32,7 @@ class ReferenceCheck:
     detail: str = ""
     rel: dict[str, float] = field(default_factory=dict)  # output → relative error
     shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+    guessed: list[str] = field(default_factory=list)  # blobs whose batch axis was guessed
 
     @property
     def ok(self) -> bool:
@@ -41,11 +46,26 @@ class ReferenceCheck:
         parts += [f"{b}: ncnn shape {got}, torch {want}" for b, (got, want) in
                   self.shapes.items()]
         verdict = "ok" if self.ok else f"MISMATCH (tol {self.tol:g})"
-        return f"verify against {self.reference}: {verdict}: {', '.join(parts)}"
+        note = ""
+        if self.guessed and not self.ok:
+            note = (f" (batch axis guessed for {', '.join(self.guessed)}: give "
+                    f"{io_sidefile(self.reference)} or batch_index_<blob> entries)")
+        return f"verify against {self.reference}: {verdict}: {', '.join(parts)}{note}"
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "reference": self.reference, "status": self.status,
-                "rel": self.rel, "detail": self.detail}
+                "rel": self.rel, "detail": self.detail, "batch_guessed": self.guessed}
+
+
+def _pnnx_script_batch(source: str | None) -> tuple[dict[str, int], dict[str, int]]:
+    """The batch axes pnnx's `X_ncnn.py` next to `source` feeds and reads (none: empty)."""
+    from .lint.conformance import find_pnnx_script, read_pnnx_script
+
+    script = find_pnnx_script(source) if source else None
+    if script is None:
+        return {}, {}
+    specs, outs = read_pnnx_script(script)
+    return {s.blob: s.batch_index for s in specs if s.batch_index is not None}, outs
 
 
 def relative_error(got: np.ndarray, want: np.ndarray) -> float:
@@ -74,12 +94,19 @@ def verify_against_reference(param: str, bin: str | None, reference: str, *, gra
         raise ParamSurgeryError(f"cannot use this reference: {exc}", file=reference) from None
     with np.load(reference) as data:
         values = {blob: np.asarray(data[key]) for blob, key in ref.output_keys.items()}
+    script_in, script_out = _pnnx_script_batch(source)
+    for spec in ref.inputs:
+        if spec.batch_index is None:
+            spec.batch_index = script_in.get(spec.blob)
+    out_batch = {**script_out, **ref.output_batch}
+    guessed = [s.blob for s in ref.inputs if s.guessed] + [b for b in values
+                                                            if b not in out_batch]
     feeds = {s.blob: Feed(s.make_array(), s.effective_batch_index()) for s in ref.inputs}
-    fetches = [Fetch(b, ref.output_batch.get(b, 0 if len(values[b].shape) >= 2 and
-                                               values[b].shape[0] == 1 else NO_BATCH))
+    fetches = [Fetch(b, out_batch.get(b, 0 if len(values[b].shape) >= 2 and
+                                      values[b].shape[0] == 1 else NO_BATCH))
                for b in values]
     res = run_isolated(param, bin, feeds, fetches, RunOptions())
-    check = ReferenceCheck(reference, tol, res.status, res.describe())
+    check = ReferenceCheck(reference, tol, res.status, res.describe(), guessed=guessed)
     if not res.ok:
         return check
     for blob, want in values.items():

@@ -112,3 +112,49 @@ def test_verify_that_cannot_run_writes_nothing(tmp_path, capsys):
                  str(feeds)]) == 2
     assert "could not be proven; nothing written" in capsys.readouterr().err
     assert not out.exists()
+
+
+SHAPES = "q=[2,T,8] k=[2,T,8] v=[2,T,8] mask=[T,T]"
+
+
+def test_verify_generates_the_decode_loop_from_inputshape(tmp_path, capsys):
+    """Without --feeds the loop's inputs are generated (shapes.feeds by kind: the mask is
+    causal) for the whole length and cut per call: a prefill of 3, then single steps."""
+    from paramsurgery.fold_verify import PREFILL, STEPS, decode_steps
+
+    res = FoldExplicitCache()(paramsurgery.loads(EXPLICIT))
+    caches = [FoldedCache(**c) for c in res.data["caches"]]
+    steps = decode_steps(res.graph, caches, paramsurgery.shapes.parse_inputshape(SHAPES))
+    assert len(steps) == 1 + STEPS and set(steps[0]) == {"q", "k", "v", "mask"}
+    assert steps[0]["q"].shape == (G, PREFILL, D) and steps[2]["k"].shape == (G, 1, D)
+    assert steps[2]["mask"].shape == (1, PREFILL + 2)  # one query row, past + current keys
+    assert (steps[0]["mask"][0, 1:] < -1e8).all() and not steps[2]["mask"].any()
+    # the generated loop tells a right fold from a wrong one
+    explicit, good, wrong = (tmp_path / n for n in ("e.param", "good.param", "wrong.param"))
+    explicit.write_text(EXPLICIT)
+    good.write_text(res.graph.dumps())
+    wrong.write_text(res.graph.dumps().replace(" 7=1", ""))
+    assert verify_fold(explicit, good, None, caches, steps, ["out0"]).ok
+    assert not verify_fold(explicit, wrong, None, caches, steps, ["out0"]).ok
+
+    p, out = tmp_path / "m.param", tmp_path / "o.param"
+    p.write_text(EXPLICIT)
+    assert main(["fold-explicit-cache", str(p), "-o", str(out), "--verify",
+                 "--inputshape", SHAPES]) == 0
+    assert "verify: decode loop (prefill, then 4 step(s)" in capsys.readouterr().out
+    assert out.exists()
+
+
+@pytest.mark.parametrize("extra,why", [
+    ([], "missing: q, k, v, mask"),
+    (["--inputshape", "q=[2,T,8] k=[2,T,8] v=[2,T,8]"], "missing: mask"),
+    (["--inputshape", "q=[2,T,8] k=[2,T,8] v=[2,T,8] mask=[T,S]"], "exactly one symbol"),
+    (["--inputshape", SHAPES + " out0=[2,T,8]"], "'out0', not a non-cache input"),
+])
+def test_verify_without_feeds_refuses_naming_what_it_needs(tmp_path, capsys, extra, why):
+    p, out = tmp_path / "m.param", tmp_path / "o.param"
+    p.write_text(EXPLICIT)
+    assert main(["fold-explicit-cache", str(p), "-o", str(out), "--verify", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{p}:") and why in err, err
+    assert not out.exists()

@@ -89,19 +89,28 @@ def test_huge_header_counts_allocate_nothing():
 # ---------------------------------------------------------------- differential, vs ncnn
 # (tests/fuzz_harness.py: ncnn's loader in batched child processes, our CLI in-process)
 
-def _differential(n: int, seed: int, max_seed_bytes: int, tmp_path, chunk: int = 2000):
+def _differential(n: int, seed: int, max_seed_bytes: int, tmp_path, chunk: int = 2000, *,
+                  binary: bool = False, writers_every: int = 1):
     from conftest import FIXTURES
-    from fuzz_harness import Report, check_mutants, mutants_of, seeds
+    from fuzz_harness import (Report, binary_seeds, check_mutants, mutants_of, mutate,
+                              mutate_bin, seeds)
 
     files = sorted(CORPUS.glob("*.param")) + sorted(FIXTURES.rglob("*.param"))
-    seed_files = seeds(files, max_seed_bytes)
+    if binary:
+        files += sorted(FIXTURES.rglob("*.param.bin"))
+    seed_files = (binary_seeds if binary else seeds)(files, max_seed_bytes)
     rng = random.Random(seed)
     total = Report()
     for start in range(0, n, chunk):
-        total.merge(check_mutants(mutants_of(seed_files, min(chunk, n - start), rng), tmp_path))
+        mutants = mutants_of(seed_files, min(chunk, n - start), rng,
+                             mutate_bin if binary else mutate)
+        total.merge(check_mutants(mutants, tmp_path, binary=binary,
+                                  writers_every=writers_every))
         if n > chunk:
             print(f"  {total.summary()}", flush=True)
-    print(f"\ndifferential fuzz (seed {seed}, {len(seed_files)} seed files): {total.summary()}")
+    kind = ".param.bin" if binary else ".param"
+    print(f"\ndifferential fuzz of {kind} (seed {seed}, {len(seed_files)} seed files): "
+          f"{total.summary()}")
     for cat, (data, detail) in total.examples.items():
         if cat in total.failures:
             print(f"  {cat}: {detail!r}\n    {data[:200]!r}")
@@ -110,21 +119,43 @@ def _differential(n: int, seed: int, max_seed_bytes: int, tmp_path, chunk: int =
 
 def test_differential_fuzz_against_ncnn(tmp_path):
     """A few hundred seeded mutants: no exit 3, no hang, every exit 2 located, never a
-    refusal of a file ncnn loads, never silent where ncnn rejects, fmt keeps loadable files
-    loadable, byte-exact round trip of what we accept."""
+    refusal of a file ncnn loads, never silent where ncnn rejects, fmt, fix and
+    remove-passthrough keep loadable files loadable (leaving inputs untouched and no stray
+    file), byte-exact round trip of what we accept."""
     pytest.importorskip("ncnn")
-    rep = _differential(300, 20261201, 4096, tmp_path)
+    rep = _differential(300, 20261201, 4096, tmp_path, writers_every=2)
     assert rep.mutants == 300 and rep.ncnn_loads > 0
+    assert not rep.failures, rep.summary()
+
+
+def test_differential_fuzz_of_param_bin_against_ncnn(tmp_path):
+    """The same for `.param.bin` mutants (word-level edits of every seed as ncnn2mem writes
+    it) against ncnn's `load_param_bin`; exit-2 messages name the path and a byte offset."""
+    pytest.importorskip("ncnn")
+    rep = _differential(200, 20261202, 4096, tmp_path, binary=True, writers_every=2)
+    assert rep.mutants == 200 and rep.ncnn_loads > 0
     assert not rep.failures, rep.summary()
 
 
 @pytest.mark.slow
 def test_differential_fuzz_against_ncnn_100k(tmp_path):
     """The same over 100,000 mutants of every corpus and fixture .param up to 4 KB (158
-    files; larger seeds cost more per mutant and find the same token-level problems)."""
+    files; larger seeds cost more per mutant and find the same token-level problems);
+    fix and remove-passthrough on every 10th mutant we accept."""
     pytest.importorskip("ncnn")
     n = int(os.environ.get("PARAMSURGERY_FUZZ_MUTANTS", "100000"))
     rep = _differential(n, int(os.environ.get("PARAMSURGERY_FUZZ_SEED", "14")), 4096,
-                        tmp_path)
+                        tmp_path, writers_every=10)
+    assert rep.mutants == n
+    assert not rep.failures, rep.summary()
+
+
+@pytest.mark.slow
+def test_differential_fuzz_of_param_bin_against_ncnn_20k(tmp_path):
+    """20,000 `.param.bin` mutants."""
+    pytest.importorskip("ncnn")
+    n = int(os.environ.get("PARAMSURGERY_FUZZ_BIN_MUTANTS", "20000"))
+    rep = _differential(n, int(os.environ.get("PARAMSURGERY_FUZZ_SEED", "14")), 4096,
+                        tmp_path, binary=True, writers_every=5)
     assert rep.mutants == n
     assert not rep.failures, rep.summary()

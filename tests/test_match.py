@@ -52,3 +52,38 @@ def test_chain_up_to_a_type_or_where_it_stopped():
         chain_up(G, "r0", ("Reshape",), ("Embed",), reader=G.layer("p"))
     assert "line 3: Embed emb" not in NoMatch(None, "x").format()
     assert NoMatch(G.layer("emb"), "why").format() == "line 4: Embed emb: why"
+
+
+def test_walk_up_visits_each_blob_once_through_given_types():
+    from paramsurgery.passes.match import visit_once, walk_up
+
+    # from z up through the given types (Permute, BinaryOp, ReLU, Split, Reshape): it reaches
+    # Embed's output and stops there (Embed is not given), so the ids are never visited
+    seen = [(b, p.name if p else None) for b, p in
+            walk_up(G, ["z"], ("Permute", "BinaryOp", "Split", "Reshape", "ReLU"))]
+    assert [b for b, _ in seen].count("r0") == 1  # two paths (r1, r2) reach r0: once
+    assert seen[0] == ("z", "p") and ("e", "emb") in seen and "ids" not in [b for b, _ in seen]
+    # a seen set shared between walks: the second walk yields only what is new
+    shared: set[str] = set()
+    first = [b for b, _ in walk_up(G, ["x"], ("ReLU", "Split"), shared)]
+    second = [b for b, _ in walk_up(G, ["y"], ("BinaryOp", "ReLU", "Split"), shared)]
+    assert first == ["x", "r1", "r0"] and second == ["y", "r2"]
+    # the caller may stop early: expand runs only after an item is taken
+    calls: list[int] = []
+    it = visit_once([1], lambda n: calls.append(n) or [n + 1])
+    assert [next(it), next(it)] == [1, 2] and calls == [1]
+
+
+def test_cone_stops_at_cut_blobs_and_stays_within():
+    from paramsurgery.cone import cone
+
+    ids = {layer.name: layer.id for layer in G}
+    names = {v: k for k, v in ids.items()}
+    full = cone(G, [ids["p"]])
+    assert {names[i] for i in full} == {"in0", "emb", "r", "sp", "a", "add", "p"}
+    # cut at x: the ReLU branch is not needed, the Split still is (through r2)
+    assert {names[i] for i in cone(G, [ids["p"]], stop={"x"})} == {"in0", "emb", "r", "sp",
+                                                                    "add", "p"}
+    assert {names[i] for i in cone(G, [ids["p"]], stop={"x", "r2"})} == {"add", "p"}
+    within = {ids["add"], ids["a"], ids["sp"]}
+    assert {names[i] for i in cone(G, [ids["p"]], within=within)} == {"p", "add", "a", "sp"}

@@ -224,3 +224,25 @@ def test_custom_layer_type_index(tmp_path):
     (tmp_path / "m.param.bin").write_bytes(data)
     named = load(tmp_path / "m.param.bin")
     assert named.layers[1].type == "MyOp" and write_param_bin(named) == data
+
+
+@pytest.mark.parametrize("elems,kind", [(["1", "-7"] * 3000, "int[]"),
+                                        (["0.5", "-1e-3"] * 3000, "float[]")])
+def test_long_arrays_in_param_bin_are_packed_and_exact(tmp_path, elems, kind):
+    """A long array of a .param.bin is held as its 4-byte elements (no object per element),
+    typed like a short one, written back byte for byte, and re-encoded exactly on edit."""
+    import paramsurgery
+    from paramsurgery.formats.param_bin import read_param_bin, write_param_bin
+    from paramsurgery.values import Packed
+
+    text = paramsurgery.loads("7767517\n2 2\nInput in 0 1 a\nMemoryData m 0 1 b 0=3 "
+                              f"-23301={len(elems)},{','.join(elems)}\n")
+    data = write_param_bin(text)
+    g = read_param_bin(data, str(tmp_path / "m.param.bin"))
+    v = g.layer("memorydata_1").params.value(1)
+    assert isinstance(v, Packed) and v.kind.value == kind
+    assert v == text.layer("m").params.value(1)
+    assert write_param_bin(g) == data
+    g.layer("memorydata_1").params[0] = 4
+    edited = write_param_bin(g)
+    assert edited != data and read_param_bin(edited).layer("memorydata_1").params.value(1) == v

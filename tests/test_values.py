@@ -5,6 +5,8 @@ import pytest
 
 import paramsurgery
 from paramsurgery.values import Float, Int, Kind, Str, infer, pnnx_float, format_value, parse_value, Ints, Floats
+from paramsurgery import values
+from paramsurgery.values import Value
 
 # spellings observed in pnnx 20261020 output (ncnn-format.md §7.1)
 PNNX_SPELLINGS = ["0.0", "100.0", "0.1", "2.5", "0.333333343", "3.14159274", "123456.789",
@@ -80,3 +82,55 @@ def test_parse_value_forms():
     assert parse_value("0", "1,2,3") == (0, Ints([1, 2, 3]))
     assert parse_value("6", '"a b"')[1].value == "a b"
     assert parse_value("2", "1E5")[1] == Float(1e5)
+
+
+# ------------------------------------------------------------------ long arrays, packed
+def _elementwise(tokens: list[str], old_style: bool) -> tuple[Kind, list]:
+    """What the short-array path gives for the same elements (one at a time)."""
+    pairs = [values._parse_number(t, 0) for t in tokens]
+    if old_style:
+        kinds = [f for f, _ in pairs]
+        return (Kind.FLOATS if kinds[-1] else Kind.INTS), [v for _, v in pairs]
+    first = pairs[0][0]
+    return (Kind.FLOATS if first else Kind.INTS), [float(np.float32(v)) if first else v
+                                                   for _, v in pairs]
+
+
+@pytest.mark.parametrize("old_style", [True, False])
+@pytest.mark.parametrize("mix", ["ints", "floats", "mixed"])
+def test_long_arrays_parse_packed_like_short_ones(old_style, mix):
+    import random
+    rnd = random.Random(f"{mix}{old_style}")
+    ints = ["0", "-1", "+7", "2147483647", "-2147483648", "007"]
+    floats = ["0.5", "-1.", ".25", "1e-3", "3.4028234e38", "-0.0", "1E+5", "1.5e-45"]
+    if mix == "mixed" and not old_style:
+        pool = floats + ints  # a new-style float array converts its int elements
+        first = ["0.5"]
+    else:
+        pool = {"ints": ints, "floats": floats, "mixed": ints + floats}[mix]
+        first = []
+    tokens = first + [rnd.choice(pool) for _ in range(9000)]
+    text = (f"{len(tokens)}," if old_style else "") + ",".join(tokens)
+    pid, v = parse_value("-23301" if old_style else "1", text)
+    assert pid == 1 and isinstance(v, values.Packed)
+    kind, want = _elementwise(tokens, old_style)
+    assert v.kind is kind and len(v) == len(tokens)
+    got = list(v.value)
+    assert got == want and [type(x) for x in got] == [type(x) for x in want]
+    assert values.is_mixed(v) == (mix == "mixed" and old_style)
+    # equal to the same array built the ordinary way, both ways round
+    plain = values._Mixed(kind, want) if values.is_mixed(v) else Value(kind, want)
+    assert v == plain and plain == v and hash(v) == hash(plain)
+    # written the same way as the plain value, and to .param.bin with the same bits
+    assert format_value(1, v) == format_value(1, plain)
+    from paramsurgery.formats.param_bin import encode_value
+    assert encode_value(1, v) == encode_value(1, plain)
+
+
+@pytest.mark.parametrize("bad,offset", [("1,2,x", 4), ("1,,2", 2), ("1,99999999999,2", 2),
+                                        ("0.5,1e39", 4), ("1,0.5", 2)])
+def test_long_array_errors_name_the_element(bad, offset):
+    prefix = ",".join(["1" if bad[0] == "1" else "0.5"] * 3000) + ","
+    with pytest.raises(values.ValueError_) as exc:
+        parse_value("1", prefix + bad)
+    assert exc.value.offset == len(prefix) + offset

@@ -149,3 +149,43 @@ def inputshape_of(args: argparse.Namespace, g: Any = None) -> dict:
     if g is not None:
         check_blobs(g, shapes, getattr(args, "param", None))
     return shapes
+
+
+def command(sub: argparse._SubParsersAction, doc: str | None, run: Any = None,
+            **options: Any) -> argparse.ArgumentParser:
+    """A command's parser, declared by its docstring (the module's, or the run function's
+    for a subcommand): the first paragraph is "`paramsurgery [GROUP] NAME`: one-line help",
+    the paragraphs after it the description (what `NAME --help` prints; the help when
+    there are none). `run` is what the command runs (GraphCommand sets it in `finish`)."""
+    import inspect
+
+    first, _, rest = inspect.cleandoc(doc or "").partition("\n\n")
+    head, sep, help_text = " ".join(first.split()).partition(": ")
+    words = head.strip("`").split()  # `paramsurgery [GROUP] NAME`
+    name = words[-1] if len(words) >= 2 and words[0] == "paramsurgery" else ""
+    if not sep or not name:
+        raise ValueError(f"a command docstring starts with '`paramsurgery NAME`: help': {first!r}")
+    p = sub.add_parser(name, help=help_text, description=" ".join(rest.split()) or help_text,
+                       **options)
+    if run is not None:
+        p.set_defaults(run=run)
+    return p
+
+
+def add_input_arg(p: argparse.ArgumentParser, what: str = "input .param",
+                  name: str = "param") -> None:
+    """The graph a command reads (positional `param`)."""
+    p.add_argument(name, help=what)
+
+
+def write_graph(g: Any, out: str, note: str) -> None:
+    """Write `g`'s text to `out` (atomically; '-' = stdout); then `note` (a format string
+    of `out`) on stderr says what was written."""
+    from ..io import atomic_write, param_bytes
+
+    data = param_bytes(g, out)  # a .param.bin output stays binary
+    if out == "-":
+        sys.stdout.buffer.write(data)
+    else:
+        atomic_write(out, data)
+        print(note.format(out=out), file=sys.stderr)

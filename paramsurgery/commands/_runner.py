@@ -201,7 +201,9 @@ class GraphCommand:
 
     def _writers(self, run: Run) -> dict[str, Writer]:
         """Role → writer of every file this run may write (`param`, `bin`, extras)."""
-        data = run.graph.dump_bytes()
+        from ..io import param_bytes
+
+        data = param_bytes(run.graph, run.out.param)  # a .param.bin output stays binary
         writers: dict[str, Writer] = {"param": lambda fh: fh.write(data)}
         if run.weights_changed:
             from ..weights import write_weights

@@ -1,4 +1,14 @@
-"""`paramsurgery add-conv-cache`: streaming conv state for chunked decoding of a conv stack."""
+"""`paramsurgery add-conv-cache`: make a causal conv / transposed-conv stack stream frame
+chunks (state blobs, in-graph state update, host manifest)
+
+Rewrite causal Convolution1D / ConvolutionDepthWise1D (left Padding or pad_left) and
+Deconvolution1D / DeconvolutionDepthWise1D (right trim K-s) into a streaming graph: one
+conv_state_in_<i> / conv_state_out_<i> pair per stateful layer, the state update in the
+graph, pointwise layers unchanged. Writes OUT.param, OUT.bin, OUT.json (the manifest: state
+shapes and initial values, stream start, flush, samples per frame) and, when the stream has
+start trims, OUT.start.param; all atomically. Refuses, with the layer and the reason, what it
+cannot stream.
+"""
 
 from __future__ import annotations
 
@@ -8,24 +18,14 @@ import os
 import tempfile
 
 from ..errors import ParamSurgeryError
+from ._common import add_input_arg, command
 from ._runner import (Check, GraphCommand, Outputs, PassLike, Run, Writer, add_bin_arg,
                       add_verify_args)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "add-conv-cache",
-        help="make a causal conv / transposed-conv stack stream frame chunks (state blobs, "
-             "in-graph state update, host manifest)",
-        description="Rewrite causal Convolution1D / ConvolutionDepthWise1D (left Padding or "
-                    "pad_left) and Deconvolution1D / DeconvolutionDepthWise1D (right trim K-s) "
-                    "into a streaming graph: one conv_state_in_<i> / conv_state_out_<i> pair "
-                    "per stateful layer, the state update in the graph, pointwise layers "
-                    "unchanged. Writes OUT.param, OUT.bin, OUT.json (the manifest: state "
-                    "shapes and initial values, stream start, flush, samples per frame) and, "
-                    "when the stream has start trims, OUT.start.param; all atomically. "
-                    "Refuses, with the layer and the reason, what it cannot stream.")
-    p.add_argument("param", help="input .param (e.g. a codec decoder's conv part)")
+    p = command(sub, __doc__)
+    add_input_arg(p, "input .param (e.g. a codec decoder's conv part)")
     add_bin_arg(p, positional=True, required=True)
     p.add_argument("-o", "--output", metavar="OUT",
                    help="output prefix (OUT.param, OUT.bin, OUT.json; default: <input>.stream)")

@@ -1,5 +1,12 @@
-"""`paramsurgery compare`: which layer first goes wrong - an ncnn graph against another
-graph (`--reference`) or against pnnx's own torch export (`--pnnx`).
+"""`paramsurgery compare`: find the first layer whose output goes wrong, against another ncnn
+graph or against pnnx's torch export
+
+Run A.param on the same inputs as --reference B.param (ncnn vs ncnn, e.g. before/after a
+pass, fp16 vs fp32 with --options) or as pnnx's own torch export (--pnnx X.pnnx.param, with
+X_pnnx.py and X.pnnx.bin next to it), compare every blob as it is produced, and name the
+first divergence: the earliest layer whose outputs differ while all its inputs agree. Blobs
+are compared with size-1 axes dropped; a blob differs when max|a-b| > atol + rtol * max|b|.
+Exit 1 when a divergence is found (or ncnn crashed), 0 when none.
 
 Text output is one line per compared blob, like ruff (`file:line: layer (Type) blob ~
 counterpart  status  max_abs  rel`), then a verdict line; `--format json` prints
@@ -13,22 +20,12 @@ import argparse
 import os
 
 from ..errors import ParamSurgeryError
-from ._common import add_format_arg, print_json
+from ._common import add_format_arg, add_input_arg, command, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "compare", help="find the first layer whose output goes wrong, against another "
-                        "ncnn graph or against pnnx's torch export",
-        description="Run A.param on the same inputs as --reference B.param (ncnn vs ncnn, e.g. "
-                    "before/after a pass, fp16 vs fp32 with --options) or as pnnx's own torch "
-                    "export (--pnnx X.pnnx.param, with X_pnnx.py and X.pnnx.bin next to it), "
-                    "compare every blob as it is produced, and name the first divergence: the "
-                    "earliest layer whose outputs differ while all its inputs agree. Blobs are "
-                    "compared with size-1 axes dropped; a blob differs when max|a-b| > atol + "
-                    "rtol * max|b|. Exit 1 when a divergence is found (or ncnn crashed), "
-                    "0 when none.")
-    p.add_argument("param", help="the ncnn graph under test (.param)")
+    p = command(sub, __doc__, run)
+    add_input_arg(p, "the ncnn graph under test (.param)")
     p.add_argument("bin", nargs="?", help="its weights (default: A.bin / A.ncnn.bin next to it; "
                                           "none for weightless graphs)")
     ref = p.add_mutually_exclusive_group(required=True)
@@ -65,7 +62,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "error written in its box and drawn as its colour (the view page)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per run (600)")
     add_format_arg(p)
-    p.set_defaults(run=run)
 
 
 def _weights_next_to(param: str) -> str | None:

@@ -1,28 +1,27 @@
-"""`paramsurgery diff`: what changed between two graphs, layer by layer."""
+"""`paramsurgery diff`: semantic diff of two graphs: layers added, removed, renamed, changed
+
+Pair the layers of A and B by name, then by structure where names changed (same type
+reading the same blobs), and list what was added, removed, renamed and changed (type, params
+by value, bottoms, tops; weights by content hash when both .bin files are given). Exit 0 when
+the graphs are the same, 1 when they differ, 2 on bad input.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from ._common import add_format_arg, print_json
+from ._common import add_format_arg, add_input_arg, command, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "diff", help="semantic diff of two graphs: layers added, removed, renamed, changed",
-        description="Pair the layers of A and B by name, then by structure where names "
-                    "changed (same type reading the same blobs), and list what was added, "
-                    "removed, renamed and changed (type, params by value, bottoms, tops; "
-                    "weights by content hash when both .bin files are given). Exit 0 when "
-                    "the graphs are the same, 1 when they differ, 2 on bad input.")
-    p.add_argument("a", help="the first .param")
-    p.add_argument("b", help="the second .param")
+    p = command(sub, __doc__, run)
+    add_input_arg(p, "the first .param", "a")
+    add_input_arg(p, "the second .param", "b")
     p.add_argument("--bin-a", metavar="BIN", help="A's weights (compare weights by hash)")
     p.add_argument("--bin-b", metavar="BIN", help="B's weights")
     p.add_argument("--html", metavar="PAGE", help="also write both graphs side by side with "
                    "the changes coloured")
     add_format_arg(p)
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,23 +1,25 @@
-"""`paramsurgery extract`: cut a subgraph (e.g. an lm_head) with exactly its weights."""
+"""`paramsurgery extract`: cut the subgraph that computes --outputs from --inputs, with exactly
+its weights
+
+Write the layers that compute --outputs from --inputs (and nothing else) as a new .param,
+and, given the .bin, a .bin holding exactly their weights (bytes copied unchanged).
+Intermediate blobs named in --inputs become Input layers of the same name. Refuses when an
+output depends on a graph input that is not in --inputs, or an input is not needed. (E.g. an
+lm_head with exactly its weights.)
+"""
 
 from __future__ import annotations
 
 import argparse
 
 from ..errors import ParamSurgeryError
+from ._common import add_input_arg, command
 from ._runner import Check, GraphCommand, PassLike, Outputs, Run, add_bin_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "extract", help="cut the subgraph that computes --outputs from --inputs, with exactly "
-        "its weights",
-        description="Write the layers that compute --outputs from --inputs (and nothing else) "
-                    "as a new .param, and, given the .bin, a .bin holding exactly their weights "
-                    "(bytes copied unchanged). Intermediate blobs named in --inputs become Input "
-                    "layers of the same name. Refuses when an output depends on a graph input "
-                    "that is not in --inputs, or an input is not needed.")
-    p.add_argument("param", help="input .param")
+    p = command(sub, __doc__)
+    add_input_arg(p)
     add_bin_arg(p, positional=True)
     p.add_argument("--inputs", help="comma-separated blobs the subgraph starts from (default: "
                    "the graph inputs the outputs need)")

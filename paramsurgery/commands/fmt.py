@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from ..io import atomic_write, load
-from ._common import add_output_args, output_path
+from ..io import load
+from ._common import add_output_args, output_path, write_graph
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,10 +22,6 @@ def run(args: argparse.Namespace) -> int:
     from ..normalize import normalize
 
     normalize(g)
-    data = g.dump_bytes()
-    if out == "-":
-        sys.stdout.buffer.write(data)
-    else:
-        atomic_write(out, data)
-        print(f"wrote {out} ({len(g)} layers, {g.blob_count()} blobs)", file=sys.stderr)
+    assert out is not None  # required
+    write_graph(g, out, f"wrote {{out}} ({len(g)} layers, {g.blob_count()} blobs)")
     return 0

@@ -7,22 +7,24 @@ import os
 import tempfile
 
 from ..errors import ParamSurgeryError
+from ..shapes.spec import add_inputshape_arg, inputshape_from_args
 from ._common import add_pass_args, run_param_pass
+from ._runner import add_bin_arg, add_verify_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fold-explicit-cache", help="fold an explicit Concat(past, current) k/v "
                        "cache into SDPA's native kv cache (7=1)")
     add_pass_args(p, "nativecache")
-    p.add_argument("--verify", action="store_true",
-                   help="prove the rewrite through ncnn with a decode loop: prefill, then steps "
-                        "feeding back ncnn's caches, against the input graph fed plain past "
-                        "arrays (needs --feeds); nothing is written when it fails")
+    add_verify_args(p, "prove the rewrite through ncnn with a decode loop: prefill, then "
+                       "steps feeding back ncnn's caches, against the input graph fed plain "
+                       "past arrays (inputs from --feeds, else generated from --inputshape)",
+                    tol=1e-5)
     p.add_argument("--feeds", metavar="NPZ",
                    help="--verify: the non-cache inputs of each call, arrays named "
                         "'<input>@<step>' (step 0 = prefill) in ncnn layout")
-    p.add_argument("--bin", metavar="BIN", help="--verify: the weights (default: none)")
-    p.add_argument("--tol", type=float, default=1e-5, help="--verify: relative tolerance")
+    add_inputshape_arg(p)
+    add_bin_arg(p)
     p.set_defaults(run=run)
 
 
@@ -31,11 +33,12 @@ def run(args: argparse.Namespace) -> int:
 
     verify = None
     if args.verify:
-        if not args.feeds:
-            raise ParamSurgeryError("--verify needs --feeds NPZ (the inputs of each call)",
+        shapes = inputshape_from_args(args)
+        if args.feeds and shapes:
+            raise ParamSurgeryError("give either --feeds or --inputshape, not both",
                                     file=args.param)
-        steps = load_steps(args.feeds)
-        verify = lambda result: _prove(args, result, steps)  # noqa: E731
+        steps = load_steps(args.feeds) if args.feeds else None
+        verify = lambda result: _prove(args, result, steps, shapes)  # noqa: E731
     return run_param_pass(args, FoldExplicitCache(), "nativecache", verify=verify)
 
 
@@ -62,11 +65,13 @@ def load_steps(path: str) -> list[dict]:
     return [steps[i] for i in range(len(steps))]
 
 
-def _prove(args: argparse.Namespace, result, steps: list[dict]):
-    from ..fold_verify import FoldedCache, verify_fold
+def _prove(args: argparse.Namespace, result, steps: list[dict] | None, shapes: dict):
+    from ..fold_verify import FoldedCache, decode_steps, verify_fold
     from ..io import atomic_write
 
     caches = [FoldedCache(**c) for c in result.data["caches"]]
+    if steps is None:  # generated: the folded graph keeps every input's name and reader
+        steps = decode_steps(result.graph, caches, shapes, args.param)
     cache_blobs = {x for c in caches for x in (c.present_k, c.present_v, c.concat_k, c.concat_v)}
     outputs = [b for b in result.graph.outputs if b not in cache_blobs]
     with tempfile.TemporaryDirectory(prefix="paramsurgery-fold-") as tmp:

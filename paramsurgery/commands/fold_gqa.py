@@ -1,4 +1,10 @@
-"""`paramsurgery fold-gqa`: drop the K/V head expansion before SDPA (native GQA)."""
+"""`paramsurgery fold-gqa`: remove K/V expansion from kv heads to q heads before SDPA
+(ExpandDims+Tile+Reshape, HF repeat_kv leftovers, stack): SDPA does GQA natively
+
+Remove the expansion of K and V from G kv heads to H query heads before SDPA and feed SDPA
+the kv-head K/V (ncnn's SDPA does grouped-query attention natively). Works before and after
+add-kvcache; the .bin does not change (the removed layers have no weights).
+"""
 
 from __future__ import annotations
 
@@ -7,19 +13,13 @@ from typing import Any
 
 from ..errors import ParamSurgeryError
 from ..graph import Graph
-from ._common import add_output_args
+from ._common import add_input_arg, add_output_args, command
 from ._runner import Check, GraphCommand, PassLike, Outputs, Run, add_bin_arg, add_verify_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "fold-gqa", help="remove K/V expansion from kv heads to q heads before SDPA "
-        "(ExpandDims+Tile+Reshape, HF repeat_kv leftovers, stack): SDPA does GQA natively",
-        description="Remove the expansion of K and V from G kv heads to H query heads before "
-                    "SDPA and feed SDPA the kv-head K/V (ncnn's SDPA does grouped-query "
-                    "attention natively). Works before and after add-kvcache; the .bin does not "
-                    "change (the removed layers have no weights).")
-    p.add_argument("param", help="input .param")
+    p = command(sub, __doc__)
+    add_input_arg(p)
     add_output_args(p, "output .param (default: <input>.gqa.param)")
     add_bin_arg(p)
     p.add_argument("--only", nargs="+", default=[], metavar="NAME", help="only these SDPA layers")

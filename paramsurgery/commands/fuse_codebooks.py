@@ -1,4 +1,13 @@
-"""`paramsurgery fuse-codebooks`: N codebook Embeds -> one offset Embed (+ manifest)."""
+"""`paramsurgery fuse-codebooks`: N Embeds (one id input each) whose rows are summed -> one
+Embed over the concatenated tables; writes .fused.param/.bin/.json
+
+Fuse N Embed lookups (same num_output, one id input each) whose outputs are summed (BinaryOp
+adds, Eltwise SUM, stack+sum) into one Embed over the concatenated tables with one id input,
+and sum the rows in the graph (Reshape + Reduction on the float embeddings). The caller adds
+each group's offset and flattens the ids group-major: ids[g*T+t] = code[g][t] + offsets[g]
+(the .json manifest says so). --split: the form without the sum, one Embed + Slice giving
+each group's rows under the old names.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +16,13 @@ import os
 
 from ..errors import VerificationError
 from ..graph import Graph
+from ._common import add_input_arg, command
 from ._runner import Check, GraphCommand, PassLike, Outputs, Run, Writer, add_bin_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "fuse-codebooks",
-        help="N Embeds (one id input each) whose rows are summed -> one Embed over the "
-             "concatenated tables; writes .fused.param/.bin/.json",
-        description="Fuse N Embed lookups (same num_output, one id input each) whose outputs "
-                    "are summed (BinaryOp adds, Eltwise SUM, stack+sum) into one Embed over the "
-                    "concatenated tables with one id input, and sum the rows in the graph "
-                    "(Reshape + Reduction on the float embeddings). The caller adds each "
-                    "group's offset and flattens the ids group-major: ids[g*T+t] = code[g][t] + "
-                    "offsets[g] (the .json manifest says so). --split: the form without the "
-                    "sum, one Embed + Slice giving each group's rows under the old names.")
-    p.add_argument("param", help="input .param")
+    p = command(sub, __doc__)
+    add_input_arg(p)
     add_bin_arg(p, positional=True)
     p.add_argument("-o", "--output", metavar="PREFIX", help="write PREFIX.param, PREFIX.bin, "
                    "PREFIX.json (default: <input>.fused)")

@@ -1,4 +1,10 @@
-"""`paramsurgery lint`: find what pnnx got wrong before ncnn does.
+"""`paramsurgery lint`: find converter bugs and structural problems before ncnn does
+
+Lint ncnn graphs written by pnnx: layers ncnn cannot load, parameterless Slices, batch-axis
+leftovers, reductions that reduce nothing, float math on int ids, structure (PS1xx), weights
+(PS2xx, --bin), scale hazards (PS3xx) and traced-shape conformance against pnnx's .pnnx.param
+and a torch reference (PS4xx). pnnx's files next to FILE (X.pnnx.param, X_ncnn.py,
+X.ref.npz / ref.npz, X.ncnn.bin) are used when present.
 
 Text output is one line per finding, like ruff (`file:line: CODE severity message (fix:
 …)`), then a summary line; `--format json` prints a summary and the entries (the shape of
@@ -12,22 +18,15 @@ import argparse
 import sys
 
 from ..errors import ParamSurgeryError
-from ..findings import ERROR, INFO, WARNING
-from ._common import add_format_arg, print_json
+from ..findings import ERROR, INFO, WARNING, Finding
+from ._common import add_format_arg, command, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "lint", help="find converter bugs and structural problems before ncnn does",
-        description="Lint ncnn graphs written by pnnx: layers ncnn cannot load, parameterless "
-                    "Slices, batch-axis leftovers, reductions that reduce nothing, float math on "
-                    "int ids, structure (PS1xx), weights (PS2xx, --bin), scale hazards (PS3xx) "
-                    "and traced-shape conformance against pnnx's .pnnx.param and a torch "
-                    "reference (PS4xx). pnnx's files next to FILE (X.pnnx.param, X_ncnn.py, "
-                    "X.ref.npz / ref.npz, X.ncnn.bin) are used when present.",
-        epilog="Codes: PS0xx converter/layer, PS1xx structure, PS2xx weights, PS3xx scale, "
-               "PS4xx shapes. 'paramsurgery lint --list' lists the rules, '--explain CODE' "
-               "explains one.")
+    p = command(sub, __doc__, run_cmd,
+                epilog="Codes: PS0xx converter/layer, PS1xx structure, PS2xx weights, PS3xx "
+                       "scale, PS4xx shapes. 'paramsurgery lint --list' lists the rules, "
+                       "'--explain CODE' explains one.")
     p.add_argument("param", nargs="*", metavar="FILE", help=".param or .param.bin file(s)")
     p.add_argument("--bin", metavar="B", help="weights: check the .bin (PS2xx) and run with it")
     p.add_argument("--pnnx-param", metavar="X", help="pnnx's .pnnx.param (default: next to FILE)")
@@ -54,7 +53,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--explain", metavar="CODE", help="print what a rule checks and exit")
     p.add_argument("--list", action="store_true", help="list every rule and exit")
     add_format_arg(p)
-    p.set_defaults(run=run_cmd)
 
 
 def run_cmd(args: argparse.Namespace) -> int:
@@ -99,7 +97,11 @@ def lint_paths(args: argparse.Namespace) -> int:
         select_rules(args.select, args.ignore)
     except ValueError as exc:
         raise ParamSurgeryError(str(exc)) from None
-    results = []
+    if args.run_ncnn is not False:  # PS112 will ask ncnn: its child starts while we parse
+        from ..ncnn_loader import prestart
+
+        prestart()
+    results: list[tuple[str, list[Finding] | None, str | None]] = []
     unreadable = 0
     for path in args.param:
         try:
@@ -149,7 +151,9 @@ def _json_report(results: list, counts: dict) -> dict:
     from ..lint import fix_pass_of
 
     entries = []
-    passing, failing, unreadable = [], [], []
+    passing: list[str] = []
+    failing: list[str] = []
+    unreadable: list[dict[str, str | None]] = []
     for path, fs, err in results:
         if fs is None:
             unreadable.append({"file": path, "error": err})

@@ -1,5 +1,9 @@
-"""`paramsurgery repro list|check|issue`: the catalogue of minimal pnnx -> ncnn bugs, a
-re-check against the installed torch/pnnx/ncnn, and upstream-issue bundles."""
+"""`paramsurgery repro`: minimal pnnx->ncnn bug repros: list, re-check, write an upstream issue
+
+The catalogue of minimal pnnx 20261020 -> ncnn conversion bugs (fixtures/repros): list it,
+check every case against the installed torch/pnnx/ncnn, or write an issue bundle for one
+case (subcommands list, check, issue).
+"""
 
 from __future__ import annotations
 
@@ -7,43 +11,24 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._common import add_format_arg, print_json
+from ._common import add_format_arg, command, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "repro", help="minimal pnnx->ncnn bug repros: list, re-check, write an upstream issue",
-        description="The catalogue of minimal pnnx 20261020 -> ncnn conversion bugs "
-                    "(fixtures/repros): list it, check every case against the installed "
-                    "torch/pnnx/ncnn, or write an issue bundle for one case.")
+    p = command(sub, __doc__)
     rsub = p.add_subparsers(dest="repro_command", metavar="SUBCOMMAND")
 
-    lp = rsub.add_parser("list", help="the catalogue with the statuses recorded in the fixtures")
+    lp = command(rsub, run_list.__doc__, run_list)
     add_format_arg(lp)
-    lp.set_defaults(run=run_list)
 
-    cp = rsub.add_parser(
-        "check", help="export every case again with pnnx and run it in ncnn",
-        description="For each case and variant: trace the minimal model, export it with the "
-                    "pnnx binary (exit code checked), run the ncnn graph in a child process at "
-                    "a length no trace used, compare with torch. Verdict per case: still "
-                    "reproduces / fixed in this pnnx / different failure. Exit 1 when any "
-                    "status differs from the one recorded in the fixtures, 2 when torch or "
-                    "pnnx is missing.")
+    cp = command(rsub, run_check.__doc__, run_check)
     cp.add_argument("ids", nargs="*", metavar="ID", help="case ids or numbers (default: all)")
     cp.add_argument("--keep", metavar="DIR", help="keep the exported files in DIR/<case>/<variant>/")
     cp.add_argument("--timeout", type=float, default=300.0,
                     help="seconds per pnnx run and per ncnn run (default 300)")
     add_format_arg(cp)
-    cp.set_defaults(run=run_check)
 
-    ip = rsub.add_parser(
-        "issue", help="write ISSUE.md, test_<id>.py, the model script and exported files",
-        description="Write what a pnnx/ncnn maintainer needs for one case into DIR: ISSUE.md "
-                    "(title, environment, minimal model, pnnx command, expected vs observed, "
-                    "offending lines, why, workaround, related issues), test_<id>.py in the "
-                    "shape of pnnx's tests/ncnn tests, model.py and the files pnnx wrote. "
-                    "Uses the committed fixture unless --fresh.")
+    ip = command(rsub, run_issue.__doc__, run_issue)
     ip.add_argument("id", metavar="ID", help="case id or number")
     ip.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
     ip.add_argument("--fresh", action="store_true",
@@ -51,12 +36,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "using the committed fixture")
     ip.add_argument("--no-lint", action="store_true",
                     help="leave out the `paramsurgery lint` findings")
-    ip.set_defaults(run=run_issue)
 
-    p.set_defaults(run=lambda args: (p.print_help(), 2)[1])
+    def no_subcommand(args: argparse.Namespace) -> int:
+        p.print_help()
+        return 2
+
+    p.set_defaults(run=no_subcommand)
 
 
 def run_list(args: argparse.Namespace) -> int:
+    """`paramsurgery repro list`: the catalogue with the statuses recorded in the fixtures"""
     from ..repro.catalogue import format_rows, rows
 
     table = rows()
@@ -68,6 +57,14 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    """`paramsurgery repro check`: export every case again with pnnx and run it in ncnn
+
+    For each case and variant: trace the minimal model, export it with the pnnx binary (exit
+    code checked), run the ncnn graph in a child process at a length no trace used, compare
+    with torch. Verdict per case: still reproduces / fixed in this pnnx / different failure.
+    Exit 1 when any status differs from the one recorded in the fixtures, 2 when torch or
+    pnnx is missing.
+    """
     from ..repro.catalogue import resolve_ids
     from ..repro.observe import check_cases, environment, format_table, to_json
 
@@ -99,6 +96,14 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_issue(args: argparse.Namespace) -> int:
+    """`paramsurgery repro issue`: write ISSUE.md, test_<id>.py, the model script and
+    exported files
+
+    Write what a pnnx/ncnn maintainer needs for one case into DIR: ISSUE.md (title,
+    environment, minimal model, pnnx command, expected vs observed, offending lines, why,
+    workaround, related issues), test_<id>.py in the shape of pnnx's tests/ncnn tests,
+    model.py and the files pnnx wrote. Uses the committed fixture unless --fresh.
+    """
     from ..errors import ParamSurgeryError
     from ..repro.issue import write_issue
 

@@ -4,9 +4,8 @@ and `--write-hints`: ncnnoptimize's `-23330` shape hints for the given input sha
 from __future__ import annotations
 
 import argparse
-import sys
 
-from ._common import add_format_arg, add_report_arg, output_path, print_json
+from ._common import add_format_arg, add_report_arg, output_path, print_json, write_graph
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import ParamSurgeryError
-    from ..io import atomic_write, load
+    from ..io import load
     from ..shapes import infer_shapes
     from ..shapes.spec import check_blobs, inputshape_from_args
 
@@ -59,12 +58,8 @@ def run(args: argparse.Namespace) -> int:
                                     f"(symbols {', '.join(sm.symbols())} are not allowed)",
                                     file=args.param)
         changed = write_hints(g, sm)
-        data = g.dump_bytes()
-        if out == "-":
-            sys.stdout.buffer.write(data)
-        else:
-            atomic_write(out, data)
-            print(f"{changed} layer(s) got new hints; wrote {out}", file=sys.stderr)
+        assert out is not None  # required
+        write_graph(g, out, f"{changed} layer(s) got new hints; wrote {{out}}")
         return 0
     if args.output or args.in_place:
         raise ParamSurgeryError("-o / --in-place go with --write-hints", file=args.param)

@@ -1,5 +1,12 @@
-"""`paramsurgery stream-check`: convert with add-conv-cache, stream random frames in chunks,
-compare the concatenation (and every chunk's sample count) with the offline graph."""
+"""`paramsurgery stream-check`: stream a conv stack chunk by chunk through its add-conv-cache
+conversion and compare with running it once on all frames (exit 1 on mismatch)
+
+Convert MODEL with add-conv-cache (in a temporary directory, or --keep DIR), feed random
+frames in the given chunks through the streaming graph with StreamingRunner, and compare the
+concatenated output with the original graph run on all frames at once (max|diff| /
+max|offline| <= --tol); every chunk must emit exactly the earliest possible sample count.
+Exit 0 when both hold, 1 when not, 2 when the model cannot be streamed.
+"""
 
 from __future__ import annotations
 
@@ -7,23 +14,14 @@ import argparse
 import os
 
 from ..errors import ParamSurgeryError
-from ._common import add_format_arg, print_json
+from ._common import add_format_arg, add_input_arg, command, print_json
 from .add_conv_cache import parse_chunks
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "stream-check",
-        help="stream a conv stack chunk by chunk through its add-conv-cache conversion and "
-             "compare with running it once on all frames (exit 1 on mismatch)",
-        description="Convert MODEL with add-conv-cache (in a temporary directory, or --keep "
-                    "DIR), feed random frames in the given chunks through the streaming graph "
-                    "with StreamingRunner, and compare the concatenated output with the "
-                    "original graph run on all frames at once (max|diff| / max|offline| <= "
-                    "--tol); every chunk must emit exactly the earliest possible sample count. "
-                    "Exit 0 when both hold, 1 when not, 2 when the model cannot be streamed.")
-    p.add_argument("param", help="the original (offline) .param")
-    p.add_argument("bin", help="its weights (.bin)")
+    p = command(sub, __doc__, run)
+    add_input_arg(p, "the original (offline) .param")
+    add_input_arg(p, "its weights (.bin)", "bin")
     p.add_argument("--chunks", default="1,3,2", help="chunk sizes in frames (default 1,3,2)")
     p.add_argument("--frames", type=int, help="total frames: repeat the --chunks pattern "
                    "until this many frames (default: one pass of --chunks)")
@@ -41,7 +39,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "causal prefix (offline(n)[:k] vs offline(n-1)): the fp32 floor of any "
                         "chunked comparison, useful to pick --tol for large models")
     add_format_arg(p)
-    p.set_defaults(run=run)
 
 
 def chunk_plan(chunks: list[int], frames: int | None) -> list[int]:

@@ -1,4 +1,12 @@
-"""`paramsurgery view`: one self-contained HTML page with the graph drawn top to bottom."""
+"""`paramsurgery view`: draw a graph as one self-contained HTML page (pan, zoom, search)
+
+Write one HTML file (no network access needed, no external URL) with the graph laid out top
+to bottom: layers as boxes (type, name, params that differ from ncnn's defaults; weight dtype
+and bytes with --bin), blobs as wires labelled with their shapes when known (the shapes
+analysis: --inputshape, Input params, -23330 hints, static rules, or ncnn with --oracle; then
+pnnx's traced shapes from the X.pnnx.param beside the graph). Inputs and outputs, pnnx
+leftovers and non-ncnn types are highlighted.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +15,14 @@ import sys
 
 from ..errors import ParamSurgeryError
 from ..view.scene import MAX_LAYERS
+from ._common import add_input_arg, command
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     from ..shapes.spec import add_inputshape_arg
 
-    p = sub.add_parser(
-        "view", help="draw a graph as one self-contained HTML page (pan, zoom, search)",
-        description="Write one HTML file (no network access needed, no external URL) with the "
-                    "graph laid out top to bottom: layers as boxes (type, name, params that "
-                    "differ from ncnn's defaults; weight dtype and bytes with --bin), blobs as "
-                    "wires labelled with their shapes when known (the shapes analysis: "
-                    "--inputshape, Input params, -23330 hints, static rules, or ncnn with "
-                    "--oracle; then pnnx's traced shapes from the X.pnnx.param beside the "
-                    "graph). Inputs and "
-                    "outputs, pnnx leftovers and non-ncnn types are highlighted.")
-    p.add_argument("param", help="the .param (or .param.bin)")
+    p = command(sub, __doc__, run)
+    add_input_arg(p, "the .param (or .param.bin)")
     p.add_argument("--bin", help="its weights: adds dtype and bytes to each box")
     p.add_argument("--pnnx-param", metavar="PATH", help="pnnx's X.pnnx.param for the shape "
                    "labels (default: the one beside the graph, if any)")
@@ -37,7 +37,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"refuse to draw more layers than this (default {MAX_LAYERS})")
     p.add_argument("-o", "--output", metavar="PAGE", help="the page (default: <input>.html; "
                    "'-' for stdout)")
-    p.set_defaults(run=run)
 
 
 def default_page(param: str) -> str:

@@ -49,7 +49,7 @@ def compare_ncnn(target: NcnnSide, reference: NcnnSide, feeds: Mapping[str, Feed
         report.notes.append(f"options: target {describe(target.settings)}, reference "
                             f"{describe(reference.settings)}")
     ref_inputs = set(rg.inputs)
-    ref_feeds: dict[str, Feed] = dict(reference_feeds or {})
+    ref_feeds: dict[str, FeedLike] = dict(reference_feeds or {})
     for blob, feed in feeds.items() if reference_feeds is None else ():
         image = pairs.get(blob, (blob,))[0]
         if image in ref_inputs:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Union
+from typing import Any, Callable, Union, cast
 
 import numpy as np
 
@@ -106,7 +106,7 @@ def subterm_values(expr: str, inputs: list[np.ndarray | None]) -> list[tuple[str
             for a in reversed(nd.args):
                 stack.append((a, False))
             continue
-        args = []
+        args: list[Any] = []
         for a in nd.args:
             if isinstance(a, Term):
                 args.append(values.get(id(a)))
@@ -143,4 +143,4 @@ def conv_padding_terms(op, inputs: list[np.ndarray | None]) -> list[tuple[str, n
     if not op.type.startswith("nn.Conv") or x.ndim < len(pad):
         return []
     widths = [(0, 0)] * (x.ndim - len(pad)) + [(int(p), int(p)) for p in pad]
-    return [("pad", np.pad(x, widths, mode=mode))]
+    return [("pad", np.pad(x, widths, mode=cast(Any, mode)))]  # a str, not the stub's Literal

@@ -31,7 +31,7 @@ def write_frame(fh: IO[bytes], header: dict[str, Any], array: np.ndarray | None 
     fh.write(_LEN.pack(len(raw)))
     fh.write(raw)
     if array is not None:
-        fh.write(memoryview(array).cast("B"))
+        fh.write(memoryview(np.ascontiguousarray(array).data).cast("B"))
 
 
 def _payload_size(head: dict[str, Any]) -> int:

@@ -55,7 +55,7 @@ def traced_input_specs(graph: "Graph", param_path: str | None, pnnx: "PnnxGraph 
     if pnnx is not None and not pnnx.is_dynamic:
         p_ins = pnnx.inputs
         if len(p_ins) == len(ins) and all(o.shape is not None for o in p_ins):
-            return [InputSpec(b, tuple(o.shape), "i32" if o.is_int else "f32", None)
+            return [InputSpec(b, tuple(o.shape or ()), "i32" if o.is_int else "f32", None)
                     for b, o in zip(ins, p_ins)], "traced"
     return None, ""
 

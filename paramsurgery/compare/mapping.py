@@ -108,17 +108,18 @@ def map_blobs(graph: "Graph", pnnx: "PnnxGraph") -> dict[str, "Operand"]:
     classes: dict[frozenset, list[str]] = {}
     for ptype, ntypes in ANCHORS.items():
         classes.setdefault(frozenset(ntypes), []).append(ptype)
-    for ntypes, ptypes in classes.items():
+    for ntype_set, ptypes in classes.items():
         p_ops = [op for op in pnnx.ops if op.type in ptypes]
-        n_layers = [lay for lay in graph.by_type(*sorted(ntypes)) if "_ncnnreshape" not in lay.name]
+        n_layers = [lay for lay in graph.by_type(*sorted(ntype_set))
+                    if "_ncnnreshape" not in lay.name]
         if not p_ops or len(p_ops) != len(n_layers):
             continue
         for lay, op in zip(n_layers, p_ops):
             if len(lay.outputs) != len(op.outputs):
                 continue
-            for b, o in zip(lay.outputs, op.outputs):
+            for b, o_name in zip(lay.outputs, op.outputs):
                 b = follow_ncnnreshape(graph, b)
-                operand = pnnx.operands.get(o)
+                operand = pnnx.operands.get(o_name)
                 if operand is not None and b not in out:
                     out[b] = operand
     return out
@@ -350,7 +351,7 @@ class Aligner:
             for op in od.consumers if od is not None else ():
                 if id(op) not in ops:
                     ops[id(op)] = (op, op.type == "pnnx.Expression")
-        out = []
+        out: list[str] = []
         for op, whole in ops.values():
             if whole:
                 out.extend(o for o in op.outputs if o not in tried)

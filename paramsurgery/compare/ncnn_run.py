@@ -8,6 +8,7 @@ how it ended and, for a crash, which blob it was computing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 import numpy as np
+
+from ..npz import save_arrays
 
 from ..graph import Graph
 from ..runtime import FeedLike, _as_feed, child_env
@@ -75,14 +78,44 @@ def cache_tops(graph: Graph) -> set[str]:
 
 def _prepare(tmp: Path, side: NcnnSide, feeds: Mapping[str, FeedLike],
              blobs: list[tuple[str, int]], out: str | None) -> list[str]:
-    feeds = {name: _as_feed(f) for name, f in feeds.items()}
-    np.savez(tmp / "inputs.npz", **{f"i{i}": f.array for i, f in enumerate(feeds.values())})
+    as_feeds = {name: _as_feed(f) for name, f in feeds.items()}
+    save_arrays(tmp / "inputs.npz", {f"i{i}": f.array for i, f in enumerate(as_feeds.values())})
     spec = {"param": os.path.abspath(side.param),
             "bin": None if side.bin is None else os.path.abspath(side.bin),
-            "inputs": [[name, f.batch_index] for name, f in feeds.items()],
+            "inputs": [[name, f.batch_index] for name, f in as_feeds.items()],
             "blobs": [list(b) for b in blobs], "options": side.settings, "out": out}
     (tmp / "spec.json").write_text(json.dumps(spec))
     return [sys.executable, "-m", "paramsurgery.compare.ncnn_child", str(tmp)]
+
+
+@contextlib.contextmanager
+def _child(side: NcnnSide, feeds: Mapping[str, FeedLike], blobs: list[tuple[str, int]],
+           out: str | None, stdout: int) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """The ncnn child, started on a scratch directory (removed afterwards) that holds its
+    inputs, its spec and its stderr."""
+    with tempfile.TemporaryDirectory(prefix="paramsurgery-compare-") as tmp:
+        tmpdir = Path(tmp)
+        cmd = _prepare(tmpdir, side, feeds, blobs, out)
+        stderr_path = tmpdir / "stderr"
+        with open(stderr_path, "wb") as err:
+            proc = subprocess.Popen(cmd, stdout=stdout, stderr=err, env=child_env())
+        yield proc, stderr_path
+
+
+def _track(head: dict, outcome: Outcome) -> str | None:
+    """Take a frame header's news into `outcome`: "blob" for a blob's frame (its name is
+    recorded as extracted), "end" for the end marker, else None."""
+    if "fatal" in head:
+        outcome.status, outcome.message = head["fatal"], head.get("message", "")
+    elif "computing" in head:
+        outcome.computing = head["computing"]
+    elif head.get("end"):
+        outcome.computing = None
+        return "end"
+    elif "name" in head:
+        outcome.extracted.append(head["name"])
+        return "blob"
+    return None
 
 
 def _ended(proc: subprocess.Popen, outcome: Outcome, timed_out: bool, stderr_path: Path,
@@ -112,12 +145,7 @@ def stream_blobs(side: NcnnSide, feeds: Mapping[str, FeedLike], blobs: list[tupl
                  outcome: Outcome, timeout: float = 600.0) -> Iterator[BlobEvent]:
     """Run `side` in a child and yield each blob as ncnn produces it; `outcome` is filled
     in when the stream ends (check it after the loop)."""
-    with tempfile.TemporaryDirectory(prefix="paramsurgery-compare-") as tmp:
-        tmpdir = Path(tmp)
-        cmd = _prepare(tmpdir, side, feeds, blobs, None)
-        stderr_path = tmpdir / "stderr"
-        with open(stderr_path, "wb") as err:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=child_env())
+    with _child(side, feeds, blobs, None, subprocess.PIPE) as (proc, stderr_path):
         killed = threading.Event()
 
         def kill() -> None:
@@ -130,15 +158,9 @@ def stream_blobs(side: NcnnSide, feeds: Mapping[str, FeedLike], blobs: list[tupl
         try:
             assert proc.stdout is not None
             for head, arr in read_frames(proc.stdout):
-                if "fatal" in head:
-                    outcome.status, outcome.message = head["fatal"], head.get("message", "")
-                elif "computing" in head:
-                    outcome.computing = head["computing"]
-                elif head.get("end"):
-                    saw_end = True
-                    outcome.computing = None
-                else:
-                    outcome.extracted.append(head["name"])
+                kind = _track(head, outcome)
+                saw_end = saw_end or kind == "end"
+                if kind == "blob":
                     yield BlobEvent(head["name"], arr, head, head.get("error"))
         finally:
             timer.cancel()
@@ -154,12 +176,7 @@ def run_to_file(side: NcnnSide, feeds: Mapping[str, FeedLike], blobs: list[tuple
                 path: str, timeout: float = 600.0) -> Outcome:
     """Run `side` in a child that writes every blob's frame to `path` (a scratch file)."""
     outcome = Outcome()
-    with tempfile.TemporaryDirectory(prefix="paramsurgery-compare-") as tmp:
-        tmpdir = Path(tmp)
-        cmd = _prepare(tmpdir, side, feeds, blobs, path)
-        stderr_path = tmpdir / "stderr"
-        with open(stderr_path, "wb") as err:
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env())
+    with _child(side, feeds, blobs, path, subprocess.DEVNULL) as (proc, stderr_path):
         try:
             proc.wait(timeout=timeout)
             timed_out = False
@@ -171,13 +188,6 @@ def run_to_file(side: NcnnSide, feeds: Mapping[str, FeedLike], blobs: list[tuple
 
         with FrameFile(path) as ff:
             for head in ff.headers:
-                if "fatal" in head:
-                    outcome.status, outcome.message = head["fatal"], head.get("message", "")
-                elif "computing" in head:
-                    outcome.computing = head["computing"]
-                elif head.get("end"):
-                    saw_end, outcome.computing = True, None
-                elif "name" in head:
-                    outcome.extracted.append(head["name"])
+                saw_end = _track(head, outcome) == "end" or saw_end
         _ended(proc, outcome, timed_out, stderr_path, saw_end)
     return outcome

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .layout import Error
+from ..passes.match import visit_once
 
 OK = "ok"
 DIFFERS = "differs"
@@ -91,19 +92,14 @@ class Report:
         limit = max(self.batch_fed, 1)
         start = [b for b in self.layer_inputs.get(found.layer, ())
                  if b in rows and rows[b].batch_n > limit]
+        def ups(b: str) -> list[str]:
+            return [u for u in self.layer_inputs.get(rows[b].layer, ())
+                    if u in rows and rows[u].batch_n > limit]
+
         mover: BlobRow | None = None
-        seen: set[str] = set()
-        while start:
-            b = start.pop()
-            if b in seen:
-                continue
-            seen.add(b)
+        for b in visit_once(start, ups):
             row = rows[b]
-            ups = [u for u in self.layer_inputs.get(row.layer, ())
-                   if u in rows and rows[u].batch_n > limit]
-            if ups:
-                start.extend(ups)
-            elif mover is None or (row.line or 0) < (mover.line or 0):
+            if not ups(b) and (mover is None or (row.line or 0) < (mover.line or 0)):
                 mover = row
         if mover is None:
             return None

@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Mapping
 
-import numpy as np
+
+from ..npz import save_arrays
 
 from ..errors import ParamSurgeryError
 from ..runtime import Feed, child_env
@@ -46,7 +47,7 @@ def run_torch(script: str, inputs: Mapping[str, Feed], dtypes: list[str | None],
     named by their Python locals. Returns (status, message)."""
     with tempfile.TemporaryDirectory(prefix="paramsurgery-torch-") as tmp:
         tmpdir = Path(tmp)
-        np.savez(tmpdir / "inputs.npz", **{f"i{i}": f.array for i, f in enumerate(inputs.values())})
+        save_arrays(tmpdir / "inputs.npz", {f"i{i}": f.array for i, f in enumerate(inputs.values())})
         (tmpdir / "spec.json").write_text(json.dumps(
             {"script": os.path.abspath(script), "dtypes": dtypes, "out": os.path.abspath(out)}))
         try:

@@ -38,8 +38,8 @@ from ..graph import Graph, Source
 from ..layer import Layer
 from ..layer_params import param_kind
 from ..layer_types import NCNN_LAYER_TYPES, TYPE_INDEX
-from ..params import Params
-from ..values import Kind, Value, format_value, is_mixed
+from ..params import Params, _Entry
+from ..values import LONG_ARRAY, Kind, Packed, Value, format_value, is_mixed
 
 MAGIC = 7767517
 EOP = -233
@@ -102,6 +102,17 @@ def _array_value(kind: Kind | None, elems: tuple[int, ...]) -> Value:
     return Value(Kind.INTS, elems)
 
 
+def _packed_array_value(kind: Kind | None, raw: bytes) -> Value:
+    """`_array_value` for a long array, vectorised and kept as its 4-byte elements."""
+    bits = np.frombuffer(raw, dtype="<i4").astype(np.int32)
+    want_float = kind is Kind.FLOATS or (
+        kind is None and bool(bits.size) and
+        not bool(((bits > -(1 << 24)) & (bits < (1 << 24))).all()))
+    if want_float and bool(np.isfinite(bits.view(np.float32)).all()):
+        return Packed(Kind.FLOATS, bits)
+    return Packed(Kind.INTS, bits)
+
+
 def _decode_params(cur: _Cursor, layer_type: str,
                    index: int) -> tuple[list[tuple[int, Value]], bytes]:
     start = cur.pos
@@ -141,8 +152,11 @@ def _decode_params(cur: _Cursor, layer_type: str,
                 raise ParamSyntaxError(f"layer #{index} ({layer_type}): array param {idx} has "
                                        f"length {n} at byte {cur.pos - 4}", file=cur.path)
             raw = cur.take(4 * n, "array elements", index)
-            elems = struct.unpack(f"<{n}i", raw)
-            out.append((idx, _array_value(_want(layer_type, idx, True), elems)))
+            want = _want(layer_type, idx, True)
+            if n > LONG_ARRAY:
+                out.append((idx, _packed_array_value(want, raw)))
+            else:
+                out.append((idx, _array_value(want, struct.unpack(f"<{n}i", raw))))
         else:
             bits = cur.i32("a param value", index)
             out.append((idx, _scalar_value(_want(layer_type, idx, False), bits)))
@@ -210,15 +224,21 @@ def read_param_bin(data: bytes, path: str | None = None, *,
     layers = []
     for i, (rec_start, typeindex, _t, bottoms, tops, params, raw) in enumerate(records):
         type_name = type_names[i]
-        text = " " + " ".join(format_value(pid, v) for pid, v in params) if params else ""
         layer = Layer(type_name, layer_names[i], [blob_names[b] for b in bottoms],
                       [blob_names[b] for b in tops], None)
-        p = Params(text, layer)
-        p.check()
-        for e in p._owned().values():  # typed values: re-encode bits, not text, on edit
-            e.text = None
-        for e in p._dupes:
-            e.text = None
+        if any(isinstance(v, Packed) for _, v in params) and \
+                len({pid for pid, _ in params}) == len(params):
+            # a long array: its typed values as they are, not through text and back
+            p = Params("", layer)
+            p._entries = {pid: _Entry(pid, v, None) for pid, v in params}
+        else:
+            text = " " + " ".join(format_value(pid, v) for pid, v in params) if params else ""
+            p = Params(text, layer)
+            p.check()
+            for e in p._owned().values():  # typed values: re-encode bits, not text, on edit
+                e.text = None
+            for e in p._dupes:
+                e.text = None
         layer.params = p
         layer.source_file = path
         layer.meta["param_bin_offset"] = rec_start
@@ -280,7 +300,8 @@ def _names_from_param(cand, records, layer_names, blob_names, type_names) -> boo
     tl = text.layers
     if len(tl) != len(records):
         return False
-    ln, bn = {}, {}
+    ln: dict[int, str] = {}
+    bn: dict[int, str] = {}
     custom: dict[int, str] = {}
     for i, (layer, rec) in enumerate(zip(tl, records)):
         _s, typeindex, type_name, bottoms, tops, _p, _r = rec
@@ -307,7 +328,9 @@ def _names_from_param(cand, records, layer_names, blob_names, type_names) -> boo
 
 def _names_from_idh(cand, records, layer_names, blob_names, type_names) -> bool:
     text = Path(cand).read_text("utf-8", "replace")
-    layers, blobs, types = {}, {}, {}
+    layers: dict[int, str] = {}
+    blobs: dict[int, str] = {}
+    types: dict[int, str] = {}
     for kind, name, val in _IDH_RE.findall(text):
         {"LAYER": layers, "BLOB": blobs, "TYPEINDEX": types}[kind][int(val)] = name
     if not layers and not blobs:
@@ -419,10 +442,14 @@ def encode_value(pid: int, value: Value) -> bytes:
     if k is Kind.FLOAT:
         return _I32.pack(pid) + _F32.pack(value.value)
     if k is Kind.STRING:
-        raw = value.value.encode("utf-8", "surrogateescape")
+        raw = str(value.value).encode("utf-8", "surrogateescape")
         return (_I32.pack(-pid - 23400) + _I32.pack(len(raw))
                 + raw + b"\0" * ((len(raw) + 3) // 4 * 4 - len(raw)))
+    if isinstance(value, Packed):  # already ncnn's element bits
+        return (_I32.pack(-pid - 23300) + _I32.pack(len(value))
+                + value.bits.astype("<i4", copy=False).tobytes())
     elems = value.value
+    assert isinstance(elems, tuple)  # an array kind
     floats = k is Kind.FLOATS
     body = b"".join(
         (_F32.pack(x) if (isinstance(x, float) if is_mixed(value) else floats) else _I32.pack(x))
@@ -497,7 +524,7 @@ def write_param_bin(g: Graph) -> bytes:
             body.append(encode_params(layer.params) + _I32.pack(EOP))
     declared = src.declared_blobs
     blob_count = declared if (declared is not None and not g.modified and declared >= nblobs) \
-        else nblobs
+        else max(nblobs, 1)  # ncnn refuses blob_count 0 even for layers without blobs
     header = struct.pack("<3i", MAGIC, len(layers), blob_count)
     trailer = extra.get("param_bin_trailer", b"") if src.format == "param.bin" else b""
     return header + b"".join(body) + trailer

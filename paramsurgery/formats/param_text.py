@@ -392,8 +392,8 @@ def write_param(g: Graph) -> bytes:
         parts.append(header)
     elif not layers and src.declared_layers:
         parts.append(f"{MAGIC}\n{src.declared_layers} {src.declared_blobs or 0}\n")
-    else:
-        parts.append(f"{MAGIC}\n{nl} {nb}\n")
+    else:  # ncnn refuses blob_count 0 even when no layer has a blob
+        parts.append(f"{MAGIC}\n{nl} {max(nb, 1)}\n")
     last = len(layers) - 1
     trailer = src.trailer.decode("utf-8", "surrogateescape")
     for idx, layer in enumerate(layers):

@@ -57,7 +57,8 @@ class Operand:
 
     @property
     def is_int(self) -> bool:
-        return bool(self.dtype) and (self.dtype[0] in "iu" or self.dtype == "bool")
+        return self.dtype is not None and self.dtype != "" and \
+            (self.dtype[0] in "iu" or self.dtype == "bool")
 
     def shape_text(self) -> str:
         if self.shape is None:
@@ -179,7 +180,7 @@ def parse_value(text: str) -> object:
         if not inner:
             return ()
         parts = inner.split(",")
-        vals = []
+        vals: list[int | float] = []
         for p in parts:
             p = p.strip()
             if _INT_RE.match(p):
@@ -321,13 +322,6 @@ def _parse(text: str, path: str | None) -> PnnxGraph:
 def find_pnnx_param(param_path: str | os.PathLike) -> str | None:
     """The `.pnnx.param` pnnx wrote next to an `.ncnn.param` (`m.ncnn.param` →
     `m.pnnx.param`; `m.param` → `m.pnnx.param`), if it exists."""
-    p = os.fspath(param_path)
-    cands = []
-    if p.endswith(".ncnn.param"):
-        cands.append(p[: -len(".ncnn.param")] + ".pnnx.param")
-    elif p.endswith(".param"):
-        cands.append(p[: -len(".param")] + ".pnnx.param")
-    for c in cands:
-        if os.path.isfile(c):
-            return c
-    return None
+    from ..io import companion
+
+    return companion(param_path, (".ncnn.param", ".pnnx.param"), (".param", ".pnnx.param"))

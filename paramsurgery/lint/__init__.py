@@ -66,10 +66,11 @@ def lint_graph(graph: "Graph", *, bin: str | os.PathLike | None = None,
     ref = reference
     ref_error = None
     if ref is not None and not isinstance(ref, Reference):
+        ref_path = os.fspath(ref)
         try:
-            ref = Reference.load(os.fspath(ref), graph, pn)
+            ref = Reference.load(ref_path, graph, pn)
         except REFERENCE_ERRORS as exc:
-            ref, ref_error = None, f"{os.fspath(reference)}: {exc or type(exc).__name__}"
+            ref, ref_error = None, f"{ref_path}: {exc or type(exc).__name__}"
     specs = input_shapes
     if isinstance(specs, str):
         specs = parse_input_shapes(specs, sorted(graph.inputs))
@@ -155,7 +156,7 @@ def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
               pnnx_param: str | os.PathLike | None = None,
               select: Iterable[str] | str | None = None,
               ignore: Iterable[str] | str | None = None,
-              reference: str | os.PathLike | None = None,
+              reference: "str | os.PathLike | Reference | None" = None,
               input_shapes: "Sequence[InputSpec] | str | None" = None,
               run: bool | None = None, discover: bool = True,
               options: LintOptions | None = None,
@@ -178,44 +179,37 @@ def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
         if given is not None and not isinstance(given, (Reference,)) and \
                 not os.path.isfile(os.fspath(given)):
             raise ParamSurgeryError(f"no such file ({what})", file=os.fspath(given))
-    if reference is not None and not isinstance(reference, Reference):
+    pn: "str | os.PathLike | PnnxGraph | None" = pnnx_param
+    ref: "str | os.PathLike | Reference | None" = reference
+    if reference is not None and not isinstance(reference, Reference):  # read here: a bad
+        # reference is an input error
         try:
             from ..formats.pnnx_param import read_pnnx_param
 
-            pn = None
-            if pnnx_param is not None:
-                pnnx_param = read_pnnx_param(pnnx_param)
-                pn = pnnx_param
-            elif discover and find_pnnx_param(p):
-                pnnx_param = read_pnnx_param(find_pnnx_param(p))
-                pn = pnnx_param
-            reference = Reference.load(os.fspath(reference), g, pn)
+            found = pnnx_param if pnnx_param is not None else \
+                find_pnnx_param(p) if discover else None
+            pn = read_pnnx_param(found) if found is not None else None
+            ref = Reference.load(os.fspath(reference), g, pn)
         except REFERENCE_ERRORS as exc:
             raise ParamSurgeryError(f"cannot use this reference: {exc or type(exc).__name__}",
                                     file=os.fspath(reference)) from None
     if discover:
-        if pnnx_param is None:
-            pnnx_param = find_pnnx_param(p)
-        if reference is None:
-            reference = find_reference(p)
+        if pn is None:
+            pn = find_pnnx_param(p)
+        if ref is None:
+            ref = find_reference(p)
     run_bin = None
     if discover and bin is None:
         run_bin = _bin_next_to(p)
-    return lint_graph(g, bin=bin, pnnx_param=pnnx_param, select=select, ignore=ignore,
-                      reference=reference, input_shapes=input_shapes, run=run,
+    return lint_graph(g, bin=bin, pnnx_param=pn, select=select, ignore=ignore,
+                      reference=ref, input_shapes=input_shapes, run=run,
                       run_bin=run_bin, path=p, options=options, inputshape=inputshape)
 
 
 def _bin_next_to(p: str) -> str | None:
-    cands = []
-    if p.endswith(".param"):
-        cands.append(p[: -len(".param")] + ".bin")
-    if p.endswith(".param.bin"):
-        cands.append(p[: -len(".param.bin")] + ".bin")
-    for c in cands:
-        if os.path.isfile(c) and c != p:
-            return c
-    return None
+    from ..io import companion
+
+    return companion(p, (".param", ".bin"), (".param.bin", ".bin"))
 
 
 def fix_pass_of(finding: Finding) -> str | None:

@@ -36,7 +36,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -95,7 +95,7 @@ def parse_input_shapes(text: str | Sequence[str], blobs: Sequence[str] | None = 
     default to `in0`, `in1`, …"""
     if not isinstance(text, str):
         text = ",".join(text)
-    specs = []
+    specs: list[InputSpec] = []
     pos = 0
     text = text.strip()
     while pos < len(text):
@@ -177,15 +177,23 @@ class Reference:
         `batch_index_<blob>` scalars), or `input_<name>`/`output_<name>`, which are paired
         with the graph's inputs and outputs through pnnx's traced shapes (rank, fixed sizes,
         int/float); arrays with identical shapes are interchangeable for a shape check.
-        Raises ValueError when the arrays cannot be paired."""
+        An io side file (`X.ref.io.json`, `read_io_sidefile`) pairs the keys with the blobs
+        and gives every batch axis instead. Raises ValueError when the arrays cannot be
+        paired."""
         with np.load(path) as z:
             data = {k: z[k] for k in z.files}
         ins = sorted(graph.inputs, key=_in_key)
         outs = _ordered_outputs(graph)
         bidx = {k[len("batch_index_"):]: int(v) for k, v in data.items()
                 if k.startswith("batch_index_")}
+        io = read_io_sidefile(path)
         in_keys = [k for k in data if k in ins]
-        if in_keys:
+        if io is not None:  # the side file pairs keys with blobs and says every batch axis
+            in_map = {e["blob"]: e["key"] for e in io["inputs"] if e["key"] in data}
+            out_map = {e["blob"]: e["key"] for e in io["outputs"] if e["key"] in data}
+            for e in io["inputs"] + io["outputs"]:
+                bidx.setdefault(e["blob"], int(e["batch_index"]))
+        elif in_keys:
             in_map = {k: k for k in in_keys}
             out_map = {k: k for k in data if k in outs}
         else:
@@ -262,6 +270,49 @@ def _pair(blobs: list[str], operands: list["Operand"], keys: list[str],
 # what reading a broken reference `.npz` raises (empty file: EOFError; not a zip:
 # BadZipFile; a pickle: ValueError)
 REFERENCE_ERRORS = (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile)
+
+
+def io_sidefile(reference: str) -> str:
+    """Where a reference's io side file is: `X.ref.io.json` for `X.ref.npz`."""
+    return (reference[: -len(".npz")] if reference.endswith(".npz") else reference) + ".io.json"
+
+
+def read_io_sidefile(reference: str) -> dict[str, list[dict[str, Any]]] | None:
+    """The io record next to a reference (`X.ref.io.json`), in the fixture manifest's `io`
+    form: `{"inputs": [{"blob": "in2", "key": "input_cos", "batch_index": 1}, ...],
+    "outputs": [...]}` (batch_index 233 = none). None when there is no side file; a side
+    file that is not such a record raises ValueError."""
+    import json
+
+    side = io_sidefile(os.fspath(reference))
+    if not os.path.isfile(side):
+        return None
+    try:
+        with open(side, encoding="utf-8") as fh:
+            io = json.load(fh)
+        for part in ("inputs", "outputs"):
+            for e in io[part]:
+                if not (isinstance(e["blob"], str) and isinstance(e["key"], str)):
+                    raise TypeError("blob and key are strings")
+                int(e["batch_index"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{side}: not an io record ({{'inputs': [{{blob, key, "
+                         f"batch_index}}], 'outputs': [...]}}): {exc}") from None
+    return {"inputs": list(io["inputs"]), "outputs": list(io["outputs"])}
+
+
+def write_io_sidefile(reference: str, io: Mapping[str, Any]) -> str:
+    """Write `io` (the manifest's record: inputs/outputs of blob, key, batch_index) as the
+    reference's side file, atomically; returns its path."""
+    import json
+
+    from ..io import atomic_write
+
+    side = io_sidefile(os.fspath(reference))
+    record = {part: [{k: e[k] for k in ("blob", "key", "batch_index", "name") if k in e}
+                     for e in io[part]] for part in ("inputs", "outputs")}
+    atomic_write(side, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+    return side
 
 
 def find_reference(param_path: str) -> str | None:
@@ -549,9 +600,9 @@ def _layouts(specs: list[InputSpec]) -> list[list[int]]:
     if not any(s.guessed for s in specs):
         return [first]
     alts = [first,
-            [s.batch_index if not s.guessed else (0 if len(s.shape) >= 2 else NO_BATCH)
-             for s in specs],
-            [s.batch_index if not s.guessed else NO_BATCH for s in specs]]
+            [s.effective_batch_index() if not s.guessed else
+             (0 if len(s.shape) >= 2 else NO_BATCH) for s in specs],
+            [s.effective_batch_index() if not s.guessed else NO_BATCH for s in specs]]
     out: list[list[int]] = []
     for a in alts:
         if a not in out:
@@ -585,7 +636,7 @@ def torch_parts(length: int, n: int, semantics: str) -> list[int]:
     `tensor_split` (the first `length % n` parts one longer)."""
     if semantics == "chunk":
         size = -(-length // n)
-        parts = []
+        parts: list[int] = []
         left = length
         while left > 0 and len(parts) < n:
             parts.append(min(size, left))
@@ -600,14 +651,15 @@ def uneven_split(layer: "Layer", shapes: dict[str, tuple[int, ...]]) -> SplitRep
     if not layer.inputs or layer.inputs[0] not in shapes:
         return None
     ins = shapes[layer.inputs[0]]
-    outs = [shapes.get(b) for b in layer.outputs]
-    if any(o is None or len(o) != len(ins) for o in outs):
+    found = [shapes.get(b) for b in layer.outputs]
+    outs = [o for o in found if o is not None and len(o) == len(ins)]
+    if len(outs) != len(found):
         return None
     axes = [i for i in range(len(ins)) if any(o[i] != ins[i] for o in outs)]
     if len(axes) != 1:
         return None
     ax = axes[0]
-    slices = layer.params.get(0) or []
+    slices = layer.params.get_ints(0) or []
     parts = [o[ax] for o in outs]
     fixed = [(i, s) for i, s in enumerate(slices[:len(parts)]) if s != -233]
     auto_idx = [i for i, s in enumerate(slices[:len(parts)]) if s == -233]

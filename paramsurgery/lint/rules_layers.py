@@ -26,16 +26,14 @@ def _ints(layer: "Layer", pid: int) -> list[int] | None:
     v = layer.params.value(pid)
     if v is None:
         return None
-    if v.kind is Kind.INT:
-        return [int(v.value)]
-    if v.kind is Kind.INTS:
-        return [int(x) for x in v.value]
+    if v.kind in (Kind.INT, Kind.INTS):
+        return layer.params.get_ints(pid)
     return None
 
 
 def _int(layer: "Layer", pid: int, default: int) -> int:
     v = layer.params.value(pid)
-    return int(v.value) if v is not None and v.kind is Kind.INT else default
+    return layer.params.get_int(pid) if v is not None and v.kind is Kind.INT else default
 
 
 # =========================================================================== Slice
@@ -252,24 +250,14 @@ def float_math_on_ids(ctx: "LintContext") -> Iterator[Hit]:
     (Split, Reshape, Permute, Crop, Slice, Concat, …); each blob is visited once.
     Workaround: do the index arithmetic on the host (pre-offset the ids and concatenate
     the tables into one Embed), or use one Embedding per codebook."""
+    from ..passes.match import walk_up
+
     g = ctx.graph
     seen: set[str] = set()
     flagged: set[int] = set()
     for emb in g.by_type("Embed"):
-        if not emb.inputs:
-            continue
-        work = [emb.inputs[0]]
-        while work:
-            b = work.pop()
-            if b in seen:
-                continue
-            seen.add(b)
-            p = g.producer(b)
-            if p is None or p.type in ("Input", "MemoryData"):
-                continue
-            if p.type in _ID_PRESERVING:
-                work.extend(p.inputs)
-            elif p.type in _FLOAT_MATH and p.id not in flagged:
+        for _, p in walk_up(g, emb.inputs[:1], _ID_PRESERVING, seen):
+            if p is not None and p.type in _FLOAT_MATH and p.id not in flagged:
                 flagged.add(p.id)
                 yield Hit(p, f"{p.type} {p.name!r} ({_describe_math(p)}) computes in float on "
                              f"the int32 ids that Embed {emb.name!r} reads: the result is float "
@@ -489,8 +477,10 @@ def _param_kind_hits(layer: "Layer") -> Iterator[Hit]:
         if info.kind is Kind.FLOAT and value.kind is Kind.INT and value.value == 0:
             continue  # int 0 and float 0.0 have the same bits: harmless everywhere
         sev, why = problem
-        if info.kind is Kind.FLOATS and value.kind is Kind.INTS and _float_bits(value.value):
-            floats = ", ".join(f"{x:g}" for x in _float_bits(value.value)[:4])
+        bits = _float_bits(tuple(value.value)) if isinstance(value.value, (list, tuple)) and \
+            info.kind is Kind.FLOATS and value.kind is Kind.INTS else None
+        if bits:
+            floats = ", ".join(f"{x:g}" for x in bits[:4])
             why = (f"the ints are float32 bit patterns ({floats}, …): ncnn builds with the "
                    f"untyped ParamDict read those floats, a typed ParamDict may convert "
                    f"the integers instead; write the floats")

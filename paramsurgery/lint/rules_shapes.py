@@ -11,6 +11,7 @@ from .conformance import fmt_shape, shape_matches, torch_parts, uneven_split
 from .registry import ERROR, INFO, WARNING, Hit, rule
 
 if TYPE_CHECKING:
+    from ..layer import Layer
     from ..formats.pnnx_param import Op
     from .conformance import Run
     from .context import LintContext
@@ -25,14 +26,12 @@ def _where_layer(ctx: "LintContext", blob: str) -> str:
     return f"{p.type} {p.name!r}" if p is not None else "?"
 
 
-def _sev(run: "Run") -> str:
-    """Findings of a run whose batch axes were guessed are warnings."""
-    return WARNING if run.guessed else ERROR
-
-
-def _guess_note(run: "Run") -> str:
-    return (" (batch axes guessed: give --input-shape [..]f32@k to make this exact)"
-            if run.guessed else "")
+def _run_hit(layer: "Layer | None", message: str, run: "Run") -> Hit:
+    """A finding of a run: a warning, saying so, when the run's batch axes were guessed."""
+    if not run.guessed:
+        return Hit(layer, message, severity=ERROR)
+    return Hit(layer, message + " (batch axes guessed: give --input-shape [..]f32@k to make "
+                                "this exact)", severity=WARNING)
 
 
 @rule("PS400", "conformance-skipped", INFO, "the conformance run could not be done")
@@ -115,11 +114,10 @@ def traced_shape_mismatch(ctx: "LintContext") -> Iterator[Hit]:
             src = f" ({op.type} {op.name!r}, {pn.path or 'pnnx'}:{op.line})" if op else ""
             more = (f"; {downstream} blob(s) computed from it differ too"
                     if i == 0 and downstream else "")
-            yield Hit(ctx.producer(blob),
+            yield _run_hit(ctx.producer(blob),
                       f"blob {blob!r} from {_where_layer(ctx, blob)} has ncnn shape {fmt_shape(actual)} "
                       f"at inputs {run.describe_inputs()} but pnnx traced "
-                      f"{operand.shape_text()} for operand #{operand.name}{src}{more}"
-                      f"{_guess_note(run)}", severity=_sev(run))
+                      f"{operand.shape_text()} for operand #{operand.name}{src}{more}", run)
 
 
 @rule("PS402", "uneven-split", ERROR,
@@ -147,11 +145,10 @@ def uneven_split_run(ctx: "LintContext") -> Iterator[Hit]:
             if rep is None:
                 continue
             done.add(lay.id)
-            yield Hit(lay, f"Slice {lay.name!r} splits length {rep.axis_len} as "
+            yield _run_hit(lay, f"Slice {lay.name!r} splits length {rep.axis_len} as "
                            f"{'+'.join(map(str, rep.ncnn_parts))}; torch's {rep.semantics} "
                            f"gives {'+'.join(map(str, rep.torch_parts))} (ncnn gives the "
-                           f"remainder to the last parts; run at {run.describe_inputs()})"
-                           f"{_guess_note(run)}", severity=_sev(run))
+                           f"remainder to the last parts; run at {run.describe_inputs()})", run)
 
 
 @rule("PS403", "reference-shape-mismatch", ERROR,
@@ -171,10 +168,9 @@ def reference_shape_mismatch(ctx: "LintContext") -> Iterator[Hit]:
             got = run.shapes.get(blob)
             if got is None or shape_matches(got, want):
                 continue
-            yield Hit(ctx.producer(blob),
+            yield _run_hit(ctx.producer(blob),
                       f"output {blob!r} from {_where_layer(ctx, blob)} has ncnn shape {fmt_shape(got)} "
-                      f"but torch gives {fmt_shape(want)} at inputs {run.describe_inputs()}"
-                      f"{_guess_note(run)}", severity=_sev(run))
+                      f"but torch gives {fmt_shape(want)} at inputs {run.describe_inputs()}", run)
 
 
 @rule("PS404", "run-failure", ERROR,
@@ -214,9 +210,9 @@ def rope_4d(ctx: "LintContext") -> Iterator[Hit]:
             shp = run.shapes.get(lay.inputs[0])
             if shp is not None and len(shp) == 4 and shp[0] == 1:
                 done.add(lay.id)
-                yield Hit(lay, f"RotaryEmbed {lay.name!r} receives a 4-D blob {fmt_shape(shp)} "
+                yield _run_hit(lay, f"RotaryEmbed {lay.name!r} receives a 4-D blob {fmt_shape(shp)} "
                                f"at inputs {run.describe_inputs()}: it rotates only the first "
-                               f"head{_guess_note(run)}", severity=_sev(run))
+                               f"head", run)
 
 
 # --------------------------------------------------------------------------- static, pnnx IR
@@ -227,7 +223,8 @@ _FREEZING = ("F.pad", "Tensor.reshape", "Tensor.view", "Tensor.expand", "torch.c
 
 def _pnnx_finding(ctx: "LintContext", op: "Op", code: str, severity: str, message: str,
                   fix: str | None = None) -> Finding:
-    return Finding(code, severity, message, op.name, op.line, ctx.pnnx.path, fix)
+    return Finding(code, severity, message, op.name, op.line,
+                   ctx.pnnx.path if ctx.pnnx is not None else None, fix)
 
 
 @rule("PS410", "frozen-shape", WARNING,
@@ -275,12 +272,12 @@ def uneven_split_traced(ctx: "LintContext") -> Iterator[Hit | Finding]:
         return
     conf = ctx.conformance
     mapping = conf.mapping
-    by_op: dict[int, "object"] = {}
-    for lay in conf.auto_slices:
-        for b in lay.outputs:
+    by_op: dict[int, "Layer"] = {}
+    for auto in conf.auto_slices:
+        for b in auto.outputs:
             o = mapping.get(b)
             if o is not None and o.producer is not None:
-                by_op[id(o.producer)] = lay
+                by_op[id(o.producer)] = auto
     if not conf.auto_slices:
         return
     for op in pn.ops:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Union
 
 from ..graph import Graph
 from ..layer import Layer
@@ -56,6 +56,12 @@ Extent = Union[int, Dim, str]
 
 
 Refusal = NoMatch  # a layer the streaming rewrite cannot handle, and why
+
+
+def _activation_params(p: Any) -> list:
+    """A conv's fused activation params (10=, floats), [] when absent."""
+    v = p.get(10)
+    return list(v) if isinstance(v, list) else []
 
 
 def value_of(e: Extent) -> int | str | None:
@@ -91,7 +97,8 @@ class TimeBlob:
         return list(reversed(self.shape_values()))
 
     def like(self, **kw: Any) -> "TimeBlob":
-        d = dict(shape=list(self.shape), axis=self.axis, rate=self.rate, offset=self.offset)
+        d: dict[str, Any] = dict(shape=list(self.shape), axis=self.axis, rate=self.rate,
+                                 offset=self.offset)
         d.update(kw)
         return TimeBlob(**d)
 
@@ -122,7 +129,7 @@ class ConvStage:
     state: int  # (K-1)*d samples kept between chunks
     trim: int  # start trim (K-1)*d - P
     value: float  # the pad value (the initial state)
-    channels: int | None
+    channels: int | str | None  # a symbol when the graph does not fix it
     out: str = ""
     kind: str = "conv"
 
@@ -170,7 +177,7 @@ TIME_MIXING = {"Convolution", "ConvolutionDepthWise", "Deconvolution", "Deconvol
                "PixelShuffle", "Reorg", "Embed", "MatMul", "Einsum", "Normalize"}
 
 # ncnn Permute order_type -> for each output axis (w, h, c), the input axis it takes
-PERMUTE = {
+PERMUTE: dict[int, dict[int, tuple[int, ...]]] = {
     2: {0: (0, 1), 1: (1, 0)},
     3: {0: (0, 1, 2), 1: (1, 0, 2), 2: (0, 2, 1), 3: (2, 0, 1), 4: (1, 2, 0), 5: (2, 1, 0)},
 }
@@ -302,7 +309,7 @@ class TimeFlow:
         if len(ins) != 1:
             raise Refusal(layer, f"has {len(ins)} inputs; only the 1-input form is handled")
         x = ins[0]
-        count = layer.params.get(PER_CHANNEL[layer.type], 0)
+        count = layer.params.get_int(PER_CHANNEL[layer.type], 0)
         if count > 1:
             ch = x.rank - 1  # 1-D: w, 2-D: h, 3-D: c
             if ch == x.axis:
@@ -313,7 +320,7 @@ class TimeFlow:
 
     def _norm(self, layer: Layer, ins: list) -> None:
         x = ins[0]
-        affine = layer.params.get(0, 0)
+        affine = layer.params.get_int(0, 0)
         if x.rank == 1:
             normalized = {0}
         elif x.rank == 2:
@@ -329,7 +336,7 @@ class TimeFlow:
 
     def _Softmax(self, layer: Layer, ins: list) -> None:
         x = ins[0]
-        axis = layer.params.get(0, 0)
+        axis = layer.params.get_int(0, 0)
         if x.rank == 3 and not layer.params.get(1, 0):
             raise Refusal(layer, "3-D Softmax without fixbug0 (1=1): legacy axis meaning")
         if _axis_w_index(axis, x.rank) == x.axis:
@@ -338,7 +345,7 @@ class TimeFlow:
 
     def _Permute(self, layer: Layer, ins: list) -> None:
         x = ins[0]
-        order = layer.params.get(0, 0)
+        order = layer.params.get_int(0, 0)
         table = PERMUTE.get(x.rank, {})
         if order not in table:
             raise Refusal(layer, f"Permute order_type {order} on a {x.rank}-D blob is not handled")
@@ -434,17 +441,18 @@ class TimeFlow:
             raise Refusal(layer, "Concat of a time blob and a constant")
         self._check_same_time(layer, ins)
         x = ins[0]
-        axis = _axis_w_index(layer.params.get(0, 0), x.rank)
+        axis = _axis_w_index(layer.params.get_int(0, 0), x.rank)
         if axis == x.axis:
             raise Refusal(layer, "concatenates along the time axis")
         out = x.like()
         vals = [value_of(i.shape[axis]) for i in ins]
-        out.shape[axis] = sum(vals) if all(isinstance(v, int) for v in vals) else Dim()
+        ints = [v for v in vals if isinstance(v, int)]
+        out.shape[axis] = sum(ints) if len(ints) == len(vals) else Dim()
         self._set(layer, out)
 
     def _Slice(self, layer: Layer, ins: list) -> None:
         x = ins[0]
-        axis = _axis_w_index(layer.params.get(1, 0), x.rank)
+        axis = _axis_w_index(layer.params.get_int(1, 0), x.rank)
         if axis == x.axis:
             raise Refusal(layer, "slices the time axis")
         outs = []
@@ -457,9 +465,9 @@ class TimeFlow:
     def _Padding(self, layer: Layer, ins: list) -> None:
         x = ins[0]
         p = layer.params
-        pads = {0: (p.get(2, 0), p.get(3, 0)), 1: (p.get(0, 0), p.get(1, 0))}
+        pads = {0: (p.get_int(2, 0), p.get_int(3, 0)), 1: (p.get_int(0, 0), p.get_int(1, 0))}
         if x.rank >= 3:
-            pads[x.rank - 1] = (p.get(7, 0), p.get(8, 0))
+            pads[x.rank - 1] = (p.get_int(7, 0), p.get_int(8, 0))
         if len(ins) != 1:
             raise Refusal(layer, "Padding with pads from a second input")
         left, right = pads.get(x.axis, (0, 0))
@@ -478,7 +486,7 @@ class TimeFlow:
                                      f"streams")
             if p.get(6, 0):
                 raise Refusal(layer, "per-channel pad values")
-            self._set(layer, Padded(x, layer, left, float(p.get(5, 0.0))))
+            self._set(layer, Padded(x, layer, left, p.get_float(5, 0.0)))
             return
         if left or right:
             raise Refusal(layer, f"pads the time axis ({left}, {right}) without feeding a "
@@ -515,14 +523,14 @@ class TimeFlow:
         x = ins[0]
         if x.rank != 2:
             raise Refusal(layer, f"Gemm on a {x.rank}-D blob")
-        trans_a = p.get(2, 0)
+        trans_a = p.get_int(2, 0)
         k_axis = 1 if trans_a else 0
         if x.axis == k_axis:
             raise Refusal(layer, "Gemm reduces over the time axis")
-        k = p.get(9, 0)
+        k = p.get_int(9, 0)
         if k:
             self._pin(layer, x.shape[k_axis], k, "its reduced axis")
-        n = p.get(8, 0) or Dim()
+        n = p.get_int(8, 0) or Dim()
         shape = [TIME, n] if p.get(14, 0) else [n, TIME]
         self._set(layer, x.like(shape=shape, axis=shape.index(TIME)))
 
@@ -531,8 +539,8 @@ class TimeFlow:
         if x.rank != 2 or x.axis != 1:
             raise Refusal(layer, "InnerProduct flattens its input, time included (only 2-D "
                                  "[w=features, h=time] rows are handled)")
-        n = layer.params.get(0, 0)
-        size = layer.params.get(2, 0)
+        n = layer.params.get_int(0, 0)
+        size = layer.params.get_int(2, 0)
         if n and size and size % n == 0:
             self._pin(layer, x.shape[0], size // n, "its input features")
         self._set(layer, x.like(shape=[n or Dim(), TIME], axis=1))
@@ -551,17 +559,17 @@ class TimeFlow:
         self._conv_common(layer, x)
         if p.get(19, 0):
             raise Refusal(layer, "dynamic weights (19=1)")
-        k, d, s = p.get(1, 0), p.get(2, 1), p.get(3, 1)
+        k, d, s = p.get_int(1, 0), p.get_int(2, 1), p.get_int(3, 1)
         if s != 1:
             raise Refusal(layer, f"stride {s}: downsampling convs are not handled")
-        pl = p.get(4, 0)
-        pr = p.get(15, pl)
+        pl = p.get_int(4, 0)
+        pr = p.get_int(15, pl)
         if pl in (-233, -234) or pr in (-233, -234):
             raise Refusal(layer, "SAME padding (-233/-234) pads both sides")
         if pr > 0:
             raise Refusal(layer, f"pads the right by {pr}: output sample t would need input "
                                  f"t+{pr}")
-        value = float(p.get(18, 0.0))
+        value = p.get_float(18, 0.0)
         total = pl
         if padded:
             if pl and padded.value != value:
@@ -572,9 +580,9 @@ class TimeFlow:
         if total > state:
             raise Refusal(layer, f"left pad {total} > (K-1)*d = {state}: the output would be "
                                  f"longer than the input")
-        num_out = p.get(0, 0)
-        wds = p.get(6, 0)
-        group = p.get(7, 1) if layer.type == "ConvolutionDepthWise1D" else 1
+        num_out = p.get_int(0, 0)
+        wds = p.get_int(6, 0)
+        group = p.get_int(7, 1) if layer.type == "ConvolutionDepthWise1D" else 1
         cin = wds * group // (num_out * k) if num_out and k else None
         if cin:
             self._pin(layer, x.shape[1], cin, "its input channels")
@@ -597,16 +605,16 @@ class TimeFlow:
         self._conv_common(layer, x)
         if p.get(28, 0):
             raise Refusal(layer, "dynamic weights (28=1)")
-        k, d, s = p.get(1, 0), p.get(2, 1), p.get(3, 1)
+        k, d, s = p.get_int(1, 0), p.get_int(2, 1), p.get_int(3, 1)
         extent = d * (k - 1) + 1
         if extent < s:
             raise Refusal(layer, f"kernel extent {extent} < stride {s}: frames leave gaps")
-        pl = p.get(4, 0)
-        pr = p.get(15, pl)
+        pl = p.get_int(4, 0)
+        pr = p.get_int(15, pl)
         if pl in (-233, -234) or pr in (-233, -234) or p.get(20, 0):
             raise Refusal(layer, "output_w / SAME padding: the output length is fixed or "
                                  "depends on the whole input")
-        opr = p.get(18, 0)
+        opr = p.get_int(18, 0)
         left, right = pl, pr - opr
         crop = None
         out_blob = layer.outputs[0]
@@ -625,17 +633,17 @@ class TimeFlow:
             raise Refusal(layer, f"right trim {right} < K-s = {overlap}: flush would have to "
                                  f"push the last {overlap - right} samples through the layers "
                                  f"after it (not handled; causal upsamplers trim K-s)")
-        act = p.get(9, 0)
+        act = p.get_int(9, 0)
         if act not in (0, 1, 2, 3, 4):
             raise Refusal(layer, f"fused activation {act}")
-        num_out = p.get(0, 0)
-        group = p.get(7, 1) if layer.type == "DeconvolutionDepthWise1D" else 1
-        wds = p.get(6, 0)
+        num_out = p.get_int(0, 0)
+        group = p.get_int(7, 1) if layer.type == "DeconvolutionDepthWise1D" else 1
+        wds = p.get_int(6, 0)
         cin = wds * group // (num_out * k) if num_out and k else None
         if cin:
             self._pin(layer, x.shape[1], cin, "its input channels")
         stage = DeconvStage(layer, crop, layer.inputs[0], k, d, s, extent, overlap, left, right,
-                            num_out, bool(p.get(5, 0)), (act, list(p.get(10, []) or [])),
+                            num_out, bool(p.get(5, 0)), (act, _activation_params(p)),
                             out=crop.outputs[0] if crop else out_blob)
         if stage.stateful or stage.trim or crop is not None or pl or pr or opr:
             self.stages.append(stage)
@@ -658,24 +666,13 @@ def crop_spans(layer: Layer, rank: int) -> dict[int, tuple[int, int]] | None:
     start >= 0 and end as a relative end (0 = to the end, -r = drop r), or an absolute
     positive end. None for forms not understood."""
     p = layer.params
-    starts, ends, axes = p.get(9) or [], p.get(10) or [], p.get(11)
+    starts, ends, axes = p.get_ints(9) or [], p.get_ints(10) or [], p.get_ints(11)
     if starts and ends:
-        if axes is None or not axes:
-            axes = list(range(len(starts)))
-        out = {}
-        for st, en, ax in zip(starts, ends, axes):
-            try:
-                a = _axis_w_index(ax, rank)
-            except ValueError:
-                return None
-            if st == -233:
-                st = 0
-            if en == -233:
-                en = 0
-            if st < 0:
-                return None
-            out[a] = (st, en)
-        return out
+        def numeric(st: int, en: int, a: int) -> tuple[int, int] | None:
+            st, en = (0 if st == -233 else st), (0 if en == -233 else en)
+            return None if st < 0 else (st, en)
+
+        return _spans_by_axis(zip(starts, ends, axes or range(len(starts))), rank, numeric)
     se, ee, ae = p.get(19), p.get(20), p.get(21)
     if se and ee and ae:
         try:
@@ -686,19 +683,12 @@ def crop_spans(layer: Layer, rank: int) -> dict[int, tuple[int, int]] | None:
             return None
         if not (len(st_l) == len(en_l) == len(ax_l)):
             return None
-        out = {}
-        for st_s, en_s, ax in zip(st_l, en_l, ax_l):
-            try:
-                a = _axis_w_index(ax, rank)
-            except ValueError:
-                return None
-            dim = "wh?c"[a] if rank <= 3 else None
-            st = _expr_start(st_s)
-            en = _expr_end(en_s, dim)
-            if st is None or en is None:
-                return None
-            out[a] = (st, en)
-        return out
+
+        def expression(st_s: str, en_s: str, a: int) -> tuple[int, int] | None:
+            st, en = _expr_start(st_s), _expr_end(en_s, "wh?c"[a] if rank <= 3 else None)
+            return None if st is None or en is None else (st, en)
+
+        return _spans_by_axis(zip(st_l, en_l, ax_l), rank, expression)
     if any(k in p for k in (9, 10, 19, 20)):
         return None
     # legacy offsets: only the all-default/auto form is understood
@@ -707,6 +697,24 @@ def crop_spans(layer: Layer, rank: int) -> dict[int, tuple[int, int]] | None:
     if any(legacy) or any(v not in (-233,) for v in sizes):
         return None
     return {}
+
+
+def _spans_by_axis(specs: Iterable[tuple[Any, Any, int]], rank: int,
+                   span: Callable[[Any, Any, int], tuple[int, int] | None]
+                   ) -> dict[int, tuple[int, int]] | None:
+    """Axis (w-first index) → `span(start, end, axis)` for each (start, end, numpy axis);
+    None when an axis is out of range or a span is not understood."""
+    out = {}
+    for st, en, ax in specs:
+        try:
+            a = _axis_w_index(ax, rank)
+        except ValueError:
+            return None
+        got = span(st, en, a)
+        if got is None:
+            return None
+        out[a] = got
+    return out
 
 
 def time_crop(layer: Layer, rank: int, axis: int) -> tuple[int, int] | None:

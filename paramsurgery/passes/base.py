@@ -18,13 +18,15 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence
 
 from ..errors import PassRefused
 from ..findings import ERROR, Finding
 from ..graph import Graph
 
 if TYPE_CHECKING:
+    import argparse
+
     from ..layer import Layer
     from ._traced import PnnxOp
 
@@ -161,6 +163,19 @@ class Pass:
     summary: ClassVar[str] = ""
     command: ClassVar[str | None] = None  # the CLI command that runs it (set by `register`)
     repair_order: ClassVar[int | None] = None  # set: `paramsurgery fix` runs it, in this order
+    # set: the pass declares its own command `paramsurgery <name>` (writes <input>.<tag>.param;
+    # flags from `add_args`, the instance from `from_args`): no module in commands/ needed
+    tag: ClassVar[str | None] = None
+
+    @classmethod
+    def add_args(cls, p: "argparse.ArgumentParser") -> None:
+        """Its command's own flags, after the ones every pass command takes (input, -o,
+        --in-place, --explain, --format, --report)."""
+
+    @classmethod
+    def from_args(cls, args: "argparse.Namespace") -> "Pass":
+        """The instance its command runs."""
+        return cls()
 
     @classmethod
     def claims(cls, layer: "Layer") -> bool:
@@ -185,7 +200,10 @@ class Pass:
         new = new_errors(before, g.validate())
         if new:
             detail = "; ".join(f.format() for f in new[:5])
-            raise PassRefused(f"{self.name} would leave the graph invalid: {detail}")
+            # located on the first finding's line (of the input file) so the refusal reads
+            # `file:line: ...` like every exit-2 message
+            raise PassRefused(f"{self.name} would leave the graph invalid: {detail}",
+                              line=next((f.line for f in new if f.line), None))
 
     def __call__(self, g: Graph, *, in_place: bool = False) -> PassResult:
         from .._gc import paused_gc
@@ -211,6 +229,20 @@ class Pass:
             return result
 
 
+def check_selection(layers: Sequence["Layer"], named: set[str], kind: str, *,
+                    types: str | None = None) -> None:
+    """A pass over layers of a kind (`--only`/`--skip` naming some of them): refuse when the
+    graph has none (`types`: how to name them, default `kind`) or a name is not one."""
+    from ..errors import PassRefused
+
+    if not layers:
+        raise PassRefused(f"the graph has no {types or kind} layer")
+    unknown = named - {layer.name for layer in layers}
+    if unknown:
+        raise PassRefused(f"--only/--skip name(s) that are not {kind} layers: "
+                          f"{', '.join(sorted(unknown))}")
+
+
 def keep_or_refuse(pass_name: str, result: PassResult, refused: list[Skip], *, partial: bool,
                    what: str) -> None:
     """The candidates a pass could not prove: listed as skipped with `partial`, else one
@@ -224,7 +256,7 @@ def keep_or_refuse(pass_name: str, result: PassResult, refused: list[Skip], *, p
     detail = "; ".join(f"{s.layer}" + (f" (line {s.line})" if s.line else "") +
                        f": {s.reason}" for s in refused)
     raise PassRefused(f"{pass_name} cannot prove the rewrite of {len(refused)} "
-                      f"{what}: {detail}")
+                      f"{what}: {detail}", line=next((s.line for s in refused if s.line), None))
 
 
 def new_errors(before: Iterable[Finding], after: Iterable[Finding]) -> list[Finding]:

@@ -125,17 +125,17 @@ class AddConvCache(Pass):
         result = PassResult(g, False)
         stateful = [s for s in flow.stages if s.stateful]
         names = [(STATE_IN.format(i=i), STATE_OUT.format(i=i)) for i in range(len(stateful))]
-        for sin, sout in names:
-            if g.has_blob(sin) or g.has_blob(sout):
-                raise PassRefused(f"blob {sin if g.has_blob(sin) else sout!r} already exists")
+        for s_in, s_out in names:
+            if g.has_blob(s_in) or g.has_blob(s_out):
+                raise PassRefused(f"blob {s_in if g.has_blob(s_in) else s_out!r} already exists")
         if names:
             # one Input per state blob, with its shape as Input's hints (0=w 1=h)
             after = g.by_type("Input")[-1]
-            for stage, (sin, _) in zip(stateful, names):
+            for stage, (state_in, _) in zip(stateful, names):
                 w = stage.state if isinstance(stage, ConvStage) else stage.overlap
                 params = {0: w, 1: stage.channels} if stage.channels else {0: w}
-                after = g.add_layer("Input", g.unique_layer_name(sin), [], [sin], params,
-                                    after=after)
+                after = g.add_layer("Input", g.unique_layer_name(state_in), [], [state_in],
+                                    params, after=after)
             result.changes.append(Change("Input", f"added {len(names)} state input(s) "
                                                   f"{names[0][0]}..{names[-1][0]}"))
         start_trims: list[tuple[Layer, int]] = []
@@ -143,7 +143,8 @@ class AddConvCache(Pass):
         stage_info: list[dict] = []
         k = 0
         for stage in flow.stages:
-            sin = sout = None
+            sin: str | None = None
+            sout: str | None = None
             if stage.stateful:
                 sin, sout = names[k]
                 k += 1
@@ -194,7 +195,7 @@ class AddConvCache(Pass):
             pad = st.padding
             g.remove_layer(pad)
             g.set_input(conv, 0, st.x)
-            left = st.pad - conv.params.get(4, 0)
+            left = st.pad - conv.params.get_int(4, 0)
             result.changes.append(Change(pad.name, f"removed Padding (left {left}): the state "
                                                    f"is the left context",
                                          line=pad.source_line))
@@ -203,7 +204,7 @@ class AddConvCache(Pass):
             conv.set(4, 0)
         if 15 in p:
             conv.set(15, 0)
-        if sin is None:
+        if sin is None or sout is None:
             return conv
         ctx = g.unique_blob_name(f"{conv.name}_ctx")
         cat = g.add_layer("Concat", g.unique_layer_name(f"{conv.name}_state_cat"), [sin, st.x],
@@ -230,7 +231,7 @@ class AddConvCache(Pass):
         for pid in (4, 15, 18):
             if p.get(pid, 0):
                 dec.set(pid, 0)
-        if sin is None:
+        if sin is None or sout is None:
             if dec.outputs[0] != out:
                 g.set_outputs(dec, [out])
             return dec
@@ -273,7 +274,7 @@ class AddConvCache(Pass):
             if bias is not None:
                 from ..weights import set_weights
 
-                set_weights(md, data=bias.reshape(st.channels, 1))
+                set_weights(md, data=bias.reshape(-1, 1))  # (channels, 1)
             chain.append(("BinaryOp", {0: 0}, bname))
         if act == 1:
             chain.append(("ReLU", {}, None))

@@ -23,12 +23,15 @@ subgraph (as ncnn defines outputs), which the result reports.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
 from .base import Change, Pass, PassResult, register
+
+if TYPE_CHECKING:
+    from ..runtime import FeedLike
 
 
 @dataclass
@@ -81,45 +84,43 @@ def plan_extract(g: Graph, inputs: Sequence[str] | None, outputs: Sequence[str])
     if both:
         raise PassRefused(f"{', '.join(both)} named as both input and output", file=where)
 
+    from ..cone import cone
+
     input_set = set(inputs)
     keep: set[int] = set()
     used_inputs: set[str] = set()
     unfed: dict[str, list[str]] = {}  # graph input -> outputs that need it
+    by_id, pos = g.nx.nodes, g.position()
     for out in outputs:
-        stack = [out]
-        seen: set[str] = set()
-        while stack:
-            b = stack.pop()
-            if b in seen:
-                continue
-            seen.add(b)
-            if b in input_set:
-                used_inputs.add(b)
-                continue
-            p = g.producer(b)
-            if p is None:
-                raise PassRefused(f"output {out!r} depends on blob {b!r}, which no layer "
-                                  f"writes", file=where)
-            if p.type == "Input":
+        sink = g.producer(out)
+        assert sink is not None  # checked above
+        for lid in sorted(cone(g, [sink.id], stop=input_set), key=pos.__getitem__):
+            layer = by_id[lid]["layer"]
+            if layer.type == "Input":
                 if auto_inputs:
-                    used_inputs.add(b)
-                    if b not in input_set:
-                        input_set.add(b)
-                        inputs.append(b)
-                    continue
-                unfed.setdefault(b, []).append(out)
+                    used_inputs.update(layer.outputs)
+                    inputs.extend(b for b in layer.outputs if b not in input_set)
+                    input_set.update(layer.outputs)
+                else:
+                    for b in layer.outputs:
+                        unfed.setdefault(b, []).append(out)
                 continue
-            keep.add(p.id)
-            stack.extend(p.inputs)
+            keep.add(layer.id)
+            for b in layer.inputs:
+                if b in input_set:
+                    used_inputs.add(b)
+                elif g.producer(b) is None:
+                    raise PassRefused(f"output {out!r} depends on blob {b!r}, which no layer "
+                                      f"writes", file=where)
     if unfed:
         by_outs: dict[tuple[str, ...], list[str]] = {}
         for b, outs in unfed.items():
             by_outs.setdefault(tuple(outs), []).append(b)
         parts = []
-        for outs, bs in by_outs.items():
+        for needing, bs in by_outs.items():
             bs = sorted(bs, key=_natural)
-            parts.append(f"{', '.join(outs)} depend{'s' if len(outs) == 1 else ''} on graph "
-                         f"input{'s' if len(bs) > 1 else ''} {', '.join(bs)}")
+            parts.append(f"{', '.join(needing)} depend{'s' if len(needing) == 1 else ''} on "
+                         f"graph input{'s' if len(bs) > 1 else ''} {', '.join(bs)}")
         n = len(unfed)
         raise PassRefused(f"{'; '.join(parts)}, which {'is' if n == 1 else 'are'} not in the "
                           f"inputs (add {'it' if n == 1 else 'them'} to the inputs, or also cut a "
@@ -290,7 +291,7 @@ class ExtractCheck:
 
 
 def check_extract(full_param: str, full_bin: str | None, sub_param: str, sub_bin: str | None,
-                  feeds: Mapping[str, object], outputs: Iterable[str],
+                  feeds: "Mapping[str, FeedLike]", outputs: Iterable[str],
                   cut: Iterable[str] = ()) -> ExtractCheck:
     """Run the full graph on `feeds` (graph inputs), take the `cut` blobs it computes as the
     subgraph's inputs (as ncnn Mats, unchanged), run the subgraph, and compare `outputs`
@@ -305,7 +306,7 @@ def check_extract(full_param: str, full_bin: str | None, sub_param: str, sub_bin
     sub = load_net(sub_param, sub_bin)
     sub_inputs = set(sub.input_names())
     mats = {name: _to_mat(_as_feed(v)) for name, v in feeds.items()}
-    ref: dict[str, object] = {}
+    ref: dict[str, np.ndarray] = {}
     cut_mats: dict[str, object] = {}
     with full.create_extractor() as ex:
         ex.set_light_mode(False)

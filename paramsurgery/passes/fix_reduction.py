@@ -27,6 +27,7 @@ would need.
 
 from __future__ import annotations
 
+import argparse
 import os
 from typing import Sequence
 
@@ -70,6 +71,22 @@ class FixReduction(Pass):
     summary = ("stack + Reduction with dropped axes (Concat 0=-233, -23303=0) → element-wise "
                "sum/mean; identity Reductions bypassed when traced shapes prove it")
     repair_order = 50
+    tag = "fixred"
+
+    @classmethod
+    def add_args(cls, p: argparse.ArgumentParser) -> None:
+        from ..commands._runner import add_partial_arg, add_pnnx_arg
+
+        p.add_argument("--style", choices=("eltwise", "binaryop"), default="eltwise",
+                       help="write one Eltwise (default) or a chain of BinaryOps")
+        add_pnnx_arg(p)
+        add_partial_arg(p)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "FixReduction":
+        from ..commands._runner import traced_path
+
+        return cls(style=args.style, traced=traced_path(args), partial=args.partial)
 
     @classmethod
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "FixReduction | None":
@@ -91,11 +108,12 @@ class FixReduction(Pass):
             return fail(red, "its input does not come from a Concat 0=-233 (stack on pnnx's "
                              "batch axis)")
         op = red.params.get(0, 0)
-        if op not in ELEMENTWISE_OPS:
-            return fail(red, f"operation {op} ({OP_NAMES.get(op, '?')}) of a stacked axis is not "
+        if not isinstance(op, int) or op not in ELEMENTWISE_OPS:
+            name = OP_NAMES.get(op, "?") if isinstance(op, int) else "?"
+            return fail(red, f"operation {op} ({name}) of a stacked axis is not "
                              f"an element-wise combination of the parts (only SUM, MEAN, MAX, "
                              f"MIN, PROD are)")
-        coeff = float(red.params.get(2, 1.0))
+        coeff = red.params.get_float(2, 1.0)
         if coeff != 1.0 and op not in (0, 3):
             return fail(red, f"coeff 2={coeff} with {OP_NAMES[op]} has no element-wise form")
         if red.params.get(4, 0) != 0:
@@ -129,7 +147,7 @@ class FixReduction(Pass):
         dims = sorted({d % rank for d in dims}) if rank else dims
         sizes = [shape[d] for d in dims]
         if all(s == 1 for s in sizes):
-            if float(red.params.get(2, 1.0)) != 1.0:
+            if red.params.get_float(2, 1.0) != 1.0:
                 return fail(red, "reduces size-1 dims but scales by coeff 2≠1")
             return matched(red, op=op, dims=dims, shape=shape)
         shown = ", ".join(f"dim {d} of size {'?' if s is None else s}" for d, s in zip(dims, sizes))

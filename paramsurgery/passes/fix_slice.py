@@ -109,7 +109,7 @@ class FixSlice(Pass):
         tensor_split into RotaryEmbed), pair a layer that reads graph input k with the one
         op of its kind that reads pnnx's input k (same output count)."""
         inputs = [lay.outputs[0] for lay in g.by_type("Input") if lay.outputs]
-        pnnx_inputs = [op.outputs[0] for op in self.traced
+        pnnx_inputs = [op.outputs[0] for op in self.traced or ()
                        if op.type == "pnnx.Input" and op.outputs]
         out: dict[int, _traced.PnnxOp] = {}
         for lay in layers:
@@ -167,7 +167,8 @@ class FixSlice(Pass):
             shape = op.in_shape if op is not None else None
             if not unbinds or not all(len(r) == 1 and r[0].type in KIND_OPS["unbind"]
                                       for r in unbinds) or not dims or shape is None \
-                    or shape[dims[0] % len(shape)] != sum(len(r[0].outputs) for r in unbinds):
+                    or shape[dims[0] % len(shape)] != sum(len(r[0].outputs) for r in unbinds) \
+                    or op is None:
                 out.append((layer, why))
                 continue
             parts = [r[0] for r in unbinds]
@@ -208,10 +209,11 @@ class FixSlice(Pass):
                     return fail(layer, f"the traced extent along dim {d} is dynamic; torch gives "
                                        f"the first parts the remainder and ncnn the last, so the "
                                        f"sizes are unknowable at runtime")
-                sizes = _torch_split_sizes(op, extent, k)
-                if sizes is None:
+                split = _torch_split_sizes(op, extent, k)
+                if split is None:
                     return fail(layer, f"cannot recover the split sizes of pnnx op {op.name!r} "
                                        f"({op.type} {op.params})")
+                sizes = split
             return matched(layer, axis=axis, sizes=sizes, how=f"pnnx op {op.name!r} "
                            f"(line {op.line}): dim {d} of {_fmt(shape)}",
                            apply=self._apply_paramless)
@@ -278,17 +280,17 @@ class FixSlice(Pass):
                 return fail(layer, f"{k} outputs but the unbound dim has {shape[b]} elements")
         else:
             sizes = None
-            idx = layer.params.get(2)
-            sl = layer.params.get(0)
+            idx = layer.params.get_ints(2)
+            sl = layer.params.get_ints(0)
             if shape[b] is None:
                 return fail(layer, "the sliced batch dim is dynamic")
             if idx:
                 pts = [0] + [i % shape[b] if i < 0 else i for i in idx] + [shape[b]]
                 sizes = [pts[i + 1] - pts[i] for i in range(len(pts) - 1)]
             elif sl:
-                sizes = [s if s != -233 else None for s in sl]
-                if None in sizes:
-                    sizes = _torch_split_sizes(op, shape[b], k)
+                fixed = [s if s != -233 else None for s in sl]
+                sizes = _torch_split_sizes(op, shape[b], k) if None in fixed else \
+                    [s for s in fixed if s is not None]
             if not sizes or len(sizes) != k:
                 return fail(layer, "cannot recover the sizes of the parts")
             if any(s != 1 for s in sizes):

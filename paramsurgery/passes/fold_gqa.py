@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Mapping
 from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
-from .base import Change, Pass, PassResult, Skip, register
+from .base import Change, Pass, PassResult, Skip, check_selection, register
 from .match import NoMatch, above_splits, readers_through_splits
 from .shape_expr import int_or_none, reshape_dims
 
@@ -170,7 +170,7 @@ class FoldGQA(Pass):
                 if tile.params.get(0, 0) != 1:
                     raise NoMatch(tile, f"Tile {tile.name!r} tiles axis {tile.params.get(0, 0)}, "
                                         f"not the new axis 1")
-                rep = int(tile.params.get(1, 1))
+                rep = tile.params.get_int(1, 1)
             exp = g.producer(tile.inputs[0])
             form = "tile"
             layers.append(tile)
@@ -242,7 +242,7 @@ class FoldGQA(Pass):
                  (c == "-1" and keeps_t)
         else:  # rep unknown (Tensor.expand): h must keep T, then c = G*rep by conservation
             ok = keeps_t and cn is not None and cn % groups == 0
-            heads = cn if ok else 0
+            heads = cn if ok and cn is not None else 0
         if not ok:
             raise NoMatch(r2, f"{side}: Reshape {r2.name!r} ({','.join(dims)}) is not provably "
                               f"[D={d}, T, H=G*rep] (G={groups}" +
@@ -272,12 +272,7 @@ class FoldGQA(Pass):
     # ------------------------------------------------------------------ run
     def run(self, g: Graph) -> PassResult:
         sdpas = g.by_type("SDPA")
-        if not sdpas:
-            raise PassRefused("the graph has no SDPA layer")
-        unknown = (self.only | self.skip) - {s.name for s in sdpas}
-        if unknown:
-            raise PassRefused(f"--only/--skip name(s) that are not SDPA layers: "
-                              f"{', '.join(sorted(unknown))}")
+        check_selection(sdpas, self.only | self.skip, "SDPA")
         result = PassResult(g, False)
         self.shapes = g.shapes(inputshape=self.inputshape)  # once per run, for kv_layout
         todo: list[tuple[Layer, KVExpansion, KVExpansion]] = []
@@ -442,15 +437,13 @@ class FoldCheck:
                                                              for v in self.rel.values())
 
     def format(self) -> str:
-        lines = [f"fold-gqa check: folded vs {self.reference} through ncnn (random embeds, "
-                 f"causal mask, RoPE tables; tolerance rel {self.tol:g})"]
-        if self.error:
-            lines.append(f"  FAILED: {self.error}")
-            return "\n".join(lines)
-        for t, v in self.rel.items():
-            lines.append(f"  T={t:<5} max rel {v:.3e}  {'ok' if v <= self.tol else 'MISMATCH'}")
-        lines.append("  parity: " + ("ok" if self.ok else "FAILED"))
-        return "\n".join(lines)
+        from ..equivalence import format_parity
+
+        return format_parity(f"fold-gqa check: folded vs {self.reference} through ncnn (random "
+                             f"embeds, causal mask, RoPE tables; tolerance rel {self.tol:g})",
+                             self.error, [f"T={t:<5} max rel {v:.3e}  "
+                                          f"{'ok' if v <= self.tol else 'MISMATCH'}"
+                                          for t, v in self.rel.items()], self.ok)
 
 
 def decoder_feeds(g: Graph, io, length: int, seed: int) -> dict:
@@ -486,28 +479,19 @@ def verify_fold(folded_param: str, bin: str, reference_param: str, *,
     ported export) on the same random decoder inputs at each length and compare the
     output. Both run in child processes (an unloadable reference is reported)."""
     from ..io import load
+    from ..equivalence import run_side_by_side
     from ..kvcache_verify import DecoderIO
-    from ..runtime import run_isolated
 
     io = io or DecoderIO()
     check = FoldCheck(str(reference_param), list(lengths), tol=tol)
     gf, gr = load(folded_param), load(reference_param)
     for t in check.lengths:
-        a = run_isolated(folded_param, bin, decoder_feeds(gf, io, t, seed), [io.output])
-        b = run_isolated(reference_param, reference_bin or bin, decoder_feeds(gr, io, t, seed),
-                         [io.output])
-        if not a.ok:
-            check.error = f"the folded graph does not run: {a.describe()}"
+        rel = run_side_by_side((folded_param, bin, decoder_feeds(gf, io, t, seed)),
+                               (reference_param, reference_bin or bin,
+                                decoder_feeds(gr, io, t, seed)),
+                               [io.output], what="the folded graph")
+        if isinstance(rel, str):
+            check.error = f"T={t}: {rel}"
             return check
-        if not b.ok:
-            check.error = f"the reference does not run: {b.describe()}"
-            return check
-        x, y = a.outputs[io.output], b.outputs[io.output]
-        if x.shape != y.shape:
-            check.error = f"T={t}: output shapes differ ({x.shape} vs {y.shape})"
-            return check
-        import numpy as np
-
-        scale = float(np.max(np.abs(y))) or 1.0
-        check.rel[t] = float(np.max(np.abs(x.astype(np.float64) - y))) / scale
+        check.rel[t] = rel[io.output]
     return check

@@ -41,10 +41,8 @@ holding exactly the values ncnn loads. Every other layer keeps its weight bytes.
 
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -55,174 +53,14 @@ from .base import Change, Pass, PassResult, Skip, register
 from .match import NoMatch, chain_up
 from .shape_expr import int_or_none, reshape_dims
 
+# the manifest API and the proof live in their own modules; importable from here as before
+from ..codebooks import MANIFEST_FORMAT, MANIFEST_VERSION, CodebookGroup, FusedManifest, Fusion  # noqa: F401
+from ..codebooks_verify import FusionCheck, verify_fusion  # noqa: F401
+
 if TYPE_CHECKING:
     from ..shapes import ShapeMap
 
 LAYOUT_TYPES = ("Reshape", "Permute", "ExpandDims", "Squeeze", "Flatten")
-MANIFEST_FORMAT = "paramsurgery/fused-codebooks"
-MANIFEST_VERSION = 1
-
-
-# ============================================================================ the record
-
-@dataclass
-class CodebookGroup:
-    index: int
-    embed: str  # the original Embed layer
-    input: str  # its id input blob
-    vocab: int
-    offset: int
-    bias: bool = False
-    output: str | None = None  # split mode: the blob holding this group's rows
-
-
-@dataclass
-class Fusion:
-    """One fused lookup: what the caller feeds and what the graph returns."""
-
-    embed: str
-    mode: str  # "sum" | "split"
-    input: str
-    dim: int
-    groups: list[CodebookGroup] = field(default_factory=list)
-    output: str | None = None  # sum mode: the blob holding the sum (same name as before)
-    removed_inputs: list[str] = field(default_factory=list)
-    dtype: str = "fp32"
-
-    @property
-    def input_dim(self) -> int:
-        return sum(g.vocab for g in self.groups)
-
-    @property
-    def offsets(self) -> list[int]:
-        return [g.offset for g in self.groups]
-
-    @property
-    def vocab_sizes(self) -> list[int]:
-        return [g.vocab for g in self.groups]
-
-    def to_json(self) -> dict[str, Any]:
-        n = len(self.groups)
-        out: dict[str, Any] = {
-            "embed": self.embed,
-            "mode": self.mode,
-            "num_groups": n,
-            "dim": self.dim,
-            "input_dim": self.input_dim,
-            "table_dtype": self.dtype,
-            "vocab_sizes": self.vocab_sizes,
-            "offsets": self.offsets,
-            "groups": [asdict(g) for g in self.groups],
-            "input": {
-                "blob": self.input,
-                "dtype": "int32",
-                "rank": 1,
-                "length": f"{n} * T",
-                "layout": "group-major",
-                "formula": "ids[g * T + t] = code[g][t] + offsets[g], 0 <= code[g][t] < "
-                           "vocab_sizes[g]; every group has the same T",
-            },
-            "removed_inputs": self.removed_inputs,
-        }
-        if self.mode == "sum":
-            out["output"] = {"blob": self.output, "layout": "the unfused graph's sum blob, same "
-                             "name and shape: sum over g of group g's rows (T, dim) [then the "
-                             "branches' common layout chain]"}
-        else:
-            out["output"] = {"blobs": [g.output for g in self.groups],
-                             "layout": "blob g = rows g*T .. g*T+T-1 of the lookup = group g's "
-                                       "embeddings (T, dim), the unfused Embed's output"}
-        return out
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "Fusion":
-        f = cls(embed=d["embed"], mode=d["mode"], input=d["input"]["blob"], dim=d["dim"],
-                groups=[CodebookGroup(**g) for g in d["groups"]],
-                output=d["output"].get("blob"), removed_inputs=list(d["removed_inputs"]),
-                dtype=d.get("table_dtype", "fp32"))
-        if f.offsets != list(d["offsets"]) or f.vocab_sizes != list(d["vocab_sizes"]):
-            raise ValueError("manifest offsets/vocab_sizes disagree with its groups")
-        return f
-
-    # ------------------------------------------------------------------ caller side
-    def pack_ids(self, codes: Sequence[Sequence[int]] | np.ndarray) -> np.ndarray:
-        """Group-major, offset int32 ids from per-group codes `codes[g][t]` (shape (N, T)).
-        Refuses codes outside a group's vocabulary (ncnn would clamp them into another
-        group's rows)."""
-        arr = np.asarray(codes)
-        n = len(self.groups)
-        if arr.ndim != 2 or arr.shape[0] != n:
-            raise ValueError(f"codes must be (num_groups={n}, T), got {arr.shape}")
-        if not np.issubdtype(arr.dtype, np.integer):
-            raise ValueError(f"codes must be integers, got {arr.dtype}")
-        vocab = np.array(self.vocab_sizes)[:, None]
-        bad = (arr < 0) | (arr >= vocab)
-        if bad.any():
-            g, t = map(int, np.argwhere(bad)[0])
-            raise ValueError(f"code {int(arr[g, t])} of group {g} (t={t}) is outside its "
-                             f"vocabulary [0, {self.vocab_sizes[g]})")
-        ids = arr.astype(np.int64) + np.array(self.offsets)[:, None]
-        return np.ascontiguousarray(ids.reshape(-1).astype(np.int32))
-
-    def unpack_rows(self, rows: np.ndarray) -> np.ndarray:
-        """The fused lookup's rows (N*T, dim) → (N, T, dim)."""
-        rows = np.asarray(rows)
-        return rows.reshape(len(self.groups), -1, rows.shape[-1])
-
-
-@dataclass
-class FusedManifest:
-    """`model.fused.json`: everything a runtime needs to feed the fused graph."""
-
-    fusions: list[Fusion]
-    param: str | None = None
-    bin: str | None = None
-    source_param: str | None = None
-    source_bin: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION,
-                "param": self.param, "bin": self.bin,
-                "source": {"param": self.source_param, "bin": self.source_bin},
-                "fusions": [f.to_json() for f in self.fusions]}
-
-    def dumps(self) -> str:
-        """Indented JSON with lists of numbers on one line."""
-        import re
-
-        text = json.dumps(self.to_json(), indent=2)
-        text = re.sub(r"\[\s*(-?\d+(?:,\s*-?\d+)*)\s*\]",
-                      lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]",
-                      text)
-        return text + "\n"
-
-    @classmethod
-    def loads(cls, text: str) -> "FusedManifest":
-        d = json.loads(text)
-        if d.get("format") != MANIFEST_FORMAT:
-            raise ValueError(f"not a fused-codebooks manifest (format {d.get('format')!r})")
-        if d.get("version") != MANIFEST_VERSION:
-            raise ValueError(f"unsupported manifest version {d.get('version')!r}")
-        return cls([Fusion.from_json(f) for f in d["fusions"]], d.get("param"), d.get("bin"),
-                   d["source"].get("param"), d["source"].get("bin"))
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "FusedManifest":
-        with open(path, encoding="utf-8") as fh:
-            return cls.loads(fh.read())
-
-    def fusion(self, key: str) -> Fusion:
-        """A fusion by its Embed name or input blob."""
-        for f in self.fusions:
-            if key in (f.embed, f.input):
-                return f
-        raise KeyError(key)
-
-    def feeds(self, codes: Mapping[str, Sequence[Sequence[int]] | np.ndarray]) -> dict[str, np.ndarray]:
-        """{input blob: packed ids} from {input blob or embed name: codes (N, T)}."""
-        return {self.fusion(k).input: self.fusion(k).pack_ids(v) for k, v in codes.items()}
-
-
 # ============================================================================ matching
 
 @dataclass
@@ -238,7 +76,7 @@ class _SumMatch:
     removed: list[Layer]  # the sum's own layers (adds / Eltwise / Concat+Reshape+Reduction)
     branches: list[_Branch]
     post: list[Layer]  # layout layers to apply once after the fused sum (templates)
-    post_extra: list[tuple[str, dict]] = field(default_factory=list)  # new layers (type, params)
+    post_extra: list[tuple[str, Any]] = field(default_factory=list)  # new layers (type, params)
 
 
 def _is_add(layer: Layer) -> bool:
@@ -359,22 +197,12 @@ class FuseCodebooks(Pass):
 
     def _mentions_embed(self, g: Graph, layer: Layer) -> bool:
         """Whether a failed candidate is worth an --explain line (an Embed feeds it)."""
-        frontier, seen = list(layer.inputs), set()
-        for _ in range(64):
-            if not frontier:
-                return False
-            b = frontier.pop()
-            if b in seen:
-                continue
-            seen.add(b)
-            p = g.producer(b)
-            if p is None:
-                continue
-            if p.type == "Embed":
-                return True
-            if p.type in LAYOUT_TYPES + ("BinaryOp", "Concat", "Eltwise", "Split"):
-                frontier.extend(p.inputs)
-        return False
+        from itertools import islice
+
+        from .match import walk_up
+
+        near = walk_up(g, layer.inputs, LAYOUT_TYPES + ("BinaryOp", "Concat", "Eltwise", "Split"))
+        return any(p is not None and p.type == "Embed" for _, p in islice(near, 64))
 
     def _match_root(self, g: Graph, layer: Layer) -> _SumMatch | None:
         """A sum whose terms are Embed rows, written by `layer`; None if `layer` is not the
@@ -393,7 +221,7 @@ class FuseCodebooks(Pass):
             coeffs = layer.params.get(1)
             if not any(self._leads_to_embed(g, b) for b in layer.inputs):
                 return None
-            if coeffs not in (None, []) and any(float(c) != 1.0 for c in coeffs):
+            if isinstance(coeffs, list) and any(float(c) != 1.0 for c in coeffs):
                 raise NoMatch(layer, f"Eltwise SUM with coefficients {coeffs}: not a plain sum")
             if len(layer.inputs) < 2:
                 return None
@@ -423,20 +251,20 @@ class FuseCodebooks(Pass):
         concat = src
         if not any(self._leads_to_embed(g, b) for b in concat.inputs):
             return None
-        cat_axis = concat.params.get(0, 0)
+        cat_axis = concat.params.get_int(0, 0)
         if cat_axis == -233:
             raise NoMatch(concat, f"Concat {concat.name!r} stacks along the batch axis (pnnx-bugs case "
                           f"4: the graph is broken); run `paramsurgery fix-reduction` first")
         if p.get(1, 1) != 0:
             raise NoMatch(red, f"Reduction {red.name!r} reduces everything (1=1), not the stacked axis")
-        if float(p.get(2, 1.0)) != 1.0:
+        if p.get_float(2, 1.0) != 1.0:
             raise NoMatch(red, f"Reduction {red.name!r} scales the sum by {p.get(2)}")
         axes = _ints(p.get(3))
         if not axes or len(axes) != 1:
             raise NoMatch(red, f"Reduction {red.name!r} has axes {axes}: want exactly the stacked "
                           f"axis (an empty list reduces nothing, pnnx-bugs case 4)")
         axis = axes[0]
-        keep = p.get(4, 0)
+        keep = p.get_int(4, 0)
         for b in [concat.outputs[0]] + ([reshape.outputs[0]] if reshape else []):
             if len(g.consumers(b)) != 1:
                 raise NoMatch(None, f"the stacked blob {b!r} is also read elsewhere")
@@ -462,7 +290,7 @@ class FuseCodebooks(Pass):
         rest = dims[:-1]
         post = list(branches[0].chain)
         m = _SumMatch(red, [concat, reshape, red], branches, post)
-        d = int(branches[0].embed.params.get(0, 0))
+        d = branches[0].embed.params.get_int(0, 0)
         identity = not post and len(rest) == 2 and rest[0] in (str(d), "0", "0w") and \
             rest[1] in ("-1", "0", "0h")
         if identity:
@@ -481,11 +309,12 @@ class FuseCodebooks(Pass):
         lasts = [br.chain[-1] if br.chain else None for br in branches]
         last0 = lasts[0]
         for br, last in zip(branches, lasts):
-            if last is None or last.type not in ("ExpandDims", "Reshape") or \
+            if last is None or last0 is None or last.type not in ("ExpandDims", "Reshape") or \
                     (last.type, _params_text(last)) != (last0.type, _params_text(last0)):
                 raise NoMatch(concat, f"Concat {concat.name!r} + Reduction {red.name!r}: the terms do "
                               f"not all end in the same ExpandDims/Reshape giving them extent "
                               f"1 on the stacked axis ({br.embed.name!r})")
+        assert last0 is not None  # the loop refused a branch without one
         if last0.type == "ExpandDims":
             # the stacked blob's rank (from the shape analysis) relates a negative Reduction
             # axis to the Concat axis
@@ -548,12 +377,12 @@ class FuseCodebooks(Pass):
             p = e.params
             if p.get(18, 0):
                 raise NoMatch(e, f"Embed {e.name!r} is int8 (18={p.get(18)}): not supported")
-            num = int(p.get(0, 0))
-            size = int(p.get(3, 0))
+            num = p.get_int(0, 0)
+            size = p.get_int(3, 0)
             if num <= 0 or size <= 0 or size % num:
                 raise NoMatch(e, f"Embed {e.name!r}: weight_data_size {size} is not a multiple of "
                               f"num_output {num}")
-            if p.get(1) is not None and int(p.get(1)) * num != size:
+            if p.get(1) is not None and p.get_int(1) * num != size:
                 raise NoMatch(e, f"Embed {e.name!r}: input_dim {p.get(1)} x num_output {num} != "
                               f"weight_data_size {size}")
             if d is None:
@@ -604,7 +433,7 @@ class FuseCodebooks(Pass):
                                                e.source_line))
                     continue
                 chosen.append(e)
-            dims = {int(e.params.get(0, 0)) for e in chosen}
+            dims = {e.params.get_int(0, 0) for e in chosen}
             if len(dims) > 1:
                 raise PassRefused(f"Embeds with their own id input have different widths "
                                   f"({', '.join(map(str, sorted(dims)))}): name the group with "
@@ -644,7 +473,7 @@ class FuseCodebooks(Pass):
     def _groups(self, embeds: list[Layer]) -> list[CodebookGroup]:
         groups, off = [], 0
         for i, e in enumerate(embeds):
-            vocab = int(e.params.get(3)) // int(e.params.get(0))
+            vocab = e.params.get_int(3) // e.params.get_int(0)
             groups.append(CodebookGroup(i, e.name, e.inputs[0], vocab, off,
                                         bool(e.params.get(2, 0))))
             off += vocab
@@ -652,7 +481,7 @@ class FuseCodebooks(Pass):
 
     def _fused_embed(self, g: Graph, embeds: list[Layer], groups: list[CodebookGroup],
                      ids: str, out: str, name: str, before: Layer) -> tuple[Layer, str]:
-        d = int(embeds[0].params.get(0))
+        d = embeds[0].params.get_int(0)
         total = sum(gr.vocab for gr in groups)
         fused = g.add_layer("Embed", name, [ids], [out],
                             {0: d, 1: total, 2: 0, 3: total * d}, before=before)
@@ -708,7 +537,7 @@ class FuseCodebooks(Pass):
         order = g.position()
         embeds.sort(key=lambda e: order[e.id])
         groups = self._groups(embeds)
-        n, d = len(groups), int(embeds[0].params.get(0))
+        n, d = len(groups), embeds[0].params.get_int(0)
         out = m.root.outputs[0]
         base = self.layer_name or "embed_fused"
         if count > 1:
@@ -756,7 +585,7 @@ class FuseCodebooks(Pass):
 
     def _rewrite_split(self, g: Graph, embeds: list[Layer], result: PassResult) -> Fusion:
         groups = self._groups(embeds)
-        n, d = len(groups), int(embeds[0].params.get(0))
+        n, d = len(groups), embeds[0].params.get_int(0)
         name = g.unique_layer_name(self.layer_name or "embed_fused")
         ids = groups[0].input
         rows = g.unique_blob_name(f"{name}_rows")
@@ -776,70 +605,3 @@ class FuseCodebooks(Pass):
                                            f"-> one Embed {sum(gr.vocab for gr in groups)}x{d} + "
                                            f"Slice into {n} (rows of each group, original names)"))
         return Fusion(name, "split", new_ids, d, groups, None, removed_inputs, dtype)
-
-
-# ============================================================================ proof
-
-@dataclass
-class FusionCheck:
-    lengths: list[int]
-    blobs: dict[str, float] = field(default_factory=dict)  # "blob@T" -> max rel
-    tol: float = 1e-6
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.blobs) and all(v <= self.tol for v in self.blobs.values())
-
-    def format(self) -> str:
-        lines = [f"fused vs unfused through ncnn (random in-range codes, offset group-major ids; "
-                 f"tolerance rel {self.tol:g})"]
-        for T in self.lengths:
-            vals = {k.rsplit("@", 1)[0]: v for k, v in self.blobs.items()
-                    if k.endswith(f"@T={T}")}
-            if not vals:
-                continue
-            worst = max(vals, key=vals.__getitem__)
-            what = worst if len(vals) == 1 else f"{len(vals)} blobs (worst {worst})"
-            v = vals[worst]
-            lines.append(f"  T={T:<4} {what:<32} max rel {v:.3e}  "
-                         f"{'ok' if v <= self.tol else 'MISMATCH'}")
-        lines.append("  parity: " + ("ok" if self.ok else "FAILED"))
-        return "\n".join(lines)
-
-
-def verify_fusion(orig_param: str, orig_bin: str, fused_param: str, fused_bin: str,
-                  manifest: FusedManifest, lengths: Iterable[int] = (1, 7, 13), seed: int = 0,
-                  tol: float = 1e-6) -> FusionCheck:
-    """Run the unfused graph (one id input per group) and the fused graph (offset,
-    group-major ids from `manifest`) on the same random codes and compare the sum blob
-    (sum mode) or every group's rows (split mode). Only the id inputs are fed: the compared
-    blobs depend on nothing else. Both run in child processes."""
-    from ..runtime import Feed, run_isolated
-
-    rng = np.random.default_rng(seed)
-    check = FusionCheck(list(lengths), tol=tol)
-    for T in check.lengths:
-        for f in manifest.fusions:
-            codes = np.stack([rng.integers(0, gr.vocab, T) for gr in f.groups])
-            orig_feeds = {gr.input: Feed(codes[i].astype(np.int32)) for i, gr in
-                          enumerate(f.groups)}
-            fused_feeds = {f.input: Feed(f.pack_ids(codes))}
-            blobs = [f.output] if f.mode == "sum" else [gr.output for gr in f.groups]
-            a = run_isolated(orig_param, orig_bin, orig_feeds, blobs)
-            b = run_isolated(fused_param, fused_bin, fused_feeds, blobs)
-            if not a.ok:
-                raise PassRefused(f"the unfused graph does not run: {a.describe()}",
-                                  file=orig_param)
-            if not b.ok:
-                raise PassRefused(f"the fused graph does not run: {b.describe()}",
-                                  file=fused_param)
-            for blob in blobs:
-                x, y = a.outputs[blob], b.outputs[blob]
-                key = f"{blob}@T={T}"
-                if x.shape != y.shape:
-                    check.blobs[key] = float("inf")
-                    continue
-                scale = float(np.max(np.abs(x))) if x.size else 0.0
-                diff = float(np.max(np.abs(x.astype(np.float64) - y))) if x.size else 0.0
-                check.blobs[key] = diff / scale if scale else diff
-    return check

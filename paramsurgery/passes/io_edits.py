@@ -176,8 +176,8 @@ class RenameBlobs(Pass):
                                   "for --cache-naming to rename")
             fmt = NAMINGS[self.cache_naming]
             for s in slots:
-                new = [f.format(i=s.index) for f in fmt[:4]]
-                for old, nw in zip((s.k_in, s.v_in, s.k_out, s.v_out), new):
+                names = [f.format(i=s.index) for f in fmt[:4]]
+                for old, nw in zip((s.k_in, s.v_in, s.k_out, s.v_out), names):
                     add(old, nw, f"{self.cache_naming} cache of {s.layer}")
         for old, new in self.pairs:
             add(old, new, "explicit")
@@ -224,9 +224,10 @@ class RenameBlobs(Pass):
 
     def _rename_cache_input(self, g: Graph, result: PassResult) -> None:
         """The one Input holding exactly the cache inputs takes the convention's name."""
+        assert self.cache_naming is not None  # run() calls this only with a naming
         want = NAMINGS[self.cache_naming][4]
         blobs = set(kv_cache_inputs(g))
-        holders = {g.producer(b).id: g.producer(b) for b in blobs if g.producer(b) is not None}
+        holders = {p.id: p for p in map(g.producer, blobs) if p is not None}
         if len(holders) != 1:
             return
         (layer,) = holders.values()

@@ -23,7 +23,7 @@ from typing import Sequence
 from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
-from .base import Change, Pass, PassResult, Skip, register
+from .base import Change, Pass, PassResult, Skip, check_selection, register
 from .match import InputAncestry, Match, fail, matched
 
 ATTENTION_TYPES = ("SDPA", "MultiHeadAttention")
@@ -117,12 +117,8 @@ class AddKVCache(Pass):
     def run(self, g: Graph) -> PassResult:
         attention = g.by_type(*ATTENTION_TYPES)
         result = PassResult(g, False)
-        if not attention:
-            raise PassRefused("the graph has no SDPA or MultiHeadAttention layer")
-        unknown = (self.only | self.skip) - {layer.name for layer in attention}
-        if unknown:
-            raise PassRefused(f"--only/--skip name(s) that are not attention layers: "
-                              f"{', '.join(sorted(unknown))}")
+        check_selection(attention, self.only | self.skip, "attention",
+                        types="SDPA or MultiHeadAttention")
         ancestry = InputAncestry(g)
         k_in_f, v_in_f, k_out_f, v_out_f, _ = NAMINGS[self.naming]
         todo: list[tuple[Layer, int, Match]] = []

@@ -230,22 +230,24 @@ def rule(*types: str, doc: str, into: list[Rule] | None = None
 
 # ============================================================================ the rules
 
-# addcmul(s, a, b, value) = s + (value*a)*b     (ATen: self + value * t1 * t2)
-@rule("aten::addcmul", doc="s + (value*a)*b")
-def addcmul(s: Site) -> str:
+def _add_combined(s: Site, op: int) -> str:
+    """s + (value*a) op b: addcmul (op MUL) and addcdiv (op DIV)."""
     v = s.number(3, "value")
     s.same_shape(0, 1, 2)
     t = s.input(1) if v == 1 else s.binary(MUL, s.input(1), scalar=v)
-    return s.binary(ADD, s.input(0), s.binary(MUL, t, s.input(2)))
+    return s.binary(ADD, s.input(0), s.binary(op, t, s.input(2)))
+
+
+# addcmul(s, a, b, value) = s + (value*a)*b     (ATen: self + value * t1 * t2)
+@rule("aten::addcmul", doc="s + (value*a)*b")
+def addcmul(s: Site) -> str:
+    return _add_combined(s, MUL)
 
 
 # addcdiv(s, a, b, value) = s + (value*a)/b     (ATen: self + value * t1 / t2)
 @rule("aten::addcdiv", doc="s + (value*a)/b")
 def addcdiv(s: Site) -> str:
-    v = s.number(3, "value")
-    s.same_shape(0, 1, 2)
-    t = s.input(1) if v == 1 else s.binary(MUL, s.input(1), scalar=v)
-    return s.binary(ADD, s.input(0), s.binary(DIV, t, s.input(2)))
+    return _add_combined(s, DIV)
 
 
 # lerp(s, e, w) = |w| < 0.5 ? s + w*(e-s) : e - (e-s)*(1-w)   (ATen LerpKernel; scalar w only)

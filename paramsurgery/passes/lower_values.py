@@ -120,20 +120,10 @@ def int_cast(s: Site) -> str:
 
 def _graph_input_source(g: Graph, blob: str) -> str | None:
     """The graph input `blob` is a layout-only view of, if any (worklist over producers)."""
-    work, seen = [blob], set()
-    while work:
-        b = work.pop()
-        if b in seen:
-            continue
-        seen.add(b)
-        prod = g.producer(b)
-        if prod is None:
-            continue
-        if prod.type == "Input":
-            return b
-        if prod.type in _LAYOUT_ONLY:
-            work.extend(prod.inputs)
-    return None
+    from .match import walk_up
+
+    return next((b for b, prod in walk_up(g, [blob], _LAYOUT_ONLY)
+                 if prod is not None and prod.type == "Input"), None)
 
 
 VALUE_RULES = Rules(_VALUES)

@@ -9,7 +9,10 @@ raise `NoMatch`, so every pass words a broken chain the same way:
 - `readers_through_splits(g, blob)` / `through_splits(g, blob)`: down through `Split` copies;
 - `single_reader(g, blob)`: the one layer reading a blob;
 - `chain_up(g, blob, through, until)`: up through 1→1 layers of given types to a layer of
-  another type (an Embed under layout layers, a Reshape under Permutes, ...).
+  another type (an Embed under layout layers, a Reshape under Permutes, ...);
+- `walk_up(g, blobs, through)`: every blob above `blobs` through layers of given types,
+  each once, with its producer; `visit_once(start, expand)` is the depth-first worklist
+  under it, for walks over anything hashable.
 
 Walks are loops over the graph's producer/consumer indices (no recursion, no rescans).
 """
@@ -17,7 +20,7 @@ Walks are loops over the graph's producer/consumer indices (no recursion, no res
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Collection, Hashable, Iterable, Iterator, Sequence, TypeVar
 
 from ..graph import Graph
 from ..layer import Layer
@@ -97,23 +100,54 @@ def _reads(g: Graph, blob: str) -> list[tuple[Layer, str]]:
     return [(layer, b) for layer, b, _ in _walk_down(g, blob, [])]
 
 
+H = TypeVar("H", bound=Hashable)
+
+
+def visit_once(start: Iterable[H], expand: Callable[[H], Iterable[H]],
+               seen: set[H] | None = None) -> Iterator[H]:
+    """Depth-first over `start` and what `expand` returns, each item once (a worklist, no
+    recursion). `expand(x)` runs after `x` is yielded, so the caller may stop early; a
+    `seen` set shared between walks visits each item once over all of them."""
+    stack = list(start)
+    seen = set() if seen is None else seen
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        yield x
+        stack.extend(expand(x))
+
+
+def walk_up(g: Graph, blobs: Iterable[str], through: Collection[str],
+            seen: set[str] | None = None) -> Iterator[tuple[str, Layer | None]]:
+    """Every blob at or above `blobs`, once (`seen`: as in `visit_once`), with its producer
+    (None: dangling), going up through the inputs of producers whose type is in `through`."""
+    def up(b: str) -> list[str]:
+        p = g.producer(b)
+        return list(p.inputs) if p is not None and p.type in through else []
+
+    for b in visit_once(blobs, up, seen):
+        yield b, g.producer(b)
+
+
 def _walk_down(g: Graph, blob: str, splits: list[Layer]) -> list[tuple[Layer, str, int]]:
     """(reader, the copy of `blob` it reads, bottom slot) for every non-Split read below
     `blob`; the Splits passed are appended to `splits`."""
     out: list[tuple[Layer, str, int]] = []
-    seen: set[str] = set()
-    stack = [blob]
-    while stack:
-        b = stack.pop()
-        if b in seen:
-            continue
-        seen.add(b)
+
+    def down(b: str) -> list[str]:
+        copies: list[str] = []
         for layer, slot in g.consumers(b):
             if layer.type == "Split":
                 splits.append(layer)
-                stack.extend(layer.outputs)
+                copies.extend(layer.outputs)
             else:
                 out.append((layer, b, slot))
+        return copies
+
+    for _ in visit_once([blob], down):
+        pass
     return out
 
 

@@ -100,11 +100,20 @@ class _Ctx:
                              f"named {layer.name!r}")
 
 
+def _writer(g: Graph, blob: str) -> str:
+    p = g.producer(blob)
+    return repr(p.name) if p is not None else "no layer"
+
+
 def _cast(ctx: _Ctx, layer: Layer) -> str:
     op = ctx.op(layer, "its dtypes are")
+    pn = ctx.pnnx
+    assert pn is not None  # ctx.op found the op in it
     src = op.arg_names.get("input") or (op.inputs[0] if op.inputs else None)
-    din = ctx.pnnx.operand(src).dtype if src and ctx.pnnx.operand(src) else None
-    dout = ctx.pnnx.operand(op.outputs[0]).dtype if op.outputs else None
+    src_operand = pn.operand(src) if src else None
+    out_operand = pn.operand(op.outputs[0]) if op.outputs else None
+    din = src_operand.dtype if src_operand else None
+    dout = out_operand.dtype if out_operand else None
     try:
         return "cast " + cast_verdict(din, dout)
     except NoMatch as exc:
@@ -259,7 +268,7 @@ class RemovePassthrough(Pass):
         rewire = []
         for top, bottom in zip(layer.outputs, layer.inputs):
             rewire.append(f"readers of {top} read {bottom}" if g.consumers(top) else
-                          f"output {top} is now written by {g.producer(bottom).name!r}")
+                          f"output {top} is now written by {_writer(g, bottom)}")
         g.bypass(layer)
         result.changes.append(Change(layer.name, f"{layer.type} removed ({why}); "
                                                  f"{', '.join(rewire)}", line=line))

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Sequence
+from typing import Any, Sequence, cast
 
 from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
+from ..params import Params
 from ..layer_params import LAYER_PARAMS, param_default, param_info, param_name
 from ..layer_types import is_ncnn_layer
 from ..values import (ARRAY_KEY_BASE, Float, Floats, Int, Ints, Kind, Str, Value, ValueError_,
@@ -74,7 +75,7 @@ def _numbers(text: str, pid: int, what: str) -> list[int | float]:
             raise PassRefused(f"{what}: element {i} {part!r}: {exc}") from None
         if v.kind not in (Kind.INT, Kind.FLOAT):
             raise PassRefused(f"{what}: element {i} {part!r} is not a number")
-        out.append(v.value)
+        out.append(cast("int | float", v.value))  # a number: its kind is checked above
     return out
 
 
@@ -91,14 +92,15 @@ def typed_value(layer_type: str, pid: int, text: str, *, force: bool = False,
             raise PassRefused(f"{layer_type} does not read param {pid} (its load_param ignores "
                               f"it); use --force to write it anyway")
         try:
-            parsed = parse_value(key.strip() if array_key else str(pid), text)[1]
+            parsed = parse_value(key.strip() if key is not None and array_key else str(pid),
+                                 text)[1]
         except ValueError_ as exc:
             raise PassRefused(f"{what}: {exc}") from None
         if info is None:
             return parsed
         if not info.kind.is_array:
             raise PassRefused(f"{what}: {info.kind.value} param, but {key} is an array key")
-        text = ",".join(str(v) for v in parsed.value)
+        text = ",".join(str(v) for v in cast(tuple, parsed.value))
     kind = info.kind
     if kind is Kind.STRING:
         try:
@@ -148,16 +150,14 @@ def show(value: Value | None, layer_type: str = "", pid: int = -1) -> str:
         if d is None or not isinstance(d, (int, float, str)):
             return "absent"
         return f"absent (default {d!r})" if isinstance(d, str) else f"absent (default {d})"
-    k = value.kind
+    k, v = value.kind, value.value
     if k is Kind.INT:
-        return str(value.value)
+        return str(v)
     if k is Kind.FLOAT:
-        return pnnx_float(value.value)
-    if k is Kind.INTS:
-        return "[" + ",".join(str(x) for x in value.value) + "]"
-    if k is Kind.FLOATS:
-        return "[" + ",".join(pnnx_float(x) for x in value.value) + "]"
-    return f'"{value.value}"'
+        return pnnx_float(float(cast(Any, v)))
+    if isinstance(v, tuple):
+        return "[" + ",".join(str(x) if k is Kind.INTS else pnnx_float(x) for x in v) + "]"
+    return f'"{v}"'
 
 
 def apply_params(layer: Layer, assignments: Sequence[str], *, force: bool = False
@@ -253,7 +253,8 @@ def arity_error(layer: Layer) -> str | None:
     return None
 
 
-def _reads(layer_type: str, params) -> object:
+def _reads(layer_type: str, params: "Params") -> "str | list[tuple[str, int, str]] | None":
+    """What the weight schema reads for these params, an error text, or None (no weights)."""
     from ..weights.schema import SchemaError, reads_for
 
     try:
@@ -265,12 +266,12 @@ def _reads(layer_type: str, params) -> object:
     return [(r.role, r.count, r.mode) for r in reads]
 
 
-def _fmt_reads(reads: object) -> str:
+def _fmt_reads(reads: str | Sequence[tuple[str, int, str]] | None) -> str:
     if isinstance(reads, str):
         return reads
     if not reads:
         return "nothing"
-    return ", ".join(f"{role}[{count}]" for role, count, _ in reads)  # type: ignore[union-attr]
+    return ", ".join(f"{role}[{count}]" for role, count, _ in reads)
 
 
 # ============================================================================ the pass
@@ -326,7 +327,7 @@ class SetParam(Pass):
             if have is None:
                 d = param_default(layer.type, pid, layer.params)
                 same = d is not None and isinstance(d, (int, float)) and \
-                    want.kind in (Kind.INT, Kind.FLOAT) and float(d) == float(want.value)
+                    want.kind in (Kind.INT, Kind.FLOAT) and float(d) == float(cast(Any, want.value))
             else:
                 same = have.python == want.python
             if not same:
@@ -354,7 +355,7 @@ class SetParam(Pass):
 
     def _edit(self, layer: Layer, result: PassResult) -> None:
         line = layer.source_line
-        where = dict(file=layer.source_file, line=line)
+        where: dict[str, Any] = dict(file=layer.source_file, line=line)
         reads_before = _reads(layer.type, layer.params)
         try:
             changed = apply_params(layer, self.assignments, force=self.force)

@@ -3,6 +3,8 @@ tokens, for passes that reason about layouts."""
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from ..layer import Layer
 
 
@@ -46,6 +48,6 @@ def reshape_dims(layer: Layer) -> list[str] | None:
 def int_or_none(tok: object) -> int | None:
     """A token as an int, None when it is an expression."""
     try:
-        return int(tok)  # type: ignore[arg-type]
+        return int(cast(Any, tok))
     except (TypeError, ValueError):
         return None

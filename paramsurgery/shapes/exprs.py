@@ -5,25 +5,17 @@ a stack (no recursion). An operator whose result is not affine gives None."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from .affine import MaybeDim, add, dmax, floordiv, mul, sub
 
 _BINARY = ("+", "-", "*", "//", "max", "min")
+_SEPARATORS = re.compile(r"[(),]")
 
 
 def _tokens(expr: str) -> list[str]:
-    out, cur = [], ""
-    for ch in expr:
-        if ch in "(),":
-            if cur:
-                out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur:
-        out.append(cur)
-    return [t.strip() for t in out if t.strip()]
+    return [t.strip() for t in _SEPARATORS.split(expr) if t.strip()]
 
 
 def _binary(op: str, a: MaybeDim, b: MaybeDim) -> MaybeDim:

@@ -37,7 +37,7 @@ def read_hints(layer: Layer) -> list[Shape | None] | None:
     return out
 
 
-def hint_values(shapes: Sequence[Shape]) -> list[int] | None:
+def hint_values(shapes: Sequence[Shape | None]) -> list[int] | None:
     """The `-23330` array for these top shapes (every dim an int), None if one is not."""
     vals: list[int] = []
     for s in shapes:
@@ -55,7 +55,7 @@ def hint_values(shapes: Sequence[Shape]) -> list[int] | None:
     return vals
 
 
-def set_hint(layer: Layer, shapes: Sequence[Shape]) -> bool:
+def set_hint(layer: Layer, shapes: Sequence[Shape | None]) -> bool:
     """Write (or refresh) the layer's hint, placed first as ncnnoptimize writes it; removes
     the hint when a shape is not fully known. Returns whether the layer changed."""
     vals = hint_values(shapes)

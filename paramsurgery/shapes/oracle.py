@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..npz import save_arrays
+
 from ..errors import ParamSurgeryError
 from ..graph import Graph
 from .affine import Affine, Dim, evaluate, normalize
@@ -93,8 +95,9 @@ def fit(g: Graph, blobs: list[str], envs: list[dict[str, int]], runs: list[dict]
     out = ShapeMap()
     symbols = list(envs[0])
     for blob in blobs:
-        obs = [r.get(blob) for r in runs]
-        if any(o is None for o in obs):
+        found = [r.get(blob) for r in runs]
+        obs = [o for o in found if o is not None]
+        if len(obs) != len(found):
             continue
         ranks = {len(o["shape"]) for o in obs}
         if len(ranks) != 1:
@@ -160,7 +163,7 @@ def run_all_blobs(g: Graph, bin: str | os.PathLike | None, feeds_per_run: list[d
         (d / "graph.param").write_bytes(g.dump_bytes())
         names = []
         for i, feeds in enumerate(feeds_per_run):
-            np.savez(d / f"feeds{i}.npz", **{f"a{j}": a for j, a in enumerate(feeds.values())})
+            save_arrays(d / f"feeds{i}.npz", {f"a{j}": a for j, a in enumerate(feeds.values())})
             names.append(list(feeds))
         spec = {"param": str(d / "graph.param"), "bin": None if bin is None else os.fspath(bin),
                 "runs": names, "blobs": blobs}

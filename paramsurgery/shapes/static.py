@@ -39,7 +39,7 @@ def propagate(g: Graph, inputshape: Mapping[str, Shape] | None = None, *,
             continue
         ins = [shapes.get(b) for b in layer._inputs]
         outs = infer_layer(layer, ins)
-        hinted = read_hints(layer) if use_hints and (stale is None or layer.id not in stale) \
+        own_hints = read_hints(layer) if use_hints and (stale is None or layer.id not in stale) \
             else None
         tops = layer._outputs
         for slot, blob in enumerate(tops):
@@ -49,7 +49,7 @@ def propagate(g: Graph, inputshape: Mapping[str, Shape] | None = None, *,
                 origin[blob] = layer.id
                 continue
             s = outs[slot] if outs is not None and slot < len(outs) else None
-            h = hinted[slot] if hinted is not None and slot < len(hinted) else None
+            h = own_hints[slot] if own_hints is not None and slot < len(own_hints) else None
             if layer._type == "Input" and h is not None and hints_valid:
                 s = h
             if s is not None:

@@ -29,7 +29,7 @@ from typing import IO, TYPE_CHECKING, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import BinLayoutError
+from ..errors import BinLayoutError, cannot_open
 from . import tags as T
 from .schema import PACKED, RAW, TAGGED, Read, SchemaError, layer_reads, reads_for
 
@@ -64,12 +64,8 @@ class WeightFile:
         path_s = os.fspath(path)
         try:
             fd = os.open(path_s, os.O_RDONLY)
-        except FileNotFoundError:
-            raise BinLayoutError("no such file", file=path_s) from None
-        except IsADirectoryError:
-            raise BinLayoutError("is a directory, not a file", file=path_s) from None
-        except PermissionError:
-            raise BinLayoutError("permission denied", file=path_s) from None
+        except OSError as exc:
+            raise BinLayoutError(cannot_open(exc), file=path_s) from None
         try:
             size = os.fstat(fd).st_size
             data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if size else b""
@@ -132,7 +128,7 @@ class Weight:
 
     def __init__(self, role: str, mode: str, count: int, shape: tuple[int, ...], dtype: str,
                  tag: int | None, nbytes: int, *, file: WeightFile | None = None,
-                 offset: int | None = None, data: bytes | None = None) -> None:
+                 offset: int | None = None, data: bytes | bytearray | None = None) -> None:
         self.role = role
         self.mode = mode
         self.count = count
@@ -161,9 +157,10 @@ class Weight:
 
     def raw(self) -> memoryview:
         """All stored bytes: tag + payload + pad (zero-copy for untouched weights)."""
-        if self._file is not None:
-            return self._file.view(self._offset, self.nbytes)
-        return memoryview(self._bytes)
+        f, off = self._file, self._offset
+        if f is not None and off is not None:  # a span of the file it was read from
+            return f.view(off, self.nbytes)
+        return memoryview(self._bytes or b"")
 
     @property
     def header_size(self) -> int:
@@ -186,7 +183,7 @@ class Weight:
             mv = self.raw()
             for i in range(0, len(mv), _CHUNK):
                 h.update(mv[i:i + _CHUNK])
-                if self._file is not None:
+                if self._file is not None and self._offset is not None:
                     self._file.release(self._offset + i, min(_CHUNK, len(mv) - i))
             self._sha = h.hexdigest()
         return self._sha
@@ -208,9 +205,9 @@ class Weight:
         if self.dtype in (T.BF16, T.LUT):
             return self.float32()
         dt = T.NUMPY_DTYPE[self.dtype]
-        if self._file is not None and isinstance(self._file.data, mmap.mmap):
-            a = np.frombuffer(self._file.data, dtype=dt, count=self.count,
-                              offset=self._offset + self.header_size)
+        f, off = self._file, self._offset
+        if f is not None and off is not None and isinstance(f.data, mmap.mmap):
+            a = np.frombuffer(f.data, dtype=dt, count=self.count, offset=off + self.header_size)
         else:
             a = np.frombuffer(self.payload(), dtype=dt, count=self.count)
             a.flags.writeable = False  # blobs are immutable values (their hash is cached)
@@ -627,6 +624,7 @@ class _Sink:
     def __init__(self, fh: IO[bytes]) -> None:
         self.fh = fh
         self.written = 0
+        self.fd: int | None
         try:
             self.fd = fh.fileno()
             fh.flush()
@@ -713,10 +711,10 @@ def write_weights(graph: "Graph", fh: IO[bytes]) -> int:
     blobs = list(iter_blobs(graph))  # validate everything before writing a byte
     sink = _Sink(fh)
     for _layer, w in blobs:
-        if w._file is not None:
+        if w._file is not None and w._offset is not None:
             sink.copy(w._file, w._offset, w.nbytes)
         else:
-            sink.write(w._bytes)
+            sink.write(w.raw())
     wf = graph.weights
     if isinstance(wf, WeightFile) and wf.keep_trailing and wf.trailing > 0:
         sink.copy(wf, wf.consumed, wf.trailing)

@@ -85,7 +85,7 @@ def data_size(dtype: str, count: int) -> int:
     return 4 * count
 
 
-NUMPY_DTYPE = {FP32: np.dtype("<f4"), RAW: np.dtype("<f4"), FP32_SCALED: np.dtype("<f4"),
+NUMPY_DTYPE: dict[str, np.dtype] = {FP32: np.dtype("<f4"), RAW: np.dtype("<f4"), FP32_SCALED: np.dtype("<f4"),
                FP16: np.dtype("<f2"), BF16: np.dtype("<u2"), INT8: np.dtype("i1"),
                PACKED: np.dtype("u1"), LUT: np.dtype("u1")}
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from paramsurgery.lint.conformance import write_io_sidefile
 from paramsurgery.repro.pnnx_export import NO_BATCH, export_with_pnnx
 
 from . import ncnn_check
@@ -172,6 +173,8 @@ def export_variant(spec: VariantSpec, size: str, fixture_dir: Path, scratch: Pat
         ref_path = fixture_dir / f"{name}.ref.npz"
         save_npz(ref_path, arrays)
         files["reference"] = ref_path.relative_to(rel_root).as_posix()
+        # the batch axes for `fix --verify` / lint / compare (X.ref.io.json, read_io_sidefile)
+        write_io_sidefile(str(ref_path), io)
     else:
         record["ncnn_bin_bytes_not_kept"] = res.ncnn_bin.stat().st_size
     record["files"] = files

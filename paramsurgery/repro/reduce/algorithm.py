@@ -278,11 +278,12 @@ def reduce_graph(param: str | os.PathLike, bin: str | os.PathLike | None, check:
             raise ParamSurgeryError(f"no value for graph input(s) {', '.join(missing)} "
                                     f"(keys of the npz are blob names)", file=os.fspath(inputs))
     elif getattr(check, "needs_values", False):
-        values = _random_inputs(graph)
-        if values is None:
+        generated = _random_inputs(graph)
+        if generated is None:
             raise ParamSurgeryError("running the graph needs input values: give --inputs "
                                     "inputs.npz (keys = input blob names, optional "
                                     "batch_index_<blob>), or put shapes in the Input layers")
+        values = generated
         say(f"inputs: random, from the Input layers' shapes ({', '.join(graph.inputs)})")
 
     expected: ValueStore | None = None
@@ -369,7 +370,7 @@ def _random_inputs(graph: Graph) -> ValueStore | None:
     store = ValueStore()
     for layer in graph.by_type("Input"):
         p = layer.params
-        dims = [int(p.get(k, 0) or 0) for k in (2, 11, 1, 0)]
+        dims = [p.get_int(k, 0) for k in (2, 11, 1, 0)]
         shape = tuple(d for d in dims if d > 0)
         if not shape:
             return None

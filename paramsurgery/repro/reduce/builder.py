@@ -81,14 +81,12 @@ class Builder:
 
     def cone(self, sink: int, within: Iterable[int]) -> list[int]:
         """`sink` and its ancestors among `within` (Input layers excluded), in file order:
-        networkx's ancestors on the graph's view restricted to those layers."""
-        import networkx as nx
+        the shared cut (`paramsurgery.cone`) restricted to those layers."""
+        from ...cone import cone
 
         allowed = {self.layers[i].id for i in within if self.layers[i].type != "Input"}
-        top = self.layers[sink].id
-        allowed.add(top)
-        view = nx.subgraph_view(self.graph.nx, filter_node=allowed.__contains__)
-        return sorted(self.pos[i] for i in nx.ancestors(view, top) | {top})
+        return sorted(self.pos[i] for i in cone(self.graph, [self.layers[sink].id],
+                                                within=allowed))
 
     def subgraph(self, keep: Iterable[int]) -> tuple[Graph, list[str]]:
         """The source graph with only `keep` (positions of non-Input layers); returns the

@@ -15,6 +15,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from ...npz import save_arrays
+
 from paramsurgery.errors import ParamSurgeryError
 from paramsurgery.runtime import (NO_BATCH, Feed, child_env)
 
@@ -97,10 +99,10 @@ class ValueStore:
                 arrays[f"batch_index_{b}"] = np.array(v[1], dtype=np.int32)
             done.append(b)
         if hasattr(path, "write"):
-            np.savez(path, **arrays)
+            save_arrays(path, arrays)
         else:
             with open(path, "wb") as fh:
-                np.savez(fh, **arrays)
+                save_arrays(fh, arrays)
         return done
 
 

@@ -1,0 +1,74 @@
+"""A pass that sets `tag` declares its own command: no module in commands/, no shared file."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+import pytest
+
+from paramsurgery.cli import build_parser, main
+from paramsurgery.passes import base
+from paramsurgery.passes.base import Change, Pass, PassResult
+
+TEXT = "7767517\n3 3\nInput in0 0 1 in0\nReLU relu 1 1 in0 a\nSigmoid sig 1 1 a out0\n"
+
+
+class _RenameReLUs(Pass):
+    """A pass declared in this file only: renames every ReLU (with --prefix)."""
+
+    name = "rename-relus-test"
+    summary = "rename every ReLU (test pass)"
+    tag = "renamed"
+
+    @classmethod
+    def add_args(cls, p: argparse.ArgumentParser) -> None:
+        p.add_argument("--prefix", default="r_")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "_RenameReLUs":
+        return cls(args.prefix)
+
+    def __init__(self, prefix: str = "r_") -> None:
+        self.prefix = prefix
+
+    def run(self, g):  # noqa: ANN001, ANN201 - the Pass interface
+        result = PassResult(g, False)
+        for layer in g.by_type("ReLU"):
+            old = layer.name
+            layer.name = self.prefix + old
+            result.changes.append(Change(layer.name, "name", old, layer.name))
+            result.modified = True
+        return result
+
+
+@pytest.fixture
+def declared_pass():
+    base.register(_RenameReLUs)
+    yield _RenameReLUs
+    base.PASSES.pop(_RenameReLUs.name, None)
+
+
+def test_a_pass_with_a_tag_is_a_command(declared_pass, tmp_path, capsys):
+    src = tmp_path / "m.param"
+    src.write_text(TEXT)
+    # only the passes load for a command a pass declares, and it is listed with the others
+    parser = build_parser([declared_pass.name, str(src)])
+    assert declared_pass.name in parser._subparsers._group_actions[0].choices
+    assert main([declared_pass.name, str(src), "--prefix", "x_"]) == 0
+    out = (tmp_path / "m.renamed.param").read_text()
+    assert out.splitlines()[3].split() == ["ReLU", "x_relu", "1", "1", "in0", "a"]
+    assert out.splitlines()[4] == "Sigmoid sig 1 1 a out0" and src.read_text() == TEXT
+    assert main(["passes"]) == 0
+    assert re.search(rf"^{declared_pass.name}\s+rename every ReLU \(test pass\)\s+\[paramsurgery "
+                     rf"{declared_pass.name}\]$", capsys.readouterr().out, re.M)
+
+
+def test_fix_reduction_is_declared_by_its_pass():
+    """fix-reduction has no command module: FixReduction declares its flags."""
+    import importlib.util
+
+    assert importlib.util.find_spec("paramsurgery.commands.fix_reduction") is None
+    args = build_parser(["fix-reduction", "m.param"]).parse_args(
+        ["fix-reduction", "m.param", "--style", "binaryop"])
+    assert args.style == "binaryop" and args.partial is False and args.output is None
