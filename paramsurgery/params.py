@@ -27,6 +27,14 @@ _PARSED: dict[str, tuple[int, Value]] = {}
 _PARSED_MAX = 1 << 16
 _PARSED_TOKEN_MAX = 128  # longer tokens (long arrays) are rare and would pin big strings
 
+# Parsed lines by their text, shared copy-on-write: most layers of a graph repeat a param line
+# another layer has (every BinaryOp add, every block's Gemm), so reading a 100k-layer graph's
+# params parses each distinct line once and allocates nothing per layer. A Params reading a
+# shared line owns nothing until it is edited (`_owned`).
+_LINES: dict[str, tuple[dict[int, "_Entry"], list["_Entry"]]] = {}
+_LINES_MAX = 1 << 14
+_LINE_TEXT_MAX = 512  # longer lines (long arrays) are rarely repeated
+
 
 def _tokens(text: str) -> list[tuple[int, int, str, str]]:
     """(start, end, key, value text) of every `k=v` token, as TOKEN_RE finds them; a plain
@@ -78,7 +86,7 @@ class Params:
     `params.value(0)` the typed `Value`. Assignments keep the int/float kind of an existing
     param (see `values.infer`)."""
 
-    __slots__ = ("_text", "_entries", "_dupes", "_owner", "edited")
+    __slots__ = ("_text", "_entries", "_dupes", "_owner", "edited", "_shared")
 
     def __init__(self, text: str = "", owner: "Layer | None" = None) -> None:
         self._text = text  # the param part of the line, parsed on first use
@@ -86,13 +94,21 @@ class Params:
         self._dupes: list[_Entry] = []  # earlier tokens of a duplicated id (ncnn: last wins)
         self._owner = owner
         self.edited = False
+        self._shared = False  # `_entries` / `_dupes` are `_LINES`' (read them, never edit)
 
     # ------------------------------------------------------------------ parsing
     def _load(self) -> dict[int, _Entry]:
+        """The entries, for reading (they may be shared with other layers: edit through
+        `_owned`)."""
         entries = self._entries
         if entries is None:
-            entries = {}
             src = self._text
+            shared = _LINES.get(src)
+            if shared is not None:
+                self._entries, self._dupes = shared
+                self._shared = True
+                return shared[0]
+            entries = {}
             for start, end, key, text in _tokens(src):
                 token = src[start:end] if end - start <= _PARSED_TOKEN_MAX else None
                 parsed = _PARSED.get(token) if token is not None else None
@@ -112,6 +128,23 @@ class Params:
                     self._dupes.append(old)
                 entries[pid] = _Entry(pid, value, None, src, start, end)
             self._entries = entries
+            if len(src) <= _LINE_TEXT_MAX:
+                if len(_LINES) >= _LINES_MAX:
+                    _LINES.clear()
+                _LINES[src] = (entries, self._dupes)
+                self._shared = True
+        return entries
+
+    def _owned(self) -> dict[int, _Entry]:
+        """The entries, this Params' own (copied from the shared line first): for editing."""
+        entries = self._load()
+        if self._shared:
+            entries = {pid: _Entry(e.pid, e.value, e._text, e._src, e._start, e._end)
+                       for pid, e in entries.items()}
+            self._dupes = [_Entry(e.pid, e.value, e._text, e._src, e._start, e._end)
+                           for e in self._dupes]
+            self._entries = entries
+            self._shared = False
         return entries
 
     def check(self) -> None:
@@ -190,7 +223,7 @@ class Params:
         is placed where pnnx would put it (keys sorted as decimal strings)."""
         if not isinstance(pid, int) or not 0 <= pid <= 31:
             raise ValueError(f"param id must be 0..31, got {pid!r}")
-        entries = self._load()
+        entries = self._owned()
         old = entries.get(pid)
         like = old.value if old else self._schema_value(pid)
         new_value = infer(value, like=like)
@@ -220,7 +253,7 @@ class Params:
         self.set(pid, value)
 
     def remove(self, pid: int) -> "Params":
-        entries = self._load()
+        entries = self._owned()
         if pid in entries or any(d.pid == pid for d in self._dupes):
             entries.pop(pid, None)
             self._dupes = [d for d in self._dupes if d.pid != pid]
@@ -229,7 +262,7 @@ class Params:
 
     def move_first(self, pid: int) -> "Params":
         """Put param `pid` first on the line (ncnnoptimize writes `-23330=` hints there)."""
-        entries = self._load()
+        entries = self._owned()
         if pid in entries and next(iter(entries)) != pid:
             first = entries.pop(pid)
             rest = list(entries.values())
@@ -246,7 +279,7 @@ class Params:
 
     def normalize(self) -> "Params":
         """Re-render every value in pnnx style and sort ids as pnnx does (for `fmt`)."""
-        entries = self._load()
+        entries = self._owned()
         ordered = sorted(entries.values(), key=lambda e: pnnx_order_key(e.pid))
         changed = [e.pid for e in ordered] != list(entries) or bool(self._dupes)
         for e in ordered:

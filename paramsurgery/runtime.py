@@ -151,11 +151,19 @@ def _from_mat(mat, fetch: Fetch) -> np.ndarray:
 def load_net(param: str | os.PathLike, bin: str | os.PathLike | bytes | None = None,
              options: RunOptions | None = None):
     """Load a net with fp32 options; `param` is a path or the text itself (contains a newline).
-    `bin=None` serves zeros-free empty weights (DataReaderFromEmpty)."""
+    `bin=None` serves zeros-free empty weights (DataReaderFromEmpty).
+
+    The weights are always loaded in light mode: a layer that repacks its weights for its
+    kernels (Gemm, Convolution, ...) frees the originals only then, so a net loaded with
+    light mode off holds its weights twice. `options.light_mode` is applied after loading:
+    it governs the extractors (whether intermediate blobs are kept), which is what a caller
+    turning it off wants."""
     import ncnn
 
     net = ncnn.Net()
-    (options or RunOptions()).apply(net)
+    options = options or RunOptions()
+    options.apply(net)
+    net.opt.lightmode = True
     param_s = os.fspath(param)
     if "\n" in param_s:
         ret = net.load_param_mem(param_s)
@@ -174,6 +182,7 @@ def load_net(param: str | os.PathLike, bin: str | os.PathLike | bytes | None = N
         ret = net.load_model(os.fspath(bin))
     if ret != 0:
         raise NcnnRunError("load_model_failed", f"ncnn load_model returned {ret}")
+    net.opt.lightmode = options.light_mode  # inherited by every extractor of this net
     return net
 
 

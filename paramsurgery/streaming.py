@@ -14,6 +14,7 @@ possible count.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import tempfile
@@ -76,18 +77,27 @@ class StreamingRunner:
     def __init__(self, param: str | os.PathLike, bin: str | os.PathLike | None,
                  manifest: str | os.PathLike | Mapping[str, Any], *,
                  start_param: str | os.PathLike | None = None, num_threads: int = 1,
-                 options: RunOptions | None = None, light_mode: bool = True) -> None:
+                 options: RunOptions | None = None, light_mode: bool = True,
+                 one_net: bool = False) -> None:
         self.manifest = load_manifest(manifest)
         m = self.manifest
         options = options or RunOptions(num_threads=num_threads)
-        self.net = load_net(param, bin, options)
         if start_param is None and m.get("start_param"):
             start_param = os.path.join(m.get("_dir") or os.path.dirname(os.fspath(param)),
                                        m["start_param"])
         if m["stream_start"]["graph"] == "start_param" and start_param is None:
             raise ParamSurgeryError("the manifest needs a start graph (start_param) and none "
                                     "was given")
-        self.start_net = load_net(start_param, bin, options) if start_param else None
+        # `one_net`: the start graph and the steady one share the weights; hold one net at a
+        # time (the other is loaded when the stream needs it: at its start, after it) so a
+        # check never has the weights resident twice
+        self._load = {"steady": lambda: load_net(param, bin, options),
+                      "start": (lambda: load_net(start_param, bin, options)) if start_param
+                      else None}
+        self.one_net = one_net and start_param is not None
+        self._nets: dict[str, Any] = {}
+        if not self.one_net:
+            self._nets = {k: f() for k, f in self._load.items() if f is not None}
         self.inputs = m["inputs"]
         self.outputs = m["outputs"]
         self.states = m["states"]
@@ -148,7 +158,7 @@ class StreamingRunner:
         if n == 0:
             return empty
         self.frames_in += n
-        net = self.net
+        which = "steady"
         if not self.started:
             self._pending.append(feeds)
             self._pending_frames += n
@@ -159,8 +169,9 @@ class StreamingRunner:
                                                axis=i["numpy_axis"]) for i in self.inputs}
             self._pending = []
             self.started = True
-            if self.start_net is not None:
-                net = self.start_net
+            if self._load["start"] is not None:
+                which = "start"
+        net = self._net(which)
         t0 = time.perf_counter()
         fetch = [o["name"] for o in self.outputs] + [s["out"] for s in self.states]
         res = run_net(net, {**feeds, **self._state}, fetch, light_mode=self.light_mode)
@@ -179,6 +190,25 @@ class StreamingRunner:
 
     def push(self, frames: Any) -> np.ndarray:
         return self.push_all(frames)[self.outputs[0]["name"]]
+
+    def _net(self, which: str) -> Any:
+        net = self._nets.get(which)
+        if net is None:
+            load = self._load[which]
+            assert load is not None, which
+            self._nets.clear()  # one_net: free the other first
+            net = self._nets[which] = load()
+        return net
+
+    @property
+    def net(self) -> Any:
+        """The steady-state net."""
+        return self._net("steady")
+
+    @property
+    def start_net(self) -> Any:
+        """The net of the stream's first call (None when the steady one starts it)."""
+        return self._net("start") if self._load["start"] is not None else None
 
     def flush_all(self) -> dict[str, np.ndarray]:
         """What is left after the last frame (nothing: every transposed conv trims exactly
@@ -440,6 +470,8 @@ def check_stream(param: str | os.PathLike, bin: str | os.PathLike | None,
         out = os.path.join(workdir or tmp, Path(os.fspath(param)).name.replace(".param", "")
                            + ".stream")
         conv = convert(param, bin, out, time_axis=time_axis)
+        conv.result = None  # the converted graph maps the weights: let them go before the runs
+        gc.collect()
         frames = random_frames(conv.manifest, sum(chunks), seed, shapes)
         opts = RunOptions(num_threads=num_threads)
         # the offline side first, in child processes; then the streaming nets in this one
@@ -447,7 +479,8 @@ def check_stream(param: str | os.PathLike, bin: str | os.PathLike | None,
                               opts)
         noise = noise_floor(param, bin, conv.manifest, frames, opts) if floor else None
         runner = StreamingRunner(conv.param, conv.bin, conv.manifest,
-                                 start_param=conv.start_param, num_threads=num_threads)
+                                 start_param=conv.start_param, num_threads=num_threads,
+                                 one_net=True)
         report = stream_compare(param, bin, runner, frames, [int(c) for c in chunks], tol=tol,
                                 offline=offline, options=opts)
         if floor:

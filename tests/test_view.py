@@ -279,3 +279,30 @@ def test_a_graph_out_of_order_is_drawn_with_the_fault_marked():
     assert '<g id="g0-n1" class="box missing missing" data-name="y"' in svg
     assert ">written later: y</text>" in svg
     assert "blob y is written by ReLU s, after this layer in the file" in svg
+
+
+def test_around_computes_shapes_of_the_neighbourhoods_ancestors_only(tmp_path, monkeypatch):
+    """`view --around` on a large graph: the shape analysis visits the drawn layers and what
+    they read from, not the whole graph, and labels them exactly as the full analysis."""
+    from paramsurgery.shapes import infer_shapes, static
+    from paramsurgery.shapes.static import ancestors
+
+    g = paramsurgery.load(REAL_TALKER)
+    ids = neighbourhood(g, "sdpa_564", 1)
+    full = infer_shapes(g)
+    visited = []
+    rule = static.infer_layer
+    monkeypatch.setattr(static, "infer_layer",
+                        lambda layer, ins: visited.append(layer.id) or rule(layer, ins))
+    part = infer_shapes(g, layers=ids)
+    need = ancestors(g, ids, limit=len(g) // 3)
+    assert need is not None and set(visited) == need
+    # late in a long chain most of the graph is upstream: the whole analysis instead
+    assert ancestors(g, [len(g) - 1], limit=len(g) // 3) is None
+    for i in ids:
+        for b in (*g.layer(i).inputs, *g.layer(i).outputs):
+            assert part.shape_of(b) == full.shape_of(b), b
+    out = tmp_path / "a.html"
+    assert main(["view", str(REAL_TALKER), "--around", "sdpa_564", "--depth", "1", "-o",
+                 str(out)]) == 0
+    assert "blob shapes known among the drawn layers" in out.read_text()

@@ -58,9 +58,9 @@ def _count_workload(text: str, monkeypatch: pytest.MonkeyPatch) -> Counter:
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_workload_work_grows_linearly(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
     n = 1500
-    params_mod._PARSED.clear()
+    _clear_parse_caches()
     small = _count_workload(SHAPES[shape](n), monkeypatch)
-    params_mod._PARSED.clear()
+    _clear_parse_caches()
     big = _count_workload(SHAPES[shape](4 * n), monkeypatch)
     assert big["layers walked"] >= 4 * n  # the counters see the work
     for what in set(small) | set(big):
@@ -70,7 +70,41 @@ def test_workload_work_grows_linearly(shape: str, monkeypatch: pytest.MonkeyPatc
 
 def test_identical_param_lines_are_parsed_once_per_distinct_token(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    params_mod._PARSED.clear()
+    _clear_parse_caches()
     counts = _count_workload(SHAPES["chain"](4000), monkeypatch)
     # the chain writes two distinct param lines (Convolution, BinaryOp): 12 distinct tokens
     assert counts["values parsed"] <= 12, counts
+
+
+def _clear_parse_caches() -> None:
+    params_mod._PARSED.clear()
+    params_mod._LINES.clear()
+
+
+def test_shape_analysis_parses_each_distinct_param_line_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The static shape analysis (lint's PS203, `paramsurgery shapes`, `view`) reads params
+    of every layer: layers repeating a line share one parse instead of one per layer."""
+    _clear_parse_caches()
+    counts: Counter = Counter()
+    tokens = params_mod._tokens
+
+    def counting(text: str):  # noqa: ANN202
+        counts["param lists parsed"] += 1
+        return tokens(text)
+    monkeypatch.setattr(params_mod, "_tokens", counting)
+    g = paramsurgery.loads(SHAPES["chain"](3000))
+    g.shapes()
+    # the chain writes two distinct param lines (Convolution, BinaryOp)
+    assert counts["param lists parsed"] <= 2, counts
+
+
+def test_shared_param_line_is_copied_on_edit() -> None:
+    _clear_parse_caches()
+    g = paramsurgery.loads(SHAPES["chain"](30))
+    convs = list(g.by_type("Convolution"))
+    assert convs[0].params[0] == convs[1].params[0] == 16
+    convs[0].params[0] = 8
+    assert convs[0].params[0] == 8 and convs[1].params[0] == 16
+    assert convs[1].params.tokens()[0] == "0=16" and not convs[1].params.edited
+    assert "0=8" in g.dumps() and g.dumps().count("0=16") == len(convs) - 1

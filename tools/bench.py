@@ -8,10 +8,15 @@ the same file, measured in the same run.
 
 Graph shapes (tools/bench_graphs.py): `chain`, a residual chain (Split → Convolution →
 BinaryOp add per block); `decoder`, Qwen3-style decoder blocks with numeric blob names and
-fan-out Splits of the mask, cos and sin. Reported per shape and size: best-of-N seconds per
-step, our total, ncnn's load_param, the ratio ncnn / ours, and t(largest)/t(smallest) per
-step. `--rules` adds the slowest lint rules at the largest size. The emitted text is checked
-to load in ncnn (outside the timing).
+fan-out Splits of the mask, cos and sin. Reported per shape and size: the best CPU seconds
+per step, our total, ncnn's load_param (CPU seconds, its own process), the ratio ncnn / ours,
+t(largest)/t(smallest) per step, and how many workloads each size ran. Every
+measurement runs in a fresh process, as a user's command does; `--repeat` rounds interleave
+the sizes (so each sees the same machine load); a sample of a smaller size is the mean of
+`largest / n` workloads in one process (at most 20), so samples of every size last about as
+long and meet the same load (a 10k-layer step of a few milliseconds is timed over tens of
+runs); reported is the best sample of the rounds. `--rules` adds the slowest lint rules at
+the largest size. The emitted text is checked to load in ncnn (outside the timing).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -89,38 +95,88 @@ def ncnn_loads(text: bytes, tmp: str) -> bool:
     return ncnn.Net().load_param(str(p)) == 0
 
 
+def child_run(shape: str, n: int, inner: int, ignore: list[str], tmp: str) -> dict[str, float]:
+    """`inner` workloads on the n-layer graph in a fresh process (a user's command starts
+    with an empty heap; a 100k-layer graph measured after a 10k one would not); the mean
+    CPU seconds of each step."""
+    cmd = [sys.executable, __file__, "--child", f"{shape}:{n}:{inner}", "--tmp", tmp]
+    for code in ignore:
+        cmd += ["--ignore", code]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+def child_main(spec: str, ignore: list[str], tmp: str) -> int:
+    shape, n, inner = spec.split(":")
+    path = Path(tmp) / f"{shape}{n}.param"
+    # imports (lint's rule modules, ~0.1 s) are start-up cost, timed by tools/startup.py:
+    # paid here on a small graph so no size's first workload carries them
+    warm = Path(tmp) / f"{shape}-warmup.param"
+    warm.write_text(SHAPES[shape](100))
+    workload(warm, ignore)
+    total: dict[str, float] = {}
+    for _ in range(int(inner)):
+        t, _out = workload(path, ignore)
+        for k, v in t.items():
+            total[k] = total.get(k, 0.0) + v
+    print(json.dumps({k: v / int(inner) for k, v in total.items()}))
+    return 0
+
+
+def ncnn_child(path: Path) -> float:
+    """ncnn's `Net.load_param` CPU seconds, in its own fresh process like ours."""
+    code = ("import sys, time, ncnn; net = ncnn.Net(); t0 = time.process_time(); "
+            "r = net.load_param(sys.argv[1]); dt = time.process_time() - t0; "
+            "assert r == 0, 'ncnn cannot load ' + sys.argv[1]; print(dt)")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], check=True,
+                         capture_output=True, text=True).stdout
+    return float(out.split()[-1])
+
+
 def bench(shape: str, sizes: list[int], repeat: int, ignore: list[str], rules: bool,
-          tmp: str) -> list[dict]:
+          tmp: str, with_ncnn: bool = True) -> list[dict]:
+    """Rounds of child runs, sizes interleaved within each round so every size sees the
+    same machine load (2 cores shared with other jobs). A sample is the mean of `largest /
+    n` workloads in one process, so a sample of every size lasts about as long and meets
+    the same mix of quiet and busy moments (a best-of-many of short runs would catch only
+    the quiet ones); the best sample of the rounds, per step."""
+    paths = {}
+    for n in sizes:
+        paths[n] = Path(tmp) / f"{shape}{n}.param"
+        paths[n].write_text(SHAPES[shape](n))
+    best: dict[int, dict[str, float]] = {n: {} for n in sizes}
+    runs = {n: 0 for n in sizes}
+    for _ in range(repeat):
+        for n in sizes:
+            inner = max(1, min(20, sizes[-1] // n))
+            for k, v in child_run(shape, n, inner, ignore, tmp).items():
+                best[n][k] = min(best[n].get(k, v), v)
+            runs[n] += inner
+    _t, out = workload(paths[sizes[0]], ignore)
+    assert ncnn_loads(out, tmp), "ncnn rejects the emitted graph"
     rows = []
     for n in sizes:
-        path = Path(tmp) / f"{shape}{n}.param"
-        path.write_text(SHAPES[shape](n))
-        best: dict[str, float] = {}
-        out = b""
-        for _ in range(repeat):
-            t, out = workload(path, ignore)
-            for k, v in t.items():
-                best[k] = min(best.get(k, v), v)
-        if n == sizes[0]:
-            assert ncnn_loads(out, tmp), "ncnn rejects the emitted graph"
-        t_ncnn = min(ncnn_load_param(path) for _ in range(1 if n >= 50000 else repeat))
-        ours = sum(best[s] for s in STEPS)
-        row = {"shape": shape, "layers": n, **{f"{s}_s": best[s] for s in STEPS},
-               "ours_total_s": ours, "ncnn_load_param_s": t_ncnn, "speedup_vs_ncnn": t_ncnn / ours}
+        # ncnn's load_param is quadratic in the layer count (a minute at 100k): once there
+        t_ncnn = (min(ncnn_child(paths[n]) for _ in range(1 if n >= 50000 else repeat))
+                  if with_ncnn else float("nan"))
+        ours = sum(best[n][s] for s in STEPS)
+        row = {"shape": shape, "layers": n, **{f"{s}_s": best[n][s] for s in STEPS},
+               "ours_total_s": ours, "ncnn_load_param_s": t_ncnn,
+               "speedup_vs_ncnn": t_ncnn / ours, "workloads": runs[n]}
         if rules and n == sizes[-1]:
-            row["slowest_rules"] = rule_times(path)[:5]
+            row["slowest_rules"] = rule_times(paths[n])[:5]
         rows.append(row)
     return rows
 
 
 def print_rows(rows: list[dict]) -> None:
     print(f"{'shape':>8} {'layers':>8} " + " ".join(f"{s:>9}" for s in STEPS)
-          + f" {'ours':>8} {'ncnn':>8} {'ncnn/ours':>10}")
+          + f" {'ours':>8} {'ncnn':>8} {'ncnn/ours':>10} {'runs':>5}")
     for r in rows:
         print(f"{r['shape']:>8} {r['layers']:>8} "
               + " ".join(f"{r[s + '_s']:9.3f}" for s in STEPS)
               + f" {r['ours_total_s']:8.3f} {r['ncnn_load_param_s']:8.3f}"
-              f" {r['speedup_vs_ncnn']:9.1f}x")
+              f" {r['speedup_vs_ncnn']:9.1f}x {r['workloads']:>5}")
         if "slowest_rules" in r:
             print("         slowest lint rules: "
                   + ", ".join(f"{c} {t:.3f}s" for t, c in r["slowest_rules"]))
@@ -137,17 +193,25 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="chain,decoder")
     ap.add_argument("--sizes", default="10000,100000")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="rounds: each runs every size in a fresh process (default 3)")
     ap.add_argument("--ignore", action="append", default=[],
                     help="lint codes to skip (e.g. PS203 to measure without it)")
     ap.add_argument("--rules", action="store_true", help="time each lint rule at the largest size")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--no-ncnn", action="store_true",
+                    help="skip ncnn's load_param (a minute per 100k-layer graph)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)  # shape:n:inner, one measuring process
+    ap.add_argument("--tmp", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        return child_main(args.child, args.ignore, args.tmp)
     sizes = [int(s) for s in args.sizes.split(",")]
     all_rows = []
     with tempfile.TemporaryDirectory(prefix="paramsurgery-bench-") as tmp:
         for shape in args.shapes.split(","):
-            rows = bench(shape, sizes, args.repeat, args.ignore, args.rules, tmp)
+            rows = bench(shape, sizes, args.repeat, args.ignore, args.rules, tmp,
+                         not args.no_ncnn)
             print_rows(rows)
             all_rows.extend(rows)
     print(f"machine: {os.cpu_count()} cpus, python {sys.version.split()[0]}")

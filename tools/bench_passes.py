@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Per-pass scaling: each pass run on graphs built to give it N and 10N sites (the layers it
-rewrites), in one run; reported: seconds (CPU, best of --repeat) at each size and
-t(10N)/t(N). Linear passes give ~10; a per-site walk that rescans the graph gives ~100.
+rewrites), in one run; reported: CPU seconds at each size (the best of --repeat rounds; in
+a round the sizes are interleaved and a smaller size's sample is the mean of 10N/N runs, so
+every sample lasts about as long under the same machine load) and t(10N)/t(N). Linear
+passes give ~10; a per-site walk that rescans the graph gives ~100. `shapes (static)` is the
+shape analysis' static path (`infer_shapes`, symbolic inputs) on the decoder.
 
     python tools/bench_passes.py [--sites 1000,10000] [--repeat 3] [--only add-kvcache,...]
 
@@ -17,7 +20,8 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from types import SimpleNamespace
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -25,7 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import paramsurgery  # noqa: E402
 from bench_graphs import DECODER_BLOCK_LAYERS, decoder  # noqa: E402
 from paramsurgery.graph import Graph  # noqa: E402
-from paramsurgery.passes.base import Pass  # noqa: E402
 
 
 def _text(rows: list[str]) -> str:
@@ -44,6 +47,10 @@ def relu_chain(n: int, type_: str = "ReLU", params: str = "") -> str:
         prev = f"b{i}"
     rows.append(f"ReLU last 1 1 {prev} out0")  # the graph output is no chain layer's top
     return _text(rows)
+
+
+DECODER_INPUTS = {"in0": ("T", 1024), "in1": (1, "T", "T"), "in2": ("T", 128),
+                  "in3": ("T", 128)}
 
 
 def decoder_graph(sites: int) -> Graph:
@@ -114,14 +121,15 @@ def static_crops_traced(sites: int) -> list:
     shape = ((1, 3, STATIC_LEN), "f32")
     ops = []
     for i in range(sites):
-        ops.append(PnnxOp("pnnx.Input", f"in{i}", [], [f"x{i}"], {}, {f"x{i}": shape}))
+        ops.append(PnnxOp("pnnx.Input", f"in{i}", [], [f"x{i}"], {}, {}, {}, 2 * i + 3,
+                          shapes={f"x{i}": shape}))
         ops.append(PnnxOp("Tensor.slice", f"Tensor.slice_{i}", [f"x{i}"], [f"y{i}"],
-                          {"dim": "2", "start": "0", "end": str(STATIC_LEN - 1)},
-                          {f"x{i}": shape}))
+                          {"dim": "2", "start": "0", "end": str(STATIC_LEN - 1)}, {}, {},
+                          2 * i + 4, shapes={f"x{i}": shape}))
     return ops
 
 
-def cases() -> dict[str, tuple[Callable[[int], Graph], Callable[[Graph, int], Pass]]]:
+def cases() -> dict[str, tuple[Callable[[int], Graph], Callable[[Graph, int], Any]]]:
     from paramsurgery.passes.dynamize import Dynamize
     from paramsurgery.passes.extract import Extract
     from paramsurgery.passes.fix_reduction import FixReduction
@@ -149,25 +157,45 @@ def cases() -> dict[str, tuple[Callable[[int], Graph], Callable[[Graph, int], Pa
                          lambda g, n: RenameBlobs({f"b{i}": f"r{i}" for i in range(n)})),
         "extract": (lambda n: paramsurgery.loads(relu_chain(n + 10)),
                     lambda g, n: Extract(["b4"], [f"b{n + 4}"])),
+        "shapes (static)": (decoder_graph, lambda g, n: StaticShapes(DECODER_INPUTS)),
     }
 
 
 def bench(name: str, sizes: list[int], repeat: int) -> dict:
+    """Rounds with the sizes interleaved (each sees the same machine load); a sample of a
+    smaller size is the mean of `largest / n` runs, so samples of every size last about as
+    long; the best sample of the rounds per size."""
     build, make = cases()[name]
     row: dict = {"pass": name}
+    graphs = {n: build(n) for n in sizes}
+    best: dict[int, float] = {}
+    for _ in range(repeat):
+        for n in sizes:
+            g, inner, total = graphs[n], max(1, sizes[-1] // n), 0.0
+            for _ in range(inner):
+                p = make(g, n)
+                t0 = time.process_time()
+                res = p(g)
+                total += time.process_time() - t0
+                assert res.modified, f"{name} changed nothing at {n} sites"
+            best[n] = min(best.get(n, total / inner), total / inner)
     for n in sizes:
-        g = build(n)
-        best = None
-        for _ in range(repeat):
-            p = make(g, n)
-            t0 = time.process_time()
-            res = p(g)
-            dt = time.process_time() - t0
-            best = dt if best is None else min(best, dt)
-        assert res.modified, f"{name} changed nothing at {n} sites"
-        row[n] = best
-        row[f"layers_{n}"] = len(g)
+        row[n] = best[n]
+        row[f"layers_{n}"] = len(graphs[n])
     return row
+
+
+class StaticShapes:
+    """The shape analysis' static path as a bench case (not a pass: it changes nothing)."""
+
+    def __init__(self, inputshape: dict) -> None:
+        self.inputshape = inputshape
+
+    def __call__(self, g: Graph) -> SimpleNamespace:
+        from paramsurgery.shapes import infer_shapes
+
+        sm = infer_shapes(g, self.inputshape)
+        return SimpleNamespace(modified=len(sm.shapes) >= len(g))
 
 
 def main() -> int:
@@ -185,7 +213,8 @@ def main() -> int:
         r = bench(name, sizes, args.repeat)
         print(f"{name:<20} {r['layers_' + str(lo)]:>9} {r[lo]:10.3f} {r['layers_' + str(hi)]:>9} "
               f"{r[hi]:10.3f} {r[hi] / r[lo]:7.1f}", flush=True)
-    print(f"sites x{hi / lo:.0f}; CPU seconds, best of {args.repeat}; machine: {os.cpu_count()} cpus")
+    print(f"sites x{hi / lo:.0f}; CPU seconds: best of {args.repeat} rounds, a round's sample "
+          f"at {lo} sites the mean of {hi // lo} runs; machine: {os.cpu_count()} cpus")
     return 0
 
 

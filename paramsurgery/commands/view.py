@@ -76,8 +76,13 @@ def run(args: argparse.Namespace) -> int:
 
     given = inputshape_from_args(args)
     check_blobs(g, given, args.param)
-    analysis = infer_shapes(g, given, oracle=args.oracle, bin=args.bin)
+    # a neighbourhood needs only its ancestors' shapes (not the whole graph's)
+    analysis = infer_shapes(g, given, oracle=args.oracle, bin=args.bin,
+                            layers=layers if layers is not None and not args.oracle else None)
     shapes = blob_shapes(g, args.pnnx_param, analysis=analysis)
+    if layers is not None:  # label (and count) the drawn blobs only
+        drawn = {b for i in layers for lay in (g.layer(i),) for b in (*lay.inputs, *lay.outputs)}
+        shapes = {b: s for b, s in shapes.items() if b in drawn}
     types = g.types()
     summary = (f"{len(g)} layers, {g.blob_count()} blobs; inputs {', '.join(g.inputs) or '-'}; "
                f"outputs {', '.join(g.outputs) or '-'}"
@@ -85,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
                   if layers is not None else "")
                + f"\ntypes: {', '.join(f'{t} {c}' for t, c in sorted(types.items()))}"
                + (f"\n{len(shapes)} blob shapes known"
+                  + (" among the drawn layers" if layers is not None else "")
                   + (f" (inputs {' '.join(f'{k}=[{chr(44).join(map(str, v))}]' for k, v in given.items())}"
                      f"{', ncnn as the oracle' if args.oracle else ''})" if given else "")
                   if shapes else "\nno blob shapes known (no X.pnnx.param beside the graph, "

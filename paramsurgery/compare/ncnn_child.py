@@ -27,6 +27,10 @@ def _load(spec: dict, out: IO[bytes]):
     for key, value in spec["options"].items():
         if hasattr(net.opt, key):
             setattr(net.opt, key, value)
+    # weights load in light mode whatever the setting (off, a layer keeps its weights twice:
+    # as read and as repacked); the setting then applies to the extractor, as in load_net
+    light = net.opt.lightmode
+    net.opt.lightmode = True
     if net.load_param(spec["param"]) != 0:
         write_frame(out, {"fatal": "load_param_failed", "message": "ncnn load_param failed"})
         return None
@@ -35,6 +39,7 @@ def _load(spec: dict, out: IO[bytes]):
     if ret != 0:
         write_frame(out, {"fatal": "load_model_failed", "message": f"load_model returned {ret}"})
         return None
+    net.opt.lightmode = light
     return net
 
 

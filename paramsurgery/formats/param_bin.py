@@ -235,7 +235,7 @@ def read_param_bin(data: bytes, path: str | None = None, *,
             text = " " + " ".join(format_value(pid, v) for pid, v in params) if params else ""
             p = Params(text, layer)
             p.check()
-            for e in p._load().values():  # typed values: re-encode bits, not text, on edit
+            for e in p._owned().values():  # typed values: re-encode bits, not text, on edit
                 e.text = None
             for e in p._dupes:
                 e.text = None

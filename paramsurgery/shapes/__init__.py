@@ -23,6 +23,7 @@ from .spec import (
 
 if TYPE_CHECKING:
     import os
+    from collections.abc import Iterable
 
     from ..graph import Graph
 
@@ -43,17 +44,25 @@ __all__ = [
 def infer_shapes(g: Graph, inputshape: Mapping[str, tuple] | str | list[str] | None = None,
                  *, oracle: bool = False, bin: str | os.PathLike | None = None,
                  use_hints: bool = True, values: Mapping[str, list[int]] | None = None,
-                 timeout: float = 600.0) -> ShapeMap:
+                 timeout: float = 600.0, layers: "Iterable[int] | None" = None) -> ShapeMap:
     """Every blob's shape. `inputshape`: `{"in0": ("T", 1024)}` (strings are parsed) or
     `--inputshape` specs. `oracle=True` runs ncnn (weights from `bin`, zeros otherwise)
     and returns its shapes, fitted as affine forms in the symbols, cross-checked against
-    the static ones (disagreements are listed in `notes`)."""
+    the static ones (disagreements are listed in `notes`). `layers` (static only): the
+    shapes of just these layers' tops, computed from their ancestors alone (a neighbourhood
+    of a large graph: `view --around`)."""
     from .._gc import paused_gc
-    from .static import propagate
+    from .static import ancestors, propagate
 
     shapes = normalize_inputshape(inputshape)
+    if layers is not None and oracle:
+        raise ValueError("infer_shapes: layers= is for the static analysis (the oracle runs "
+                         "the whole graph)")
     with paused_gc():  # one object per blob and param: keep the collector out (linear time)
-        static = propagate(g, shapes, use_hints=use_hints)
+        # a neighbourhood late in a long chain has most of the graph as ancestors: past a
+        # third, the walk would cost more than it saves
+        only = ancestors(g, layers, limit=len(g) // 3) if layers is not None else None
+        static = propagate(g, shapes, use_hints=use_hints, only=only)
     if not oracle:
         return static
     from .oracle import oracle_shapes

@@ -11,6 +11,7 @@ not affine in the symbols, data-dependent outputs such as DetectionOutput). Rule
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from ..layer import Layer
 from .affine import MaybeDim, add, div, dmax, floordiv, mul, product, same, sub
@@ -20,6 +21,7 @@ Shapes = Sequence["Shape | None"]
 Rule = Callable[[Layer, Shapes], "list[Shape | None] | None"]
 
 RULES: dict[str, Rule] = {}
+AXIS_NAMES = {1: "w", 2: "hw", 3: "chw", 4: "cdhw"}  # ncnn's axis of each numpy axis, by rank
 
 
 def rule(*types: str) -> Callable[[Rule], Rule]:
@@ -28,6 +30,13 @@ def rule(*types: str) -> Callable[[Rule], Rule]:
             RULES[t] = fn
         return fn
     return deco
+
+
+def first_input_known(fn: Rule) -> Rule:
+    """For a rule that needs its first bottom's shape: no answer while it is unknown."""
+    def infer(layer: Layer, ins: Shapes):
+        return None if ins[0] is None else fn(layer, ins)
+    return infer
 
 
 def _i(layer: Layer, pid: int, default: int) -> int:
@@ -49,6 +58,23 @@ def _ints(layer: Layer, pid: int) -> list[int] | None:
     if isinstance(v, list) and all(isinstance(x, int) for x in v):
         return list(v)
     return None
+
+
+def _axis(layer: Layer, pid: int, rank: int) -> int | None:
+    """Param `pid` as an axis of a rank-`rank` blob (negative counts from the end), or None
+    when out of range."""
+    axis = _i(layer, pid, 0)
+    if axis < 0:
+        axis += rank
+    return axis if 0 <= axis < rank else None
+
+
+def _replaced(x: Shape, axis: int, dim: MaybeDim) -> Shape:
+    return (*x[:axis], dim, *x[axis + 1:])
+
+
+def _nonneg(axes: Sequence[int], rank: int) -> set[int]:
+    return {a + rank if a < 0 else a for a in axes}
 
 
 def _floats(layer: Layer, pid: int) -> list:
@@ -88,18 +114,18 @@ def _noop(layer: Layer, ins: Shapes):
 
 @rule("Input")
 def _input(layer: Layer, ins: Shapes):
-    w, h, d, c = _i(layer, 0, 0), _i(layer, 1, 0), _i(layer, 11, 0), _i(layer, 2, 0)
-    return [_whdc_shape(w, h, d, c)] * len(layer.outputs)
+    return [_whdc_shape(layer)] * len(layer.outputs)
 
 
 @rule("MemoryData")
 def _memorydata(layer: Layer, ins: Shapes):
+    return [_whdc_shape(layer)]
+
+
+def _whdc_shape(layer: Layer) -> Shape | None:
+    """The shape an Input / MemoryData describes with its w, h, d, c params (0=, 1=, 11=,
+    2=; ncnn's dims rule)."""
     w, h, d, c = _i(layer, 0, 0), _i(layer, 1, 0), _i(layer, 11, 0), _i(layer, 2, 0)
-    return [_whdc_shape(w, h, d, c)]
-
-
-def _whdc_shape(w: int, h: int, d: int, c: int) -> Shape | None:
-    """The shape an Input / MemoryData with these params describes (ncnn's dims rule)."""
     if d:
         return (c, d, h, w)
     if c:
@@ -111,7 +137,44 @@ def _whdc_shape(w: int, h: int, d: int, c: int) -> Shape | None:
     return None
 
 
-# --------------------------------------------------------------------------- convolutions
+# --------------------------------------------------------------------------- sliding windows
+class _Axis(NamedTuple):
+    """One spatial axis of a sliding window (convolution, deconvolution, pooling)."""
+
+    k: int
+    dil: int
+    stride: int
+    pa: int  # pad before (left / top)
+    pb: int  # pad after (right / bottom)
+
+
+# Where each layout keeps its window params: (w, h) id pairs, h defaulting to w; pads as
+# (left, right, top, bottom), right and top defaulting to left, bottom to top. The 1-D
+# layers use the w ids.
+_CONV_IDS = {"kernel": (1, 11), "dilation": (2, 12), "stride": (3, 13), "pad": (4, 15, 14, 16)}
+_POOL_IDS = {"kernel": (1, 11), "dilation": None, "stride": (2, 12), "pad": (3, 14, 13, 15)}
+
+
+def _window(layer: Layer, ids: dict) -> tuple[_Axis, _Axis]:
+    """The (h, w) axes of a layer's window, read with ncnn's defaults."""
+    def pair(key: str, default: int) -> tuple[int, int]:
+        if ids[key] is None:
+            return default, default
+        w_id, h_id = ids[key]
+        w = _i(layer, w_id, default)
+        return w, _i(layer, h_id, w)
+
+    kw, kh = pair("kernel", 0)
+    dw, dh = pair("dilation", 1)
+    sw, sh = pair("stride", 1)
+    left, right, top, bottom = ids["pad"]
+    pl = _i(layer, left, 0)
+    pr = _i(layer, right, pl)
+    pt = _i(layer, top, pl)
+    pb = _i(layer, bottom, pt)
+    return _Axis(kh, dh, sh, pt, pb), _Axis(kw, dw, sw, pl, pr)
+
+
 def _conv_extent(x: MaybeDim, k: int, dil: int, stride: int, pa: int, pb: int) -> MaybeDim:
     """Output size along one axis of ncnn's Convolution (make_padding + the sliding window).
     -233/-234 pad: SAME-style, padded only when the needed pad is positive."""
@@ -136,125 +199,87 @@ def _conv_extent(x: MaybeDim, k: int, dil: int, stride: int, pa: int, pb: int) -
     return add(q, 1)
 
 
-@rule("Convolution", "ConvolutionDepthWise")
-def _conv2d(layer: Layer, ins: Shapes):
-    n = _i(layer, 0, 0)
-    if _i(layer, 19, 0):  # dynamic weight: channels come from the weight blob
-        return None
-    x = ins[0]
-    if x is None:
-        return [(n, None, None)] if n > 0 else None
-    if len(x) != 3:
-        return None
-    kw = _i(layer, 1, 0)
-    kh = _i(layer, 11, kw)
-    dw = _i(layer, 2, 1)
-    dh = _i(layer, 12, dw)
-    sw = _i(layer, 3, 1)
-    sh = _i(layer, 13, sw)
-    pl = _i(layer, 4, 0)
-    pr = _i(layer, 15, pl)
-    pt = _i(layer, 14, pl)
-    pb = _i(layer, 16, pt)
-    if pl in (-233, -234) or pr in (-233, -234) or pt in (-233, -234) or pb in (-233, -234):
-        return _same_pad_conv(n, x, (kh, kw), (dh, dw), (sh, sw), pl)
-    oh = _conv_extent(x[1], kh, dh, sh, pt, pb)
-    ow = _conv_extent(x[2], kw, dw, sw, pl, pr)
-    return [(n, oh, ow)]
-
-
-def _same_pad_conv(n: int, x: Shape, k: tuple, dil: tuple, s: tuple, mode: int):
-    # ncnn pads both axes together when either needs it (copy_make_border with wpad, hpad)
-    h, w = x[1], x[2]
-    if s[0] <= 0 or s[1] <= 0:
+def _same_pad_2d(h: MaybeDim, w: MaybeDim, ah: _Axis, aw: _Axis) -> tuple | None:
+    """(h, w) out of a SAME-padded window (-233/-234 pads, Pooling's pad_mode 2/3): ncnn pads
+    both axes together when either needs it (copy_make_border with wpad, hpad)."""
+    if ah.stride <= 0 or aw.stride <= 0:
         return None
     if not isinstance(h, int) or not isinstance(w, int):
-        return [(n, None, None)]
-    ext_h, ext_w = dil[0] * (k[0] - 1) + 1, dil[1] * (k[1] - 1) + 1
-    wpad = ext_w + (w - 1) // s[1] * s[1] - w
-    hpad = ext_h + (h - 1) // s[0] * s[0] - h
+        return None, None
+    ext_h, ext_w = ah.dil * (ah.k - 1) + 1, aw.dil * (aw.k - 1) + 1
+    wpad = ext_w + (w - 1) // aw.stride * aw.stride - w
+    hpad = ext_h + (h - 1) // ah.stride * ah.stride - h
     if wpad > 0 or hpad > 0:
         w, h = w + wpad, h + hpad
-    return [(n, (h - ext_h) // s[0] + 1, (w - ext_w) // s[1] + 1)]
+    return (h - ext_h) // ah.stride + 1, (w - ext_w) // aw.stride + 1
 
 
-@rule("Convolution1D", "ConvolutionDepthWise1D")
-def _conv1d(layer: Layer, ins: Shapes):
-    n = _i(layer, 0, 0)
-    if _i(layer, 19, 0):
-        return None
-    x = ins[0]
-    if x is None:
-        return [(n, None)] if n > 0 else None
-    if len(x) != 2:
-        return None
-    k, dil, s = _i(layer, 1, 0), _i(layer, 2, 1), _i(layer, 3, 1)
-    pl = _i(layer, 4, 0)
-    pr = _i(layer, 15, pl)
-    return [(n, _conv_extent(x[1], k, dil, s, pl, pr))]
+def _conv_rule(rank: int, dynamic_weight_pid: int,
+               extents: Callable[[Layer, Shape], "tuple | None"]) -> Rule:
+    """A Convolution*/Deconvolution* rule: num_output (0=) channels over the spatial sizes
+    `extents` gives; a layer with dynamic weights takes its channels from the weight blob
+    (no rule)."""
+    def infer(layer: Layer, ins: Shapes):
+        n = _i(layer, 0, 0)
+        if _i(layer, dynamic_weight_pid, 0):
+            return None
+        x = ins[0]
+        if x is None:
+            return [(n,) + (None,) * (rank - 1)] if n > 0 else None
+        if len(x) != rank:
+            return None
+        spatial = extents(layer, x)
+        return None if spatial is None else [(n, *spatial)]
+    return infer
 
 
-def _deconv_extent(x: MaybeDim, k: int, dil: int, s: int, pa: int, pb: int, out_pad: int,
-                   out_size: int, other_out: int) -> MaybeDim:
-    ext = dil * (k - 1) + 1
-    full = add(mul(sub(x, 1), s), ext + out_pad)
-    if pa > 0 or pb > 0:
-        return sub(full, pa + pb)
+def _conv2d(layer: Layer, x: Shape) -> tuple | None:
+    ah, aw = _window(layer, _CONV_IDS)
+    if any(p in (-233, -234) for p in (ah.pa, ah.pb, aw.pa, aw.pb)):
+        return _same_pad_2d(x[1], x[2], ah, aw)
+    return _conv_extent(x[1], *ah), _conv_extent(x[2], *aw)
+
+
+def _conv1d(layer: Layer, x: Shape) -> tuple:
+    return (_conv_extent(x[1], *_window(layer, _CONV_IDS)[1]),)
+
+
+def _deconv_extent(x: MaybeDim, ax: _Axis, padded: bool, out_pad: int, out_size: int,
+                   other_out: int) -> MaybeDim:
+    """Output size along one axis of ncnn's Deconvolution: the full extent, cut by the pads
+    when any pad is set (`padded`), else the requested output size when both are given."""
+    full = add(mul(sub(x, 1), ax.stride), ax.dil * (ax.k - 1) + 1 + out_pad)
+    if padded:
+        return sub(full, ax.pa + ax.pb)
     if out_size > 0 and other_out > 0:
         return out_size
     return full
 
 
-@rule("Deconvolution", "DeconvolutionDepthWise")
-def _deconv2d(layer: Layer, ins: Shapes):
-    n = _i(layer, 0, 0)
-    if _i(layer, 28, 0):
-        return None
-    x = ins[0]
-    if x is None:
-        return [(n, None, None)] if n > 0 else None
-    if len(x) != 3:
-        return None
-    kw = _i(layer, 1, 0)
-    kh = _i(layer, 11, kw)
-    dw = _i(layer, 2, 1)
-    dh = _i(layer, 12, dw)
-    sw = _i(layer, 3, 1)
-    sh = _i(layer, 13, sw)
-    pl = _i(layer, 4, 0)
-    pr = _i(layer, 15, pl)
-    pt = _i(layer, 14, pl)
-    pb = _i(layer, 16, pt)
-    opr, opb = _i(layer, 18, 0), _i(layer, 19, _i(layer, 18, 0))
-    ow_, oh_ = _i(layer, 20, 0), _i(layer, 21, _i(layer, 20, 0))
-    if max(pl, pr, pt, pb) > 0:
-        oh = sub(add(mul(sub(x[1], 1), sh), dh * (kh - 1) + 1 + opb), pt + pb)
-        ow = sub(add(mul(sub(x[2], 1), sw), dw * (kw - 1) + 1 + opr), pl + pr)
-        return [(n, oh, ow)]
-    oh = _deconv_extent(x[1], kh, dh, sh, 0, 0, opb, oh_, ow_)
-    ow = _deconv_extent(x[2], kw, dw, sw, 0, 0, opr, ow_, oh_)
-    return [(n, oh, ow)]
+def _deconv2d(layer: Layer, x: Shape) -> tuple:
+    ah, aw = _window(layer, _CONV_IDS)
+    padded = max(ah.pa, ah.pb, aw.pa, aw.pb) > 0
+    opr = _i(layer, 18, 0)
+    opb = _i(layer, 19, opr)
+    ow, oh = _i(layer, 20, 0), _i(layer, 21, _i(layer, 20, 0))
+    return (_deconv_extent(x[1], ah, padded, opb, oh, ow),
+            _deconv_extent(x[2], aw, padded, opr, ow, oh))
 
 
-@rule("Deconvolution1D", "DeconvolutionDepthWise1D")
-def _deconv1d(layer: Layer, ins: Shapes):
-    n = _i(layer, 0, 0)
-    if _i(layer, 28, 0):
-        return None
-    x = ins[0]
-    if x is None:
-        return [(n, None)] if n > 0 else None
-    if len(x) != 2:
-        return None
-    k, dil, s = _i(layer, 1, 0), _i(layer, 2, 1), _i(layer, 3, 1)
-    pl = _i(layer, 4, 0)
-    pr = _i(layer, 15, pl)
-    op, osz = _i(layer, 18, 0), _i(layer, 20, 0)
-    return [(n, _deconv_extent(x[1], k, dil, s, pl, pr, op, osz, 1))]
+def _deconv1d(layer: Layer, x: Shape) -> tuple:
+    aw = _window(layer, _CONV_IDS)[1]
+    return (_deconv_extent(x[1], aw, aw.pa > 0 or aw.pb > 0, _i(layer, 18, 0),
+                           _i(layer, 20, 0), 1),)
 
 
-# --------------------------------------------------------------------------- pooling
-def _pool_extent(x: MaybeDim, k: int, s: int, pa: int, pb: int, mode: int) -> MaybeDim:
+rule("Convolution", "ConvolutionDepthWise")(_conv_rule(3, 19, _conv2d))
+rule("Convolution1D", "ConvolutionDepthWise1D")(_conv_rule(2, 19, _conv1d))
+rule("Deconvolution", "DeconvolutionDepthWise")(_conv_rule(3, 28, _deconv2d))
+rule("Deconvolution1D", "DeconvolutionDepthWise1D")(_conv_rule(2, 28, _deconv1d))
+
+
+def _pool_extent(x: MaybeDim, ax: _Axis, mode: int) -> MaybeDim:
+    k, s, pa, pb = ax.k, ax.stride, ax.pa, ax.pb
     if s <= 0:
         return None
     if mode == 0:  # full padding: the tail is padded so no input is dropped
@@ -281,26 +306,14 @@ def _pooling(layer: Layer, ins: Shapes):
     if _i(layer, 7, 0):
         ow = _i(layer, 8, 0)
         return [(c, _i(layer, 18, ow), ow)]
-    kw = _i(layer, 1, 0)
-    kh = _i(layer, 11, kw)
-    sw = _i(layer, 2, 1)
-    sh = _i(layer, 12, sw)
-    pl = _i(layer, 3, 0)
-    pr = _i(layer, 14, pl)
-    pt = _i(layer, 13, pl)
-    pb = _i(layer, 15, pt)
-    mode = _i(layer, 5, 0)
-    if sw <= 0 or sh <= 0:
+    ah, aw = _window(layer, _POOL_IDS)
+    if ah.stride <= 0 or aw.stride <= 0:
         return None
-    if mode in (2, 3):  # tf SAME: pad (both axes together) when needed
-        if not isinstance(h, int) or not isinstance(w, int):
-            return [(c, None, None)]
-        wpad = kw + (w - 1) // sw * sw - w
-        hpad = kh + (h - 1) // sh * sh - h
-        if wpad > 0 or hpad > 0:
-            w, h = w + wpad, h + hpad
-        return [(c, (h - kh) // sh + 1, (w - kw) // sw + 1)]
-    return [(c, _pool_extent(h, kh, sh, pt, pb, mode), _pool_extent(w, kw, sw, pl, pr, mode))]
+    mode = _i(layer, 5, 0)
+    if mode in (2, 3):  # tf SAME
+        hw = _same_pad_2d(h, w, ah, aw)
+        return None if hw is None else [(c, *hw)]
+    return [(c, _pool_extent(h, ah, mode), _pool_extent(w, aw, mode))]
 
 
 @rule("Pooling1D")
@@ -313,11 +326,7 @@ def _pooling1d(layer: Layer, ins: Shapes):
         return [(h,)]
     if _i(layer, 7, 0):
         return [(h, _i(layer, 8, 0))]
-    k, s = _i(layer, 1, 0), _i(layer, 2, 1)
-    pl = _i(layer, 3, 0)
-    pr = _i(layer, 14, pl)
-    mode = _i(layer, 5, 0)
-    return [(h, _pool_extent(w, k, s, pl, pr, mode))]
+    return [(h, _pool_extent(w, _window(layer, _POOL_IDS)[1], _i(layer, 5, 0)))]
 
 
 # --------------------------------------------------------------------------- dense layers
@@ -502,29 +511,22 @@ def _concat(layer: Layer, ins: Shapes):
     rank = len(ins[0])
     if any(len(s) != rank for s in ins):
         return None
-    axis = _i(layer, 0, 0)
-    if axis < 0:
-        axis += rank
-    if not 0 <= axis < rank:
+    axis = _axis(layer, 0, rank)
+    if axis is None:
         return None
     total: MaybeDim = 0
     for s in ins:
         total = add(total, s[axis])
-    out = list(ins[0])
-    out[axis] = total
-    return [tuple(out)]
+    return [_replaced(ins[0], axis, total)]
 
 
 @rule("Slice")
+@first_input_known
 def _slice(layer: Layer, ins: Shapes):
     x = ins[0]
-    if x is None:
-        return None
     rank = len(x)
-    axis = _i(layer, 1, 0)
-    if axis < 0:
-        axis += rank
-    if not 0 <= axis < rank:
+    axis = _axis(layer, 1, rank)
+    if axis is None:
         return None
     L = x[axis]
     n = len(layer.outputs)
@@ -555,19 +557,13 @@ def _slice(layer: Layer, ins: Shapes):
                 size = s
             sizes.append(size)
             q = add(q, size)
-    out = []
-    for s in sizes:
-        o = list(x)
-        o[axis] = s
-        out.append(tuple(o))
-    return out
+    return [_replaced(x, axis, size) for size in sizes]
 
 
 @rule("Crop")
+@first_input_known
 def _crop(layer: Layer, ins: Shapes):
     x = ins[0]
-    if x is None:
-        return None
     p = layer.params
     if p.get(19) is not None or p.get(20) is not None:
         return None  # expression crops: not modelled
@@ -605,10 +601,10 @@ def _crop(layer: Layer, ins: Shapes):
         if ref is None or rank > 4:
             return None
         r = _ncnn_axes(ref)
-        names = {1: "w", 2: "hw", 3: "chw", 4: "cdhw"}[rank]
+        names = AXIS_NAMES[rank]
         return [tuple((r[nm] if (nm != "c" or len(ref) == rank) else x[ax])
                       for ax, nm in enumerate(names))]
-    names = {1: "w", 2: "hw", 3: "chw", 4: "cdhw"}.get(rank)
+    names = AXIS_NAMES.get(rank)
     if names is None:
         return None
     ids = {"w": (0, 6, 3), "h": (1, 7, 4), "d": (13, 15, 14), "c": (2, 8, 5)}
@@ -627,18 +623,16 @@ def _crop(layer: Layer, ins: Shapes):
 
 
 @rule("Flatten")
+@first_input_known
 def _flatten(layer: Layer, ins: Shapes):
     x = ins[0]
-    if x is None:
-        return None
     return [(product(x),)]
 
 
 @rule("Reshape")
+@first_input_known
 def _reshape(layer: Layer, ins: Shapes):
     x = ins[0]
-    if x is None:
-        return None
     p = layer.params
     if p.get(6) not in (None, ""):
         from .exprs import eval_shape_expr
@@ -685,7 +679,7 @@ def _reshape(layer: Layer, ins: Shapes):
 
 
 def _ncnn_axes(x: Shape) -> dict[str, MaybeDim]:
-    names = {1: "w", 2: "hw", 3: "chw", 4: "cdhw"}.get(len(x), "")
+    names = AXIS_NAMES.get(len(x), "")
     return dict(zip(names, x)) | {k: 1 for k in "whdc" if k not in names}
 
 
@@ -705,10 +699,9 @@ _PERM4 = _perm4()
 
 
 @rule("Permute")
+@first_input_known
 def _permute(layer: Layer, ins: Shapes):
     x = ins[0]
-    if x is None:
-        return None
     t = _i(layer, 0, 0)
     if len(x) == 1:
         return [x]
@@ -727,17 +720,16 @@ def _permute(layer: Layer, ins: Shapes):
 
 
 @rule("ExpandDims")
+@first_input_known
 def _expanddims(layer: Layer, ins: Shapes):
     x = ins[0]
-    if x is None:
-        return None
     axes = _ints(layer, 3)
     if not axes:
         return [x]  # ncnn reads only the axes (3=): none given, nothing is added
     n = len(x) + len(axes)
     if n > 4:
         return None
-    where = {a + n if a < 0 else a for a in axes}
+    where = _nonneg(axes, n)
     if len(where) != len(axes) or not all(0 <= a < n for a in where):
         return None
     it = iter(x)
@@ -745,16 +737,15 @@ def _expanddims(layer: Layer, ins: Shapes):
 
 
 @rule("Squeeze")
+@first_input_known
 def _squeeze(layer: Layer, ins: Shapes):
     x = ins[0]
-    if x is None:
-        return None
     axes = _ints(layer, 3)
     rank = len(x)
     if axes:
-        drop = {a + rank if a < 0 else a for a in axes}
+        drop = _nonneg(axes, rank)
     else:
-        names = {1: "w", 2: "hw", 3: "chw", 4: "cdhw"}[rank]
+        names = AXIS_NAMES[rank]
         flag = {"w": _i(layer, 0, 0), "h": _i(layer, 1, 0), "d": _i(layer, 11, 0),
                 "c": _i(layer, 2, 0)}
         drop = {i for i, nm in enumerate(names) if flag[nm]}
@@ -770,10 +761,9 @@ def _squeeze(layer: Layer, ins: Shapes):
 
 
 @rule("Tile")
+@first_input_known
 def _tile(layer: Layer, ins: Shapes):
     x = ins[0]
-    if x is None:
-        return None
     reps = _ints(layer, 2)
     if reps:
         n = max(len(x), len(reps))
@@ -782,21 +772,16 @@ def _tile(layer: Layer, ins: Shapes):
         xs = (1,) * (n - len(x)) + tuple(x)
         rs = (1,) * (n - len(reps)) + tuple(reps)
         return [tuple(mul(a, r) for a, r in zip(xs, rs))]
-    axis, tiles = _i(layer, 0, 0), _i(layer, 1, 1)
-    if axis < 0:
-        axis += len(x)
-    if not 0 <= axis < len(x):
+    axis, tiles = _axis(layer, 0, len(x)), _i(layer, 1, 1)
+    if axis is None:
         return None
-    out = list(x)
-    out[axis] = mul(out[axis], tiles)
-    return [tuple(out)]
+    return [_replaced(x, axis, mul(x[axis], tiles))]
 
 
 @rule("Reduction")
+@first_input_known
 def _reduction(layer: Layer, ins: Shapes):
     x = ins[0]
-    if x is None:
-        return None
     rank = len(x)
     keep = _i(layer, 4, 0)
     if _i(layer, 1, 1):
@@ -805,7 +790,7 @@ def _reduction(layer: Layer, ins: Shapes):
         ax = _ints(layer, 3)
         if not ax or not _i(layer, 5, 0):
             return None
-        axes = {a + rank if a < 0 else a for a in ax}
+        axes = _nonneg(ax, rank)
     if keep:
         return [tuple(1 if i in axes else v for i, v in enumerate(x))]
     out = tuple(v for i, v in enumerate(x) if i not in axes)
@@ -842,20 +827,13 @@ def _interp(layer: Layer, ins: Shapes):
                 return None
             oh, ow = int(h * _f32(hs)), int(w * _f32(ws))
         return [(c, oh, ow)]
-    if len(x) == 2:
-        h, w = x
+    if len(x) in (1, 2):  # only w is scaled
+        w = x[-1]
         if not ow:
             if not isinstance(w, int):
                 return None
             ow = int(w * _f32(ws))
-        return [(h, ow)]
-    if len(x) == 1:
-        w = x[0]
-        if not ow:
-            if not isinstance(w, int):
-                return None
-            ow = int(w * _f32(ws))
-        return [(ow,)]
+        return [(*x[:-1], ow)]
     return None
 
 

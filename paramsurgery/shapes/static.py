@@ -5,7 +5,7 @@ and `-23330` hints as a fallback and a cross-check for the layers no rule covers
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Iterable, Mapping
 
 from ..graph import Graph
 from .hints import read_hints
@@ -14,12 +14,15 @@ from .shapemap import Shape, ShapeMap
 
 
 def propagate(g: Graph, inputshape: Mapping[str, Shape] | None = None, *,
-              use_hints: bool = True, stale: "set[int] | None" = None) -> ShapeMap:
+              use_hints: bool = True, stale: "set[int] | None" = None,
+              only: "Container[int] | None" = None) -> ShapeMap:
     """Shapes of every blob of `g` the static rules can tell. `inputshape` fixes blobs
     (usually the Input tops) and overrides what the Input layers say; `-23330` hints are
     used where no rule answers and cross-checked where one does (disagreements are noted),
     but only while the inputs are the ones the hints were written for. `stale`: ids of
-    layers whose hints must not be trusted (a pass changed them or what they read)."""
+    layers whose hints must not be trusted (a pass changed them or what they read).
+    `only`: ids of the layers to compute (closed under producers, see `ancestors`: the
+    shapes of their tops are exactly those of the whole-graph run); others are skipped."""
     given = dict(inputshape or {})
     result = ShapeMap()
     shapes, source, origin = result.shapes, result.source, result.channel_origin
@@ -32,6 +35,8 @@ def propagate(g: Graph, inputshape: Mapping[str, Shape] | None = None, *,
                 if blob in given and hinted is not None and tuple(given[blob]) != hinted:
                     hints_valid = False
     for layer in g:
+        if only is not None and layer.id not in only:
+            continue
         ins = [shapes.get(b) for b in layer._inputs]
         outs = infer_layer(layer, ins)
         own_hints = read_hints(layer) if use_hints and (stale is None or layer.id not in stale) \
@@ -74,3 +79,21 @@ def _disagree(a: Shape, b: Shape) -> bool:
     if len(a) != len(b):
         return True
     return any(x is not None and y is not None and x != y for x, y in zip(a, b))
+
+
+def ancestors(g: Graph, layer_ids: Iterable[int], limit: int | None = None) -> set[int] | None:
+    """`layer_ids` and every layer they read from, transitively (iteratively: one visit per
+    layer, no recursion): what the shapes of these layers' tops depend on. None once more
+    than `limit` layers are reached (computing the whole graph then costs about as much)."""
+    producers, layers = g._producers, g._layers
+    seen = set(layer_ids)
+    todo = list(seen)
+    while todo:
+        for blob in layers[todo.pop()]._inputs:
+            p = producers.get(blob)
+            if p and p[0][0] not in seen:
+                seen.add(p[0][0])
+                todo.append(p[0][0])
+        if limit is not None and len(seen) > limit:
+            return None
+    return seen
