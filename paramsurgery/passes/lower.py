@@ -194,10 +194,16 @@ def checked_dim(dim: object, shape: tuple | None) -> tuple[int, int]:
 
 
 def _as_float(v: object, what: str) -> float:
-    """A numeric pnnx param as a float; declines on anything else (a string, a tuple)."""
-    if not isinstance(v, (int, float)):
-        raise Declined(f"{what}={v!r} is not a number")
-    return float(v)
+    """A numeric pnnx param as a float (pnnx writes inf/nan as words, kept as strings by
+    parse_value: `float` reads them); declines on anything else (a tuple, other words)."""
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            pass
+    raise Declined(f"{what}={v!r} is not a number")
 
 
 def _is_int(v: object) -> TypeGuard[int]:
