@@ -18,6 +18,7 @@ possessive repeats, which keep no per-element state.
 from __future__ import annotations
 
 import re
+from typing import Iterator
 
 from .._gc import paused_gc
 from ..errors import ParamSyntaxError
@@ -248,6 +249,7 @@ class _Reader:
         lines = self.lines
         start = i
         toks: list[tuple[str, int, int, int]] = []  # text, line, start col, end col
+        pos_line: Iterator[re.Match[str]] | None = None
 
         def take(count: int, what: str) -> None:
             nonlocal i, pos_line
@@ -264,7 +266,6 @@ class _Reader:
                     continue
                 toks.append((m.group(0), i, m.start(), m.end()))
 
-        pos_line = None
         take(4, "type, name and blob counts")
         typ, name = toks[0][0], toks[1][0]
         for (tok, li, c, _), what in zip(toks[:2], ("layer type", "layer name")):

@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import PassRefused
 from ..graph import Graph
 from ..layer import Layer
-from ..values import Kind
+from ..values import Kind, Value
 from . import _traced
 from .base import TRACED_LEN, Change, FixInput, Pass, PassResult, RepairContext, Skip, register
 
@@ -56,15 +56,29 @@ class _Site:
         return f"{self.layer.name}:{self.pid}" + ("" if self.index is None else f"[{self.index}]")
 
 
-def _ints(layer: Layer, pid: int) -> list[int] | None:
-    v = layer.params.value(pid)
-    if v is None:
-        return None
-    if v.kind is Kind.INT:
+# a planned rewrite: the site, its new value, how it was derived
+Plan = tuple[_Site, int, str]
+
+
+def _int_list(v: Value) -> list[int] | None:
+    """An int or int-array value as a list of ints; None for any other kind."""
+    if v.kind is Kind.INT and isinstance(v.value, int):
         return [v.value]
-    if v.kind is Kind.INTS:
+    if v.kind is Kind.INTS and isinstance(v.value, tuple):
         return list(v.value)
     return None
+
+
+def _ints(layer: Layer, pid: int) -> list[int] | None:
+    v = layer.params.value(pid)
+    return None if v is None else _int_list(v)
+
+
+def _crop_index(layer: Layer, s: _Site) -> int:
+    """The element of Crop's starts/ends array a site changes (9=/10= are arrays)."""
+    if s.index is None:
+        raise PassRefused(f"{layer.name}: Crop param {s.pid} is a scalar, not an array")
+    return s.index
 
 
 @register
@@ -142,9 +156,10 @@ class Dynamize(Pass):
         self.spec = spec  # one static trace, its length a symbol (dynamize_shapes.py)
         self.reference = reference  # (input shapes, output shapes, path) at another length
         self.T = traced_len
-        self.pair_path = None
-        self._pair_loader = pair if callable(pair) and not isinstance(pair, Graph) else None
-        if self._pair_loader is not None:
+        self.pair_path: str | os.PathLike | None = None
+        self._pair_loader: Callable[[], Graph] | None = None
+        if callable(pair) and not isinstance(pair, Graph):
+            self._pair_loader = pair
             pair = None
         if pair is not None and not isinstance(pair, Graph):
             from ..io import load
@@ -158,8 +173,8 @@ class Dynamize(Pass):
         self.layer_filter: dict[str, set[int] | None] | None = None
         if layers:
             self.layer_filter = {}
-            for spec in layers:
-                name, _, pid = spec.partition(":")
+            for selector in layers:
+                name, _, pid = selector.partition(":")
                 if pid:
                     self.layer_filter.setdefault(name, set())
                     cur = self.layer_filter[name]
@@ -194,6 +209,7 @@ class Dynamize(Pass):
     # ------------------------------------------------------------------ candidate sites
     def _sites_traced_len(self, g: Graph) -> tuple[list[_Site], list[Skip]]:
         T = self.T
+        assert T is not None  # run only with a traced length (--traced-len)
         sites: list[_Site] = []
         notes: list[Skip] = []
         for layer in g:
@@ -218,8 +234,8 @@ class Dynamize(Pass):
                         sites.append(_Site(layer, 10, i, v))
             elif t in ("MemoryData", "Slice"):
                 for pid, v in layer.params.items():
-                    vals = v if isinstance(v, list) else [v]
-                    if any(isinstance(x, int) and x == T for x in vals) and \
+                    items = v if isinstance(v, list) else [v]
+                    if any(isinstance(x, int) and x == T for x in items) and \
                             self._selected(layer, pid):
                         sites.append(_Site(layer, pid, None, T))
         return sites, notes
@@ -248,13 +264,15 @@ class Dynamize(Pass):
                         va.kind not in (Kind.INT, Kind.INTS):
                     raise PassRefused(f"--pair: {la.name} param {pid} differs in a way no "
                                       f"length fit covers ({_show(va)} vs {_show(vb)})")
+                xa, xb = _int_list(va), _int_list(vb)
+                assert xa is not None and xb is not None  # both int or int[] (checked above)
                 if va.kind is Kind.INT:
-                    sites.append(_Site(la, pid, None, va.value, vb.value))
+                    sites.append(_Site(la, pid, None, xa[0], xb[0]))
                 else:
-                    if len(va.value) != len(vb.value):
+                    if len(xa) != len(xb):
                         raise PassRefused(f"--pair: {la.name} param {pid} has "
-                                          f"{len(va.value)} vs {len(vb.value)} elements")
-                    for i, (x, y) in enumerate(zip(va.value, vb.value)):
+                                          f"{len(xa)} vs {len(xb)} elements")
+                    for i, (x, y) in enumerate(zip(xa, xb)):
                         if x != y:
                             sites.append(_Site(la, pid, i, x, y))
         return sites
@@ -294,7 +312,8 @@ class Dynamize(Pass):
                 continue
             dims = op.ints("dims") or op.ints("dim") or []
             starts = op.ints("starts") or op.ints("start") or [0] * len(dims)
-            ends = op.ints("ends") or op.ints("end") or [None] * len(dims)
+            given_ends = op.ints("ends") or op.ints("end")
+            ends: list[int | None] = list(given_ends) if given_ends else [None] * len(dims)
             for d, s, e in zip(dims, starts, ends):
                 d = d % len(shape)
                 L = shape[d]
@@ -406,7 +425,7 @@ class Dynamize(Pass):
         if not sites:
             result.notes.append("no length-derived value found")
             return result
-        plan: list[tuple[_Site, object, str]] = []  # site, new value, how
+        plan: list[Plan | None] = []
         by_layer: dict[int, list[_Site]] = {}
         for s in sites:
             by_layer.setdefault(s.layer.id, []).append(s)
@@ -460,18 +479,18 @@ class Dynamize(Pass):
                 s = ss[0]
                 raise PassRefused(f"{layer.name}: {t} param {s.pid} holds a length-derived value "
                                   f"({s.value}) and dynamize has no rule for {t}")
-        plan = [p for p in plan if p is not None]
+        planned = [p for p in plan if p is not None]
         for layer in tables:
             self._apply_table(g, layer, by_layer[layer.id], result)
         if tables:
             g.insert_splits()  # the Crops read a blob other layers read too
-        for s, new, how in plan:
+        for s, new, how in planned:
             self._apply(s, new)
             what = f"{s.pid}" + ("" if s.index is None else f"[{s.index}]")
             extra = f", {self._fit(s.value, s.other)}" if s.other is not None else ""
             result.changes.append(Change(s.layer.name, f"{what} ({how}{extra})", s.value, new,
                                          s.layer.source_line))
-        result.modified = bool(plan) or bool(tables)
+        result.modified = bool(planned) or bool(tables)
         return result
 
     # ------------------------------------------------------------------ position tables
@@ -489,6 +508,7 @@ class Dynamize(Pass):
                 or not len(other.weights):
             return "the weights of both exports are needed to compare the tables (--bin)"
         s = ss[0]
+        assert s.other is not None  # checked above
         if s.other <= s.value:
             return "the paired table is not longer"
         dims = [RESHAPE_DIMS[p] for p in (2, 11, 1, 0) if layer.params.get(p, 0) not in (0, -233)]
@@ -565,20 +585,22 @@ class Dynamize(Pass):
             if self.T2 is None:
                 self.T2 = t2
 
-    def _crop_plan(self, layer: Layer, s: _Site, length_axis: int | None):
+    def _crop_plan(self, layer: Layer, s: _Site, length_axis: int | None) -> Plan | None:
         label = "end" if s.pid == 10 else "start"
         if s.value in (-233,) or (s.value < 0 and s.other is None):
             return None
+        index = _crop_index(layer, s)
         starts, ends = _ints(layer, 9) or [], _ints(layer, 10) or []
-        st = starts[s.index] if s.index < len(starts) else None
-        en = ends[s.index] if s.index < len(ends) else None
+        st = starts[index] if index < len(starts) else None
+        en = ends[index] if index < len(ends) else None
         d, L = self._extent(self.traced, layer, st, en, label)
         if self.pair is not None:
             p = self.pair.layer(layer.name)
             starts2, ends2 = _ints(p, 9) or [], _ints(p, 10) or []
-            st2 = starts2[s.index] if s.index < len(starts2) else None
-            en2 = ends2[s.index] if s.index < len(ends2) else None
+            st2 = starts2[index] if index < len(starts2) else None
+            en2 = ends2[index] if index < len(ends2) else None
             d2, L2 = self._extent(self.pair_traced, p, st2, en2, label)
+            assert s.other is not None  # every --pair site has the paired value
             r1, r2 = s.value - L, s.other - L2
             if r1 != r2:
                 raise PassRefused(f"{layer.name}: the Crop {label} moves from {s.value} to "
@@ -590,12 +612,12 @@ class Dynamize(Pass):
             r1 = s.value - L
         return _crop_from_end(layer, s, label, r1, L)
 
-    def _crop_plan_shapes(self, g: Graph, layer: Layer, s: _Site):
+    def _crop_plan_shapes(self, g: Graph, layer: Layer, s: _Site) -> Plan | None:
         """The Crop rewrite when the traced extent comes from `--inputshape` (no pnnx IR)."""
         label = "end" if s.pid == 10 else "start"
         if s.value < 0:
             return None
-        L, follows = self._shape_extent(g, layer, s.index, label)
+        L, follows = self._shape_extent(g, layer, _crop_index(layer, s), label)
         if not follows:
             return None  # a crop on an axis that does not carry the length
         r1 = s.value - L
@@ -606,7 +628,8 @@ class Dynamize(Pass):
         if s.index is None:
             layer.set(s.pid, new)
         else:
-            vals = list(layer.params.get(s.pid))
+            vals = layer.params.get_ints(s.pid)
+            assert vals is not None  # an indexed site is an element of an int array
             vals[s.index] = new
             layer.set(s.pid, vals)
 
@@ -624,7 +647,7 @@ def _show(v) -> str:
     return "absent" if v is None else f"{v.kind.value} {v.python!r}"
 
 
-def _crop_from_end(layer: Layer, s: "_Site", label: str, r1: int, extent: int):
+def _crop_from_end(layer: Layer, s: "_Site", label: str, r1: int, extent: int) -> Plan:
     """The Crop rewrite for a bound `r1` elements from its input's end (`extent` long):
     -233 (to the end) at 0, the negative offset otherwise; beyond the end or an empty
     start is refused."""

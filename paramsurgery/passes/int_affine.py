@@ -23,10 +23,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Callable, Union
+from typing import TYPE_CHECKING, Callable, Union
 
 from ..graph import Graph
 from ..layer import Layer
+
+if TYPE_CHECKING:
+    from ..formats.pnnx_param import PnnxGraph
 
 Symbol = tuple  # ("size", blob, dim, traced shape) | ("const", layer name)
 
@@ -165,9 +168,9 @@ def evaluate(text: str, arg: Callable[[int], Value | tuple],
     pending: str | None = None
     for tok in _tokens(text):
         if tok == "(" or tok == "[":
-            fns.append(pending if tok == "(" else "[")
             if tok == "(" and pending is None:
                 raise NotAffine(f"malformed expression {text!r}")
+            fns.append(pending if tok == "(" and pending is not None else "[")
             pending = None
             stack.append([])
         elif tok == ")" or tok == "]":
@@ -210,7 +213,7 @@ class ShapeArith:
     """Evaluates blobs computed by shape arithmetic in one graph, with pnnx's traced ops."""
 
     g: Graph
-    pnnx: object  # formats.pnnx_param.PnnxGraph
+    pnnx: PnnxGraph
     _ops: dict = field(default_factory=dict)
     reader: dict = field(default_factory=dict)  # size symbol -> the blob an Expression read
 

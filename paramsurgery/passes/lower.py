@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence, TypeGuard
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from ..values import FLT_MAX
 from .base import TRACED_LEN, Change, Pass, PassResult, RepairContext, Skip, register
 from ._traced import Op, op_named
 from .match import NoMatch
+
+if TYPE_CHECKING:
+    from ..formats.pnnx_param import PnnxGraph
 
 # ncnn BinaryOp 0= / UnaryOp 0= op types (src/layer/binaryop.h, unaryop.h)
 ADD, SUB, MUL, DIV, MAX, MIN = 0, 1, 2, 3, 4, 5
@@ -72,7 +75,7 @@ class Site:
 
     g: Graph
     layer: Layer
-    pnnx: object | None  # PnnxGraph
+    pnnx: PnnxGraph | None
     traced_path: str | None
     steps: list[Step] = field(default_factory=list)
     shared: dict = field(default_factory=dict)  # one run's analyses and facts, by rule modules
@@ -85,10 +88,14 @@ class Site:
 
     def op(self) -> "Op":
         """pnnx's op for this layer (pnnx keeps a leftover's name in the ncnn graph)."""
+        return op_named(self.traced().ops, self.layer, self.traced_path)
+
+    def traced(self) -> PnnxGraph:
+        """pnnx's graph (X.pnnx.param); declines when it was not given."""
         if self.pnnx is None:
             raise Declined("needs pnnx's traced op (X.pnnx.param; --pnnx): pnnx drops a "
                            "leftover's arguments and shapes from the ncnn graph")
-        return op_named(self.pnnx.ops, self.layer, self.traced_path)
+        return self.pnnx
 
     def param(self, key: str, default: object = None) -> object:
         return self.op().param(key, default)
@@ -128,13 +135,20 @@ class Site:
         op = self.op()
         if slot >= len(op.inputs):
             return None
-        operand = self.pnnx.operand(op.inputs[slot])
+        operand = self.traced().operand(op.inputs[slot])
         return operand.shape if operand is not None else None
+
+    def known_shape(self, slot: int) -> tuple:
+        """The traced shape of bottom `slot`; declines when pnnx recorded none."""
+        shape = self.shape(slot)
+        if shape is None:
+            raise Declined("pnnx recorded no shape for the operand")
+        return shape
 
     def same_shape(self, *slots: int) -> None:
         """Element-wise only: every listed operand has the same traced shape."""
-        shapes = [self.shape(s) for s in slots]
-        if any(s is None for s in shapes):
+        shapes = [shape for shape in (self.shape(s) for s in slots) if shape is not None]
+        if len(shapes) != len(slots):
             raise Declined("pnnx recorded no shape for an operand")
         if len(set(shapes)) != 1:
             txt = ", ".join("(" + ",".join("?" if d is None else str(d) for d in s) + ")"
@@ -177,6 +191,23 @@ def checked_dim(dim: object, shape: tuple | None) -> tuple[int, int]:
     if not -rank <= dim < rank:
         raise Declined(f"dim {dim} out of range for rank {rank}")
     return dim % rank, rank
+
+
+def _as_float(v: object, what: str) -> float:
+    """A numeric pnnx param as a float (pnnx writes inf/nan as words, kept as strings by
+    parse_value: `float` reads them); declines on anything else (a tuple, other words)."""
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            pass
+    raise Declined(f"{what}={v!r} is not a number")
+
+
+def _is_int(v: object) -> TypeGuard[int]:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 @dataclass(frozen=True)
@@ -261,7 +292,7 @@ def lerp(s: Site) -> str:
     d = s.binary(SUB, s.input(1), s.input(0))
     if abs(w) < 0.5:
         return s.binary(ADD, s.input(0), s.binary(MUL, d, scalar=w))
-    return s.binary(SUB, s.input(1), s.binary(MUL, d, scalar=np.float32(1) - np.float32(w)))
+    return s.binary(SUB, s.input(1), s.binary(MUL, d, scalar=float(np.float32(1) - np.float32(w))))
 
 
 # frac(x) = x - trunc(x)     (ATen: self - std::trunc(self))
@@ -302,11 +333,11 @@ def clamp(s: Site) -> str:
     if "min" in slot:
         x = s.binary(MAX, x, s.input(slot["min"]))
     elif lo is not None:
-        x = s.emit("Clip", [x], {0: float(lo), 1: FLT_MAX}, "clip")
+        x = s.emit("Clip", [x], {0: _as_float(lo, "min"), 1: FLT_MAX}, "clip")
     if "max" in slot:
         x = s.binary(MIN, x, s.input(slot["max"]))
     elif hi is not None:
-        x = s.emit("Clip", [x], {0: -FLT_MAX, 1: float(hi)}, "clip")
+        x = s.emit("Clip", [x], {0: -FLT_MAX, 1: _as_float(hi, "max")}, "clip")
     if not s.steps:
         raise Declined("clamp without bounds")
     return x
@@ -339,7 +370,8 @@ def rrelu(s: Site) -> str:
     if s.param("training", False) is not False:
         raise Declined("training=True: the slope is random")
     lower, upper = s.param("lower", 1.0 / 8), s.param("upper", 1.0 / 3)
-    return s.emit("ReLU", [s.input(0)], {0: (float(lower) + float(upper)) / 2}, "relu")
+    slope = (_as_float(lower, "lower") + _as_float(upper, "upper")) / 2
+    return s.emit("ReLU", [s.input(0)], {0: slope}, "relu")
 
 
 # softmin(x, dim) = softmax(-x, dim)     (torch.nn.functional.softmin)
@@ -357,11 +389,11 @@ def narrow(s: Site) -> str:
         raise Declined("start or length is computed at run time (an extra bottom): Crop "
                        "needs them as numbers")
     start, length = s.param("start"), s.param("length")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, length)):
+    if not (_is_int(start) and _is_int(length)):
         raise Declined(f"start={start!r} length={length!r} are not static ints")
     axis = s.axis(s.param("dim"))
     if start < 0:
-        size = s.shape(0)[axis]
+        size = s.known_shape(0)[axis]
         if size is None:
             raise Declined("negative start on a dynamic dim")
         start += size
@@ -374,8 +406,8 @@ def narrow(s: Site) -> str:
 @rule("aten::mT", doc="Permute 0=1 (swap the two innermost dims)")
 def mT(s: Site) -> str:
     s.axis(-2)  # declines when dim -2 is dim 0 (rank 2: possibly pnnx's batch axis)
-    if len(s.shape(0)) > 5:
-        raise Declined(f"rank {len(s.shape(0))}: ncnn blobs have at most 4 dims")
+    if len(s.known_shape(0)) > 5:
+        raise Declined(f"rank {len(s.known_shape(0))}: ncnn blobs have at most 4 dims")
     return s.emit("Permute", [s.input(0)], {0: 1}, "permute")
 
 

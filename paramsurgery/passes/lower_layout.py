@@ -49,6 +49,7 @@ def _has_batch_reshape(g: Graph) -> bool:
 def ncnn_axis(s: Site, dim: object, shape: tuple | None) -> int:
     """torch dim `dim` of a blob with traced `shape` → an ncnn axis (see the module doc)."""
     d, rank = checked_dim(dim, shape)
+    assert shape is not None  # checked_dim declined otherwise
     ones = [i for i, n in enumerate(shape) if n == 1]
     if d in ones:
         raise Declined(f"dim {d} has traced size 1 and may be pnnx's batch axis (ncnn's n), "
@@ -84,6 +85,7 @@ def _bounds(start: object, end: object, size: int | None, what: str) -> tuple[in
         start = start + size if start < 0 else start
         end = end + size if end is not None and end < 0 else end
     if size is not None:
+        assert end is not None  # a missing end became `size` above
         start, end = min(start, size), min(end, size)
     if end is not None and end < start:
         end = start
@@ -110,7 +112,8 @@ def tensor_slice(s: Site) -> str:
     if "dims" in op.params:
         dims, starts, ends = op.param("dims"), op.param("starts"), op.param("ends")
         steps, selects = op.param("steps"), op.param("selects", None)
-        if not all(isinstance(v, tuple) for v in (dims, starts, ends, steps)):
+        if not (isinstance(dims, tuple) and isinstance(starts, tuple) and
+                isinstance(ends, tuple) and isinstance(steps, tuple)):
             raise Declined(f"dims/starts/ends/steps are not static tuples ({op.params})")
         selects = selects if isinstance(selects, tuple) else (INT_MAX,) * len(dims)
     else:
@@ -120,6 +123,7 @@ def tensor_slice(s: Site) -> str:
     squeeze: list[int] = []
     for d, st, en, sp, sel in zip(dims, starts, ends, steps, selects):
         axis = ncnn_axis(s, d, shape)
+        assert shape is not None and isinstance(d, int)  # ncnn_axis declined otherwise
         size = shape[d]
         what = f"dim {d}"
         if sel != INT_MAX:
@@ -162,6 +166,7 @@ def slice_copy(s: Site) -> str:
     shape, src_shape = s.shape(i_self), s.shape(i_src)
     dim = op.param("dim")
     axis = ncnn_axis(s, dim, shape)
+    assert shape is not None and isinstance(dim, int)  # ncnn_axis declined otherwise
     d = dim % len(shape)
     step = op.param("step", 1)
     if not isinstance(step, int) or step < 1:
@@ -170,6 +175,7 @@ def slice_copy(s: Site) -> str:
     if step == 1 and end is None:
         raise Declined("assigns to the end of a dynamic dim (the source extent is not static)")
     pos = list(_positions(start, end, step, "the slice"))
+    assert end is not None  # _positions declined otherwise
     expect = list(shape)
     expect[d] = len(pos)
     if src_shape is None or len(src_shape) != len(shape) or any(
@@ -244,7 +250,7 @@ def pad(s: Site) -> str:
 def _computed_pads(s: Site) -> list[int]:
     if len(s.layer.inputs) != 2:
         raise Declined("pnnx recorded no pad= and the layer has no pad bottom")
-    arith = ShapeArith(s.g, s.pnnx)
+    arith = ShapeArith(s.g, s.traced())
     try:
         value = arith.value(s.layer.inputs[1])
     except NotAffine as exc:

@@ -349,7 +349,7 @@ def _shape_and_sizes(s: Site, what: str) -> tuple[tuple, list]:
     if len(s.layer.inputs) != 2:
         raise Declined(f"pnnx recorded no static {what} and the layer has no {what} bottom")
     try:
-        value = ShapeArith(s.g, s.pnnx).value(s.layer.inputs[1])
+        value = ShapeArith(s.g, s.traced()).value(s.layer.inputs[1])
     except NotAffine as exc:
         raise Declined(f"the {what} are not exact shape arithmetic: {exc}") from None
     forms = value if isinstance(value, list) else [value]
@@ -441,7 +441,7 @@ def repeat(s: Site) -> str:
     if len(f.coefs) != 1 or f.const != 0 or f.coefs[0][1] != 1 or f.coefs[0][0][0] != "size":
         raise Declined(f"the count {f} is not the extent of one dim")
     sym = f.coefs[0][0]
-    arith = ShapeArith(s.g, s.pnnx)
+    arith = ShapeArith(s.g, s.traced())
     arith.value(s.layer.inputs[1])  # fills arith.reader: the blob each size() read
     ref = arith.reader.get(sym)
     if ref is None:

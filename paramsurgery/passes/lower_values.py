@@ -59,7 +59,7 @@ def arange(s: Site) -> str:
     if len(s.layer.inputs) != 1:
         raise Declined(f"{len(s.layer.inputs)} computed bottoms (only a computed end is "
                        f"lowered)")
-    arith = ShapeArith(s.g, s.pnnx)
+    arith = ShapeArith(s.g, s.traced())
     try:
         end = arith.value(s.layer.inputs[0])
     except NotAffine as exc:
@@ -95,9 +95,11 @@ def _needs_weights(s: Site) -> None:
 def int_cast(s: Site) -> str:
     op = s.op()
     src = op.arg_names.get("input") or (op.inputs[0] if op.inputs else None)
-    din = s.pnnx.operand(src).dtype if src and s.pnnx.operand(src) else None
-    dout = s.pnnx.operand(op.outputs[0]).dtype if op.outputs and \
-        s.pnnx.operand(op.outputs[0]) else None
+    traced = s.traced()
+    src_operand = traced.operand(src) if src else None
+    out_operand = traced.operand(op.outputs[0]) if op.outputs else None
+    din = src_operand.dtype if src_operand else None
+    dout = out_operand.dtype if out_operand else None
     if din is None or dout is None:
         raise Declined("pnnx recorded no dtype for its input or output")
     if din in _FLOATS and dout in _INTS:
