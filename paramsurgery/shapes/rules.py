@@ -39,6 +39,13 @@ def first_input_known(fn: Rule) -> Rule:
     return infer
 
 
+def _first(ins: Shapes) -> Shape:
+    """The first bottom's shape in a rule under `first_input_known` (never None there)."""
+    x = ins[0]
+    assert x is not None, "rule not under first_input_known"
+    return x
+
+
 def _i(layer: Layer, pid: int, default: int) -> int:
     v = layer.params.get(pid, default)
     return v if isinstance(v, int) else default
@@ -506,24 +513,25 @@ def _expand_for_binary(a: Shape, other: Shape, n: int) -> Shape | None:
 # --------------------------------------------------------------------------- layout
 @rule("Concat")
 def _concat(layer: Layer, ins: Shapes):
-    if any(s is None for s in ins) or not ins:
+    known = [s for s in ins if s is not None]
+    if len(known) != len(ins) or not known:
         return None
-    rank = len(ins[0])
-    if any(len(s) != rank for s in ins):
+    rank = len(known[0])
+    if any(len(s) != rank for s in known):
         return None
     axis = _axis(layer, 0, rank)
     if axis is None:
         return None
     total: MaybeDim = 0
-    for s in ins:
+    for s in known:
         total = add(total, s[axis])
-    return [_replaced(ins[0], axis, total)]
+    return [_replaced(known[0], axis, total)]
 
 
 @rule("Slice")
 @first_input_known
 def _slice(layer: Layer, ins: Shapes):
-    x = ins[0]
+    x = _first(ins)
     rank = len(x)
     axis = _axis(layer, 1, rank)
     if axis is None:
@@ -563,7 +571,7 @@ def _slice(layer: Layer, ins: Shapes):
 @rule("Crop")
 @first_input_known
 def _crop(layer: Layer, ins: Shapes):
-    x = ins[0]
+    x = _first(ins)
     p = layer.params
     if p.get(19) is not None or p.get(20) is not None:
         return None  # expression crops: not modelled
@@ -601,9 +609,8 @@ def _crop(layer: Layer, ins: Shapes):
         if ref is None or rank > 4:
             return None
         r = _ncnn_axes(ref)
-        names = AXIS_NAMES[rank]
         return [tuple((r[nm] if (nm != "c" or len(ref) == rank) else x[ax])
-                      for ax, nm in enumerate(names))]
+                      for ax, nm in enumerate(AXIS_NAMES[rank]))]
     names = AXIS_NAMES.get(rank)
     if names is None:
         return None
@@ -625,14 +632,14 @@ def _crop(layer: Layer, ins: Shapes):
 @rule("Flatten")
 @first_input_known
 def _flatten(layer: Layer, ins: Shapes):
-    x = ins[0]
+    x = _first(ins)
     return [(product(x),)]
 
 
 @rule("Reshape")
 @first_input_known
 def _reshape(layer: Layer, ins: Shapes):
-    x = ins[0]
+    x = _first(ins)
     p = layer.params
     if p.get(6) not in (None, ""):
         from .exprs import eval_shape_expr
@@ -689,7 +696,7 @@ _PERM3 = ["whc", "hwc", "wch", "cwh", "hcw", "chw"]  # ncnn Permute order_type â
 def _perm4() -> list[str]:
     out = []
     for last, rest in (("c", "whd"), ("d", "whc"), ("h", "wdc"), ("w", "hdc")):
-        a, b, c = rest
+        a, b, c = tuple(rest)
         for p in (a + b + c, b + a + c, a + c + b, c + a + b, b + c + a, c + b + a):
             out.append(p + last)
     return out
@@ -701,7 +708,7 @@ _PERM4 = _perm4()
 @rule("Permute")
 @first_input_known
 def _permute(layer: Layer, ins: Shapes):
-    x = ins[0]
+    x = _first(ins)
     t = _i(layer, 0, 0)
     if len(x) == 1:
         return [x]
@@ -722,7 +729,7 @@ def _permute(layer: Layer, ins: Shapes):
 @rule("ExpandDims")
 @first_input_known
 def _expanddims(layer: Layer, ins: Shapes):
-    x = ins[0]
+    x = _first(ins)
     axes = _ints(layer, 3)
     if not axes:
         return [x]  # ncnn reads only the axes (3=): none given, nothing is added
@@ -739,7 +746,7 @@ def _expanddims(layer: Layer, ins: Shapes):
 @rule("Squeeze")
 @first_input_known
 def _squeeze(layer: Layer, ins: Shapes):
-    x = ins[0]
+    x = _first(ins)
     axes = _ints(layer, 3)
     rank = len(x)
     if axes:
@@ -763,7 +770,7 @@ def _squeeze(layer: Layer, ins: Shapes):
 @rule("Tile")
 @first_input_known
 def _tile(layer: Layer, ins: Shapes):
-    x = ins[0]
+    x = _first(ins)
     reps = _ints(layer, 2)
     if reps:
         n = max(len(x), len(reps))
@@ -781,7 +788,7 @@ def _tile(layer: Layer, ins: Shapes):
 @rule("Reduction")
 @first_input_known
 def _reduction(layer: Layer, ins: Shapes):
-    x = ins[0]
+    x = _first(ins)
     rank = len(x)
     keep = _i(layer, 4, 0)
     if _i(layer, 1, 1):
