@@ -342,9 +342,12 @@ class ShapeDynamize:
         return hits[0] if len(hits) == 1 else None
 
     def _readers(self, g: Graph, layer: Layer) -> list[tuple[Layer, int]]:
-        work, out = [layer.outputs[0]], []
+        work, out, seen = [layer.outputs[0]], [], set()
         while work:
             blob = work.pop()
+            if blob in seen:  # a Split reading its own output: stop, do not loop
+                continue
+            seen.add(blob)
             for c in g.consumer_layers(blob):
                 if c.type == "Split":
                     work.extend(c.outputs)

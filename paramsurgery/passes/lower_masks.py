@@ -132,10 +132,13 @@ def integral(s: Site, blob: str) -> str | None:
     if "ops_by_name" not in s.shared:  # once per run, not per comparison
         s.shared["ops_by_name"] = {op.name: op for op in getattr(s.pnnx, "ops", ())}
     ops = s.shared["ops_by_name"]
+    # blobs an earlier walk of this run proved integral: comparisons sharing ancestors do
+    # not walk them again (a refusal is not kept: rewrites may still prove it later)
+    proven: set[str] = s.shared.setdefault("integral_blobs", set())
     work, seen = [blob], set()
     while work:
         b = work.pop()
-        if b in seen:
+        if b in seen or b in proven:
             continue
         seen.add(b)
         if b in facts(s):
@@ -190,6 +193,7 @@ def integral(s: Site, blob: str) -> str | None:
             work.extend(prod.inputs[:1])
         else:
             return f"{b!r} is computed by {t} {prod.name!r}"
+    proven |= seen
     return None
 
 
