@@ -69,7 +69,8 @@ def _int_list(v: Value) -> list[int] | None:
     return None
 
 
-def _ints(layer: Layer, pid: int) -> list[int] | None:
+def int_params(layer: Layer, pid: int) -> list[int] | None:
+    """Param `pid` as a list of ints (an int: a list of one); None when absent or not ints."""
     v = layer.params.value(pid)
     return None if v is None else _int_list(v)
 
@@ -228,7 +229,7 @@ class Dynamize(Pass):
             elif t == "Crop":
                 # one export cannot tell `x[..., s:]` from `x[..., L-r:]`: starts are taken as
                 # offsets from the beginning, positive ends as distances from the end
-                vals = _ints(layer, 10) or []
+                vals = int_params(layer, 10) or []
                 for i, v in enumerate(vals):
                     if v > 0 and self._selected(layer, 10):
                         sites.append(_Site(layer, 10, i, v))
@@ -339,7 +340,7 @@ class Dynamize(Pass):
         traced, sym = self._shapes
         blob = layer.inputs[0]
         shape, sshape = traced.shape_of(blob), sym.shape_of(blob)
-        axes = _ints(layer, 11) or list(range(len(shape or ())))
+        axes = int_params(layer, 11) or list(range(len(shape or ())))
         if shape is None or index >= len(axes):
             raise PassRefused(f"{layer.name}: the Crop's {label} is length-derived but the shape "
                               f"of its input {blob!r} is not known at --inputshape "
@@ -590,13 +591,13 @@ class Dynamize(Pass):
         if s.value in (-233,) or (s.value < 0 and s.other is None):
             return None
         index = _crop_index(layer, s)
-        starts, ends = _ints(layer, 9) or [], _ints(layer, 10) or []
+        starts, ends = int_params(layer, 9) or [], int_params(layer, 10) or []
         st = starts[index] if index < len(starts) else None
         en = ends[index] if index < len(ends) else None
         d, L = self._extent(self.traced, layer, st, en, label)
         if self.pair is not None:
             p = self.pair.layer(layer.name)
-            starts2, ends2 = _ints(p, 9) or [], _ints(p, 10) or []
+            starts2, ends2 = int_params(p, 9) or [], int_params(p, 10) or []
             st2 = starts2[index] if index < len(starts2) else None
             en2 = ends2[index] if index < len(ends2) else None
             d2, L2 = self._extent(self.pair_traced, p, st2, en2, label)

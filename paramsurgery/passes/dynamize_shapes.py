@@ -36,6 +36,7 @@ from ..shapes.affine import Affine, MaybeDim, div, evaluate, product
 from ..shapes.exprs import eval_shape_expr
 from ..shapes.rules import infer_layer
 from .base import Change, PassResult
+from .dynamize import int_params
 
 SYMBOL = "T"
 RESHAPE_DIMS = {0: "w", 1: "h", 11: "d", 2: "c"}
@@ -281,11 +282,10 @@ class ShapeDynamize:
     # ------------------------------------------------------------------ Crop
     def _crop(self, layer: Layer, ins: list) -> None:
         x = ins[0] if ins else None
-        p = layer.params
-        ends = _int_list(p.get(10))
+        ends = int_params(layer, 10)
         if x is None or not ends:
             return
-        axes = _int_list(p.get(11)) or list(range(len(x)))
+        axes = int_params(layer, 11) or list(range(len(x)))
         new_ends = list(ends)
         for i, ax in enumerate(axes):
             ax = ax + len(x) if ax < 0 else ax
@@ -447,16 +447,6 @@ def _rope_table_check(cos_l: Layer | None, sin_l: Layer | None, letter: str) -> 
               float(np.abs(np.sin(p * theta) - s).max()))
     if err > TABLE_ATOL:
         return f"its rows are not cos/sin of p·θ (max error {err:.1e})"
-    return None
-
-
-def _int_list(v: object) -> list[int] | None:
-    if v is None:
-        return None
-    if isinstance(v, int):
-        return [v]
-    if isinstance(v, (list, tuple)):
-        return [int(x) for x in v]
     return None
 
 
