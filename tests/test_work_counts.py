@@ -108,3 +108,38 @@ def test_shared_param_line_is_copied_on_edit() -> None:
     assert convs[0].params[0] == 8 and convs[1].params[0] == 16
     assert convs[1].params.tokens()[0] == "0=16" and not convs[1].params.edited
     assert "0=8" in g.dumps() and g.dumps().count("0=16") == len(convs) - 1
+
+
+def _expansions_of_cone(n: int, sinks: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Layers `cone.cone` expands for `sinks` readers of one n-layer chain (their cones
+    overlap entirely)."""
+    import networkx as nx
+
+    from paramsurgery import cone as cone_mod
+
+    lines = ["Input in 0 1 b0"] + [f"ReLU r{i} 1 1 b{i} b{i + 1}" for i in range(n)]
+    lines.append(f"Split sp 1 {sinks} b{n} " + " ".join(f"s{k}" for k in range(sinks)))
+    lines += [f"ReLU o{k} 1 1 s{k} out{k}" for k in range(sinks)]
+    g = paramsurgery.loads(f"7767517\n{len(lines)} {n + 2 * sinks + 1}\n" + "\n".join(lines) + "\n")
+    count = 0
+    bfs = nx.generic_bfs_edges
+
+    def counting_bfs(G, source, neighbors=None):  # noqa: ANN001, ANN202
+        def counted(v):  # noqa: ANN001, ANN202
+            nonlocal count
+            count += 1
+            return neighbors(v)
+        return bfs(G, source, neighbors=counted)
+
+    monkeypatch.setattr(cone_mod.nx, "generic_bfs_edges", counting_bfs)
+    sink_ids = [g.layer(f"o{k}").id for k in range(sinks)]
+    assert len(cone_mod.cone(g, sink_ids)) == n + 2 + sinks
+    # the same cut kept within every layer (reduce's form of the cut)
+    assert len(cone_mod.cone(g, sink_ids, within=[layer.id for layer in g])) == n + 2 + sinks
+    return count
+
+
+def test_cone_expands_each_layer_once_across_overlapping_sinks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # one search per sink over the shared chain would grow with sinks x n
+    assert _expansions_of_cone(400, 40, monkeypatch) <= 2 * (400 + 2 * 40 + 2)
