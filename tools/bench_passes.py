@@ -1,23 +1,38 @@
 #!/usr/bin/env python3
 """Per-pass scaling: each pass run on graphs built to give it N and 10N sites (the layers it
-rewrites), in one run; reported: CPU seconds at each size (the best of --repeat rounds; in
-a round the sizes are interleaved and a smaller size's sample is the mean of 10N/N runs, so
-every sample lasts about as long under the same machine load) and t(10N)/t(N). Linear
-passes give ~10; a per-site walk that rescans the graph gives ~100. `shapes (static)` is the
-shape analysis' static path (`infer_shapes`, symbolic inputs) on the decoder.
+rewrites), in one run; reported: CPU seconds at each size and t(10N)/t(N). Linear passes give
+~10; a per-site walk that rescans the graph gives ~100. `shapes (static)` is the shape
+analysis' static path (`infer_shapes`, symbolic inputs) on the decoder.
 
     python tools/bench_passes.py [--sites 1000,10000] [--repeat 3] [--only add-kvcache,...]
+                                 [--profile]
 
-Each case builds its graph from a site template repeated N times (tools/bench_graphs.py for
-the decoder); a pass is timed as a user calls it (`Pass()(g)`: copy, requires, run,
-ensures), with the graph's load outside the timing. Goal (issue 15): t(10N)/t(N) <= 11.
+Every sample is the first run of the pass on its graph in a fresh process, at every size, as
+a user's command runs once: the child builds the graph (outside the timing), pays the imports
+and first calls on a 10-site graph, then times one `Pass()(g)` (copy, requires, run,
+ensures). Reported is the best sample per size; `--repeat` rounds interleave the sizes (each
+sees the same machine load) and a round samples a smaller size in `min(5, 10N/n)` processes,
+its short samples being the noisier. (A sample of a smaller size was once the mean of 10N/n
+runs in one process that also held the larger graph: its later runs found the heap grown and
+its pages faulted in by the earlier ones, which the larger size's single run did not.)
+Also reported: the cyclic collector's collections during the timed run at each size (`gc`:
+generation 0/1/2 counts; passes pause the collector, so a count is one the pause missed).
+`--profile`: one profiled sample per size instead, printing for the functions costing most
+at 10N their own time at both sizes and its ratio (a superlinear function shows > 11).
+Goal (issue 15): t(10N)/t(N) <= 11.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import gc
+import json
 import os
+import pstats
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -161,28 +176,91 @@ def cases() -> dict[str, tuple[Callable[[int], Graph], Callable[[Graph, int], An
     }
 
 
-def bench(name: str, sizes: list[int], repeat: int) -> dict:
-    """Rounds with the sizes interleaved (each sees the same machine load); a sample of a
-    smaller size is the mean of `largest / n` runs, so samples of every size last about as
-    long; the best sample of the rounds per size."""
+WARMUP_SITES = 10  # the graph a child runs its pass on first (imports, first calls)
+PROFILE_TOP = 25  # functions listed per pass by --profile
+
+
+def child_main(name: str, n: int, profile_out: str | None) -> int:
+    """One sample: the pass's first run on its n-site graph in this fresh process; prints
+    the CPU seconds, the layer count and the collector's collections as JSON."""
     build, make = cases()[name]
+    warm = build(WARMUP_SITES)
+    make(warm, WARMUP_SITES)(warm)
+    del warm
+    g = build(n)
+    p = make(g, n)
+    collections = [0, 0, 0]
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections[info["generation"]] += 1
+
+    gc.callbacks.append(count)
+    if profile_out:
+        prof = cProfile.Profile()
+        t0 = time.process_time()
+        res = prof.runcall(p, g)
+        dt = time.process_time() - t0
+        prof.dump_stats(profile_out)
+    else:
+        t0 = time.process_time()
+        res = p(g)
+        dt = time.process_time() - t0
+    gc.callbacks.remove(count)
+    assert res.modified, f"{name} changed nothing at {n} sites"
+    print(json.dumps({"t": dt, "layers": len(g), "gc": collections}))
+    return 0
+
+
+def child_run(name: str, n: int, profile_out: str | None = None) -> dict:
+    cmd = [sys.executable, __file__, "--child", f"{name}:{n}"]
+    if profile_out:
+        cmd += ["--profile-out", profile_out]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+def bench(name: str, sizes: list[int], repeat: int) -> dict:
+    """Rounds with the sizes interleaved (each sees the same machine load). Every run is a
+    fresh process's first run; a sample of a smaller size is the mean of `min(10, largest /
+    n)` such runs, so samples of every size last about as long and meet the same mix of
+    quiet and busy moments (the best of many short runs would catch only the quiet ones);
+    the best sample of the rounds per size."""
     row: dict = {"pass": name}
-    graphs = {n: build(n) for n in sizes}
-    best: dict[int, float] = {}
     for _ in range(repeat):
         for n in sizes:
-            g, inner, total = graphs[n], max(1, sizes[-1] // n), 0.0
-            for _ in range(inner):
-                p = make(g, n)
-                t0 = time.process_time()
-                res = p(g)
-                total += time.process_time() - t0
-                assert res.modified, f"{name} changed nothing at {n} sites"
-            best[n] = min(best.get(n, total / inner), total / inner)
-    for n in sizes:
-        row[n] = best[n]
-        row[f"layers_{n}"] = len(graphs[n])
+            runs = [child_run(name, n) for _ in range(max(1, min(10, sizes[-1] // n)))]
+            t = sum(r["t"] for r in runs) / len(runs)
+            if n not in row or t < row[n]:
+                row[n] = t
+                row[f"gc_{n}"] = [max(r["gc"][k] for r in runs) for k in range(3)]
+            row[f"layers_{n}"] = runs[0]["layers"]
+            row[f"runs_{n}"] = len(runs)
     return row
+
+
+def profile(name: str, sizes: list[int], tmp: str) -> None:
+    """Own time and calls per function at the smallest and largest size, one profiled
+    sample each: a walk that rescans the graph shows as a calls ratio > 10, a cost per call
+    that grows with the graph (memory) as a time ratio > 10 at a calls ratio of 10."""
+    own: dict[int, dict[str, tuple[float, int]]] = {}
+    for n in (sizes[0], sizes[-1]):
+        out = str(Path(tmp) / f"{n}.prof")
+        child_run(name, n, profile_out=out)
+        stats = pstats.Stats(out).stats  # type: ignore[attr-defined]
+        own[n] = {f"{Path(k[0]).name}:{k[1]}:{k[2]}": (v[2], v[1]) for k, v in stats.items()}
+    lo, hi = own[sizes[0]], own[sizes[-1]]
+    print(f"{name}: own CPU seconds and calls per function (profiled) at {sizes[-1]} and "
+          f"{sizes[0]} sites, their ratios; the top {PROFILE_TOP} at {sizes[-1]}")
+    print(f"  {'t(' + str(sizes[-1]) + ')':>9} {'t(' + str(sizes[0]) + ')':>9} {'ratio':>7} "
+          f"{'calls':>9} {'ratio':>7}")
+    for fn in sorted(hi, key=lambda f: hi[f][0], reverse=True)[:PROFILE_TOP]:
+        (t_hi, c_hi), (t_lo, c_lo) = hi[fn], lo.get(fn, (0.0, 0))
+        ratios = (f"{t_hi / t_lo:7.1f}" if t_lo else "      -",
+                  f"{c_hi / c_lo:7.1f}" if c_lo else "      -")
+        print(f"  {t_hi:9.3f} {t_lo:9.4f} {ratios[0]} {c_hi:>9} {ratios[1]}  {fn}")
+    t_hi, t_lo = sum(v[0] for v in hi.values()), sum(v[0] for v in lo.values())
+    print(f"  {t_hi:9.3f} {t_lo:9.4f} {t_hi / t_lo:7.1f}  (all)", flush=True)
 
 
 class StaticShapes:
@@ -203,18 +281,36 @@ def main() -> int:
     ap.add_argument("--sites", default="1000,10000")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", help="comma-separated pass names")
+    ap.add_argument("--profile", action="store_true",
+                    help="own time per function at both sizes instead of the table")
+    ap.add_argument("--child", help=argparse.SUPPRESS)  # name:n, one measuring process
+    ap.add_argument("--profile-out", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        name, n = args.child.rsplit(":", 1)
+        return child_main(name, int(n), args.profile_out)
     sizes = [int(s) for s in args.sites.split(",")]
     names = args.only.split(",") if args.only else list(cases())
     lo, hi = sizes[0], sizes[-1]
+    if args.profile:
+        with tempfile.TemporaryDirectory(prefix="paramsurgery-bench-passes-") as tmp:
+            for name in names:
+                profile(name, sizes, tmp)
+        return 0
     print(f"{'pass':<20} {'layers':>9} {'t(' + str(lo) + ')':>10} {'layers':>9} "
-          f"{'t(' + str(hi) + ')':>10} {'ratio':>7}")
+          f"{'t(' + str(hi) + ')':>10} {'ratio':>7}  {'gc(' + str(lo) + ')':>9} "
+          f"{'gc(' + str(hi) + ')':>9}")
+    runs: dict[int, int] = {}
     for name in names:
         r = bench(name, sizes, args.repeat)
+        runs = {n: r[f"runs_{n}"] for n in sizes}
         print(f"{name:<20} {r['layers_' + str(lo)]:>9} {r[lo]:10.3f} {r['layers_' + str(hi)]:>9} "
-              f"{r[hi]:10.3f} {r[hi] / r[lo]:7.1f}", flush=True)
-    print(f"sites x{hi / lo:.0f}; CPU seconds: best of {args.repeat} rounds, a round's sample "
-          f"at {lo} sites the mean of {hi // lo} runs; machine: {os.cpu_count()} cpus")
+              f"{r[hi]:10.3f} {r[hi] / r[lo]:7.1f}  {'/'.join(map(str, r['gc_' + str(lo)])):>9} "
+              f"{'/'.join(map(str, r['gc_' + str(hi)])):>9}", flush=True)
+    print(f"sites x{hi / lo:.0f}; CPU seconds of a pass's first run in a fresh process, the "
+          f"best of {args.repeat} rounds of the mean of "
+          + ", ".join(f"{k} run(s) at {n} sites" for n, k in runs.items())
+          + f"; gc: the most collections of a run; machine: {os.cpu_count()} cpus")
     return 0
 
 

@@ -173,19 +173,24 @@ class Extract(Pass):
         self.outputs = _split_names(outputs) or []
 
     def __call__(self, g: Graph, *, in_place: bool = False) -> PassResult:
+        from .._gc import paused_gc
+
         # the plan is made on the caller's graph (layer ids), the edit on a copy whose ids
-        # are renumbered in file order: map through positions
-        plan = plan_extract(g, self.inputs, self.outputs)
-        pos = g.position()
-        keep_pos = {pos[i] for i in plan.keep}
-        before = g.validate()
-        work = g if in_place else g.copy()
-        self.plan = plan
-        result = self._apply(work, keep_pos, plan, len(g))
-        result.graph = work
-        result.pass_name = self.name
-        self.ensures(work, before)
-        return result
+        # are renumbered in file order: map through positions. The collector is paused as
+        # in `Pass.__call__`: the plan builds `g.nx` (a few dicts per layer) and the edit
+        # allocates per layer, and full collections would rescan the graph each time
+        with paused_gc():
+            plan = plan_extract(g, self.inputs, self.outputs)
+            pos = g.position()
+            keep_pos = {pos[i] for i in plan.keep}
+            before = g.validate()
+            work = g if in_place else g.copy()
+            self.plan = plan
+            result = self._apply(work, keep_pos, plan, len(g))
+            result.graph = work
+            result.pass_name = self.name
+            self.ensures(work, before)
+            return result
 
     def run(self, g: Graph) -> PassResult:
         """Extract in place (no copy; `__call__` works on a copy)."""
