@@ -7,14 +7,17 @@ analysis' static path (`infer_shapes`, symbolic inputs) on the decoder.
     python tools/bench_passes.py [--sites 1000,10000] [--repeat 3] [--only add-kvcache,...]
                                  [--profile]
 
-Every sample is the first run of the pass on its graph in a fresh process, at every size, as
-a user's command runs once: the child builds the graph (outside the timing), pays the imports
-and first calls on a 10-site graph, then times one `Pass()(g)` (copy, requires, run,
-ensures). Reported is the best sample per size; `--repeat` rounds interleave the sizes (each
-sees the same machine load) and a round samples a smaller size in `min(5, 10N/n)` processes,
-its short samples being the noisier. (A sample of a smaller size was once the mean of 10N/n
-runs in one process that also held the larger graph: its later runs found the heap grown and
-its pages faulted in by the earlier ones, which the larger size's single run did not.)
+Every timed run is the first run of the pass on its graph in a fresh process, at every size,
+as a user's command runs once: the child loads the graph (built once by the parent; outside
+the timing), pays the imports and first calls on a 10-site graph, then times one
+`Pass()(g)` (copy, requires, run, ensures). `--repeat` rounds interleave the sizes (each
+sees the same machine load); a sample of a smaller size is the mean of `min(5, 10N/n)` such
+runs, so samples of both sizes last about as long and meet the same mix of quiet and busy
+moments (the best of many short runs would catch only the quiet ones); reported is the best
+sample per size. (A sample of a smaller size was once the mean of 10N/n runs in one process
+that also held the larger graph: its later runs found the heap grown by the earlier ones,
+and the larger graph's objects interleaved with its own, which the larger size's single run
+did not.)
 Also reported: the cyclic collector's collections during the timed run at each size (`gc`:
 generation 0/1/2 counts; passes pause the collector, so a count is one the pause missed).
 `--profile`: one profiled sample per size instead, printing for the functions costing most
@@ -180,14 +183,24 @@ WARMUP_SITES = 10  # the graph a child runs its pass on first (imports, first ca
 PROFILE_TOP = 25  # functions listed per pass by --profile
 
 
-def child_main(name: str, n: int, profile_out: str | None) -> int:
-    """One sample: the pass's first run on its n-site graph in this fresh process; prints
-    the CPU seconds, the layer count and the collector's collections as JSON."""
+def graph_file(name: str, n: int, tmp: str) -> str:
+    """The case's n-site graph, built once and written for the children to load (a load
+    is what a user's command starts with; building in every child would cost more)."""
+    path = Path(tmp) / f"{name.replace(' ', '_')}-{n}.param"
+    if not path.exists():
+        path.write_text(cases()[name][0](n).dumps())
+    return str(path)
+
+
+def child_main(name: str, n: int, path: str, profile_out: str | None) -> int:
+    """One run: the pass's first run on its n-site graph (loaded from `path`) in this fresh
+    process; prints the CPU seconds, the layer count and the collector's collections as
+    JSON."""
     build, make = cases()[name]
     warm = build(WARMUP_SITES)
     make(warm, WARMUP_SITES)(warm)
     del warm
-    g = build(n)
+    g = paramsurgery.load(path)
     p = make(g, n)
     collections = [0, 0, 0]
 
@@ -212,24 +225,24 @@ def child_main(name: str, n: int, profile_out: str | None) -> int:
     return 0
 
 
-def child_run(name: str, n: int, profile_out: str | None = None) -> dict:
-    cmd = [sys.executable, __file__, "--child", f"{name}:{n}"]
+def child_run(name: str, n: int, tmp: str, profile_out: str | None = None) -> dict:
+    cmd = [sys.executable, __file__, "--child", f"{name}:{n}", "--graph", graph_file(name, n, tmp)]
     if profile_out:
         cmd += ["--profile-out", profile_out]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.splitlines()[-1])
 
 
-def bench(name: str, sizes: list[int], repeat: int) -> dict:
+def bench(name: str, sizes: list[int], repeat: int, tmp: str) -> dict:
     """Rounds with the sizes interleaved (each sees the same machine load). Every run is a
-    fresh process's first run; a sample of a smaller size is the mean of `min(10, largest /
+    fresh process's first run; a sample of a smaller size is the mean of `min(5, largest /
     n)` such runs, so samples of every size last about as long and meet the same mix of
     quiet and busy moments (the best of many short runs would catch only the quiet ones);
     the best sample of the rounds per size."""
     row: dict = {"pass": name}
     for _ in range(repeat):
         for n in sizes:
-            runs = [child_run(name, n) for _ in range(max(1, min(10, sizes[-1] // n)))]
+            runs = [child_run(name, n, tmp) for _ in range(max(1, min(5, sizes[-1] // n)))]
             t = sum(r["t"] for r in runs) / len(runs)
             if n not in row or t < row[n]:
                 row[n] = t
@@ -246,7 +259,7 @@ def profile(name: str, sizes: list[int], tmp: str) -> None:
     own: dict[int, dict[str, tuple[float, int]]] = {}
     for n in (sizes[0], sizes[-1]):
         out = str(Path(tmp) / f"{n}.prof")
-        child_run(name, n, profile_out=out)
+        child_run(name, n, tmp, profile_out=out)
         stats = pstats.Stats(out).stats  # type: ignore[attr-defined]
         own[n] = {f"{Path(k[0]).name}:{k[1]}:{k[2]}": (v[2], v[1]) for k, v in stats.items()}
     lo, hi = own[sizes[0]], own[sizes[-1]]
@@ -276,6 +289,24 @@ class StaticShapes:
         return SimpleNamespace(modified=len(sm.shapes) >= len(g))
 
 
+def table(names: list[str], sizes: list[int], repeat: int, tmp: str) -> None:
+    lo, hi = sizes[0], sizes[-1]
+    print(f"{'pass':<20} {'layers':>9} {'t(' + str(lo) + ')':>10} {'layers':>9} "
+          f"{'t(' + str(hi) + ')':>10} {'ratio':>7}  {'gc(' + str(lo) + ')':>9} "
+          f"{'gc(' + str(hi) + ')':>9}")
+    runs: dict[int, int] = {}
+    for name in names:
+        r = bench(name, sizes, repeat, tmp)
+        runs = {n: r[f"runs_{n}"] for n in sizes}
+        print(f"{name:<20} {r['layers_' + str(lo)]:>9} {r[lo]:10.3f} {r['layers_' + str(hi)]:>9} "
+              f"{r[hi]:10.3f} {r[hi] / r[lo]:7.1f}  {'/'.join(map(str, r['gc_' + str(lo)])):>9} "
+              f"{'/'.join(map(str, r['gc_' + str(hi)])):>9}", flush=True)
+    print(f"sites x{hi / lo:.0f}; CPU seconds of a pass's first run in a fresh process, the "
+          f"best of {repeat} rounds of the mean of "
+          + ", ".join(f"{k} run(s) at {n} sites" for n, k in runs.items())
+          + f"; gc: the most collections of a run; machine: {os.cpu_count()} cpus")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sites", default="1000,10000")
@@ -284,33 +315,20 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true",
                     help="own time per function at both sizes instead of the table")
     ap.add_argument("--child", help=argparse.SUPPRESS)  # name:n, one measuring process
+    ap.add_argument("--graph", help=argparse.SUPPRESS)  # the child's graph file
     ap.add_argument("--profile-out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         name, n = args.child.rsplit(":", 1)
-        return child_main(name, int(n), args.profile_out)
+        return child_main(name, int(n), args.graph, args.profile_out)
     sizes = [int(s) for s in args.sites.split(",")]
     names = args.only.split(",") if args.only else list(cases())
-    lo, hi = sizes[0], sizes[-1]
-    if args.profile:
-        with tempfile.TemporaryDirectory(prefix="paramsurgery-bench-passes-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="paramsurgery-bench-passes-") as tmp:
+        if args.profile:
             for name in names:
                 profile(name, sizes, tmp)
-        return 0
-    print(f"{'pass':<20} {'layers':>9} {'t(' + str(lo) + ')':>10} {'layers':>9} "
-          f"{'t(' + str(hi) + ')':>10} {'ratio':>7}  {'gc(' + str(lo) + ')':>9} "
-          f"{'gc(' + str(hi) + ')':>9}")
-    runs: dict[int, int] = {}
-    for name in names:
-        r = bench(name, sizes, args.repeat)
-        runs = {n: r[f"runs_{n}"] for n in sizes}
-        print(f"{name:<20} {r['layers_' + str(lo)]:>9} {r[lo]:10.3f} {r['layers_' + str(hi)]:>9} "
-              f"{r[hi]:10.3f} {r[hi] / r[lo]:7.1f}  {'/'.join(map(str, r['gc_' + str(lo)])):>9} "
-              f"{'/'.join(map(str, r['gc_' + str(hi)])):>9}", flush=True)
-    print(f"sites x{hi / lo:.0f}; CPU seconds of a pass's first run in a fresh process, the "
-          f"best of {args.repeat} rounds of the mean of "
-          + ", ".join(f"{k} run(s) at {n} sites" for n, k in runs.items())
-          + f"; gc: the most collections of a run; machine: {os.cpu_count()} cpus")
+            return 0
+        table(names, sizes, args.repeat, tmp)
     return 0
 
 
