@@ -196,8 +196,6 @@ def test_raw_real_speaker_encoder_thaws_the_kept_trace_length(tmp_path: Path) ->
     export's weights) and pnnx's script make `fix` rebuild the length mask as at tiny size;
     the fixed graph runs in ncnn at a length no trace used (synth weights: no reference).
     With random values in place of the kept ones the thaw is refused, naming the value."""
-    from paramsurgery.cli import main
-
     param = QWEN / "real" / "speaker_encoder.raw.ncnn.param"
     folds = kept_folds(param)
     assert {k: v.tolist() for k, v in folds.items()} == {"pnnx_fold_366": [300.0],

@@ -5,8 +5,9 @@ For each `VariantSpec` at one size:
    (`paramsurgery.repro.pnnx_export.export_with_pnnx`, exit code checked);
 2. copy `<module>.<variant>.ncnn.param` and `.pnnx.param` (both sizes) and `.ncnn.bin`
    (tiny only) into the fixture directory, and for raw exports pnnx's `X_ncnn.py` and, at
-   real size, the small constants pnnx folded from the trace (`X.folds.npz`); when pnnx fails (nonzero exit, signal) no file is
-   kept and the record holds the exit code and the stderr tail instead;
+   real size, the small constants pnnx folded from the trace (`X.folds.npz`); when pnnx
+   fails (nonzero exit, signal) no file is kept and the record holds the exit code and the
+   stderr tail instead;
 3. run the torch wrapper on the reference inputs (a length no trace used), run ncnn on the
    same inputs in a child process with the `.bin` from the scratch directory, classify
    (`ncnn_check`), and for tiny save the inputs + torch outputs as `<name>.ref.npz`;
