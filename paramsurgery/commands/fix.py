@@ -66,11 +66,21 @@ def fix_inputs() -> dict[str, FixInput]:
 
 # --------------------------------------------------------------------------- fix
 
-def lint_findings(g: Graph) -> list[Finding]:
-    """What `fix` acts on: the default lint rules on the graph alone."""
+def lint_findings(g: Graph, traced: str | None = None) -> list[Finding]:
+    """What `fix` acts on: the default lint rules on the graph alone, and, given pnnx's
+    `.pnnx.param`, the repairable rules that read only it (no ncnn run): PS016's frozen
+    trace length leaves no layer ncnn lacks, so only pnnx's record of the trace shows it."""
     from ..lint import lint_graph
+    from ..lint.registry import all_rules
 
-    return list(lint_graph(g))
+    found = list(lint_graph(g))
+    if traced is not None:
+        static = [r.code for r in all_rules().values()
+                  if r.fix_pass and r.needs == frozenset({"pnnx"})]
+        seen = {(f.code, f.line, f.message) for f in found}
+        found += [f for f in lint_graph(g, pnnx_param=traced, select=static, run=False)
+                  if (f.code, f.line, f.message) not in seen]
+    return found
 
 
 @dataclass
@@ -123,7 +133,7 @@ def fix_graph(g: Graph, *, traced: str | os.PathLike | None = None,
                         param=_path(param), bin=_path(bin), reference=_path(reference),
                         options=given,
                         repaired_like=lambda p, b, t: _repaired_like(applied, p, b, t))
-    before = lint_findings(g)
+    before = lint_findings(g, ctx.traced)
     found = before
     current = g
     done: set[str] = set()
@@ -151,7 +161,7 @@ def fix_graph(g: Graph, *, traced: str | os.PathLike | None = None,
             results += ran
             failures += refused
             applied += [type(pass_) for r in ran if r.modified]
-        found = lint_findings(current)
+        found = lint_findings(current, ctx.traced)
     wanted = [p.name for p in repairs() if p.name in done]
     return FixReport(current, before, found, results, failures, wanted)
 
