@@ -47,8 +47,14 @@ def test_fix_refusal_rolls_back_and_exits_2(tmp_path, capsys):
 
     p = REPROS / "fused-qkv-unbind" / "bug" / "model.ncnn.param"
     assert main(["fix", str(p), "-o", str(tmp_path / "o.param")]) == 2
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "fix-slice: refused (rolled back)" in out and "rank 5" in out
+    # and located on stderr, as every exit-2 message is (the unbind's line)
+    assert captured.err.splitlines() == [
+        f"{p}:10: fix-slice: refused (rolled back): fix-slice cannot prove the rewrite of 1 "
+        f"layer(s): torch.unbind_7 (line 10): raw torch.unbind: rank 5 cannot hold the batch "
+        f"axis as a real axis"]
     assert (tmp_path / "o.param").read_bytes() == p.read_bytes()
 
 
