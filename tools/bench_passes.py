@@ -18,10 +18,15 @@ sample per size. (A sample of a smaller size was once the mean of 10N/n runs in 
 that also held the larger graph: its later runs found the heap grown by the earlier ones,
 and the larger graph's objects interleaved with its own, which the larger size's single run
 did not.)
-Also reported: the cyclic collector's collections during the timed run at each size (`gc`:
-generation 0/1/2 counts; passes pause the collector, so a count is one the pause missed).
-`--profile`: one profiled sample per size instead, printing for the functions costing most
-at 10N their own time at both sizes and its ratio (a superlinear function shows > 11).
+Also reported: `ref`, the machine's own ratio for a walk that is linear by construction over
+as many layers, timed the same way in the same run (tools/bench_reference.py: above 10 when
+the larger heap misses the caches more often), and the cyclic collector's collections during
+the timed run at each size (`gc`: generation 0/1/2 counts; passes pause the collector, so a
+count is one the pause missed).
+`--profile`: one profiled run per size instead, printing for the functions costing most at
+10N their own time and calls at both sizes and the ratios (a walk that rescans the graph
+shows a calls ratio above 10; a time ratio above 10 at a calls ratio of 10 is a cost per call
+that grows with the heap).
 Goal (issue 15): t(10N)/t(N) <= 11.
 """
 
@@ -290,21 +295,32 @@ class StaticShapes:
 
 
 def table(names: list[str], sizes: list[int], repeat: int, tmp: str) -> None:
+    """The scaling table; `ref`: the machine's ratio for a walk linear by construction over
+    as many layers (tools/bench_reference.py), measured in the same run the same way."""
+    from bench_reference import reference_ratio
+
     lo, hi = sizes[0], sizes[-1]
     print(f"{'pass':<20} {'layers':>9} {'t(' + str(lo) + ')':>10} {'layers':>9} "
-          f"{'t(' + str(hi) + ')':>10} {'ratio':>7}  {'gc(' + str(lo) + ')':>9} "
+          f"{'t(' + str(hi) + ')':>10} {'ratio':>7} {'ref':>6}  {'gc(' + str(lo) + ')':>9} "
           f"{'gc(' + str(hi) + ')':>9}")
     runs: dict[int, int] = {}
+    refs: dict[tuple[int, int], float] = {}
     for name in names:
         r = bench(name, sizes, repeat, tmp)
         runs = {n: r[f"runs_{n}"] for n in sizes}
-        print(f"{name:<20} {r['layers_' + str(lo)]:>9} {r[lo]:10.3f} {r['layers_' + str(hi)]:>9} "
-              f"{r[hi]:10.3f} {r[hi] / r[lo]:7.1f}  {'/'.join(map(str, r['gc_' + str(lo)])):>9} "
+        layers = (r[f"layers_{lo}"], r[f"layers_{hi}"])
+        if layers not in refs:
+            best = reference_ratio(list(layers), repeat)
+            refs[layers] = best[layers[1]] / best[layers[0]]
+        print(f"{name:<20} {layers[0]:>9} {r[lo]:10.3f} {layers[1]:>9} {r[hi]:10.3f} "
+              f"{r[hi] / r[lo]:7.1f} {refs[layers]:6.1f}  "
+              f"{'/'.join(map(str, r['gc_' + str(lo)])):>9} "
               f"{'/'.join(map(str, r['gc_' + str(hi)])):>9}", flush=True)
     print(f"sites x{hi / lo:.0f}; CPU seconds of a pass's first run in a fresh process, the "
           f"best of {repeat} rounds of the mean of "
           + ", ".join(f"{k} run(s) at {n} sites" for n, k in runs.items())
-          + f"; gc: the most collections of a run; machine: {os.cpu_count()} cpus")
+          + "; ref: t(10N)/t(N) of a linear copy of as many layers (bench_reference.py); "
+          f"gc: the most collections of a run; machine: {os.cpu_count()} cpus")
 
 
 def main() -> int:
