@@ -16,14 +16,14 @@ from typing import IO
 
 import numpy as np
 
-from ..runtime import Feed, Fetch, _from_mat, _to_mat, pooled_net
+from ..runtime import Feed, Fetch, _from_mat, _to_mat
 from .frames import write_frame
 
 
 def _load(spec: dict, out: IO[bytes]):
     import ncnn
 
-    net = pooled_net()
+    net = ncnn.Net()
     for key, value in spec["options"].items():
         if hasattr(net.opt, key):
             setattr(net.opt, key, value)
