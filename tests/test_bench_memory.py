@@ -41,8 +41,9 @@ def test_bench_memory_tiny_runs_every_check(tmp_path) -> None:
 
     rows = json.loads(out.read_text())
     assert [row["name"] for row in rows] == [
-        "add-kvcache --verify", "verify-kvcache", "fold-gqa --verify", "extract --verify",
-        "compare", "reduce", "stream-check", "stream-check wide"], r.stdout
+        "add-kvcache --verify", "verify-kvcache", "fold-gqa --verify",
+        "fold-explicit-cache --verify", "fix --verify", "extract --verify", "compare", "reduce",
+        "stream-check", "stream-check wide"], r.stdout
     assert all(row["returncode"] == 0 for row in rows), r.stdout
     assert all(row["peak_rss"] > 0 for row in rows), r.stdout
     assert "peak RSS GB" in r.stdout

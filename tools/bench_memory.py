@@ -10,8 +10,11 @@ Inputs are built from the real-size Qwen3-TTS fixtures (fixtures/qwen3_tts/real/
 weights kept) with `paramsurgery synth-bin` fp32 weights:
 - the talker decoder (talker_decoder.ported: 28 layers, 1.76 GB) for add-kvcache --verify,
   verify-kvcache, fold-gqa --verify (on its twin with K/V expanded to the query heads,
-  `expand_gqa`; the expansion layers have no weights, so one .bin serves both), extract
-  --verify (the first half of the layers), compare (expanded against plain) and reduce (a
+  `expand_gqa`; the expansion layers have no weights, so one .bin serves both),
+  fold-explicit-cache --verify (its cached twin with the cache made explicit again:
+  Concat(past, current) per SDPA, `explicit_cache`), extract --verify (the first half of
+  the layers), fix --verify (the raw export, talker_decoder.raw, which reads the same .bin,
+  against the ported graph's ncnn output as its reference), compare (expanded against plain) and reduce (a
   copy whose last residual add multiplies: a mismatch against the plain graph);
 - the codec decoder's conv stack (codec_decoder.ported cut where the README's streaming
   workflow cuts it, `extract` up to out0: 322 layers, 0.29 GB) for stream-check;
@@ -57,7 +60,7 @@ from qwen3tts.assemble import codec_cut_blob  # noqa: E402
 
 # per fixture size: the talker's hidden size and RoPE table width, the conv stack's channels
 # and the wide conv stack's width and depth
-SIZES = {"real": {"hidden": 1024, "rope": 64, "conv_channels": 1024, "wide": (2048, 12)},
+SIZES = {"real": {"hidden": 1024, "rope": 128, "conv_channels": 1024, "wide": (2048, 12)},
          "tiny": {"hidden": 64, "rope": 16, "conv_channels": 48, "wide": (64, 3)}}
 TOKENS = 8  # rows of the talker's inputs (compare --at T=, reduce/extract feeds)
 
@@ -100,8 +103,10 @@ def build_inputs(size: str, work: Path) -> dict[str, Path]:
     fixtures = ROOT / "fixtures" / "qwen3_tts" / size
     dims = SIZES[size]
     f = {"talker": work / "talker.param", "bin": work / "talker.bin",
-         "kv": work / "talker.kv.param", "expanded": work / "talker.expanded.param",
+         "kv": work / "talker.kv.param", "explicit": work / "talker.explicit.param",
+         "expanded": work / "talker.expanded.param",
          "bad": work / "talker.bad.param", "feeds": work / "talker.inputs.npz",
+         "raw": work / "talker_raw.ncnn.param", "raw_ref": work / "talker_raw.ref.npz",
          "stack": work / "stack.param", "stack_bin": work / "stack.bin",
          "wide": work / "wide.param", "wide_bin": work / "wide.bin"}
     if not f["talker"].exists():
@@ -109,6 +114,8 @@ def build_inputs(size: str, work: Path) -> dict[str, Path]:
     _synth(f["talker"], f["bin"])
     if not f["kv"].exists():
         _run_cli("add-kvcache", f["talker"], "-o", f["kv"])
+    if not f["explicit"].exists():
+        f["explicit"].write_text(explicit_cache(f["kv"].read_text()))
     if not f["expanded"].exists():
         g = load(f["talker"])
         expand_gqa(g)
@@ -124,6 +131,12 @@ def build_inputs(size: str, work: Path) -> dict[str, Path]:
         write_npz(f["feeds"], {"in0": rng.standard_normal((TOKENS, dims["hidden"]))
                                .astype(np.float32),
                                "in1": causal_mask(TOKENS, 0)[None], "in2": cos, "in3": sin})
+    if not f["raw"].exists():
+        for kind in ("ncnn", "pnnx"):
+            shutil.copyfile(fixtures / f"talker_decoder.raw.{kind}.param",
+                            work / f"talker_raw.{kind}.param")
+    if not f["raw_ref"].exists():
+        write_raw_reference(f)
     if not f["stack"].exists():
         codec = load(fixtures / "codec_decoder.ported.ncnn.param")
         extract_subgraph(codec, [codec_cut_blob(codec)], list(codec.outputs)).save(f["stack"])
@@ -158,6 +171,56 @@ def wide_stack(channels: int, layers: int) -> str:
     return f"7767517\n{len(lines)} {len(blobs)}\n" + "\n".join(lines) + "\n"
 
 
+def write_raw_reference(f: dict[str, Path]) -> None:
+    """The reference `fix --verify` checks the raw talker against: the ported talker's
+    output through ncnn with the same weights (both are exports of one torch module and
+    read one .bin; at tiny size their torch references are identical), on inputs in the
+    raw export's layout (batch axes kept; M-RoPE tables: the same plain table for each of
+    the 3 sections, text positions being equal in all three)."""
+    from paramsurgery.runtime import run_isolated
+
+    with np.load(f["feeds"]) as z:
+        feeds = {k: z[k] for k in z.files}
+    res = run_isolated(f["talker"], f["bin"], feeds, ["out0"])
+    if not res.ok:
+        raise SystemExit(f"the ported talker did not run: {res.describe()}")
+    tables = {b: np.broadcast_to(feeds[b][None, None], (3, 1) + feeds[b].shape).copy()
+              for b in ("in2", "in3")}
+    write_npz(f["raw_ref"], {"in0": feeds["in0"][None], "in1": feeds["in1"][None], **tables,
+                             "out0": res.outputs["out0"][None],
+                             **{f"batch_index_{b}": np.array(i) for b, i in
+                                (("in0", 0), ("in1", 0), ("in2", 1), ("in3", 1),
+                                 ("out0", 0))}})
+
+
+def explicit_cache(kv_text: str) -> str:
+    """The inverse of `fold-explicit-cache` on a graph with SDPA's native cache (6 bottoms,
+    3 tops, 7=1): per SDPA, Concat(past, current) along the sequence axis feeds SDPA and,
+    through a Split, leaves the graph as the present k/v, the cache blobs keeping their
+    names."""
+    head, counts, *rows = kv_text.splitlines()
+    n_layers, n_blobs = map(int, counts.split())
+    out = []
+    for row in rows:
+        f = row.split()
+        if f[0] != "SDPA" or "7=1" not in f[12:]:
+            out.append(row)
+            continue
+        name, (q, k, v, mask, past_k, past_v), (y, present_k, present_v) = f[1], f[4:10], \
+            f[10:13]
+        for side, cur, past, present in (("k", k, past_k, present_k), ("v", v, past_v,
+                                                                         present_v)):
+            out += [f"Concat {name}_cat_{side} 2 1 {past} {cur} {name}_{side}{side} 0=1",
+                    f"Split {name}_split_{side} 1 2 {name}_{side}{side} {name}_{side}{side}_0 "
+                    f"{present}"]
+        params = [x for x in f[13:] if x != "7=1"]
+        out.append(" ".join(["SDPA", name, "4", "1", q, f"{name}_kk_0", f"{name}_vv_0", mask, y,
+                             *params]))
+        n_layers += 4
+        n_blobs += 4
+    return "\n".join([head, f"{n_layers} {n_blobs}", *out]) + "\n"
+
+
 def half_way_blob(param: Path) -> str:
     """The residual stream after the middle decoder layer: an output for extract --verify."""
     g = load(param)
@@ -180,6 +243,12 @@ def commands(f: dict[str, Path], out: Path, size: str, frames: int, chunks: str
                                    f["talker"]), talker_w),
         Row("fold-gqa --verify", _cli("fold-gqa", f["expanded"], "--bin", f["bin"], "-o",
                                       out / "folded.param", "--verify"), talker_w),
+        Row("fold-explicit-cache --verify", _cli("fold-explicit-cache", f["explicit"], "--bin",
+                                                 f["bin"], "-o", out / "native.param",
+                                                 "--verify", "--inputshape", *shape),
+            talker_w),
+        Row("fix --verify", _cli("fix", f["raw"], "--bin", f["bin"], "-o", out / "fixed.param",
+                                 "--verify", "--reference", f["raw_ref"]), talker_w),
         Row("extract --verify", _cli("extract", f["talker"], f["bin"], "--outputs",
                                      half_way_blob(f["talker"]), "-o", out / "half.param",
                                      "--verify", "--feeds", f["feeds"]), talker_w),
@@ -245,14 +314,14 @@ def main() -> int:
         if tmp is not None:
             tmp.cleanup()
 
-    head = (f"{'command':<22} {'weights GB':>10} {'peak RSS GB':>11} {'ratio':>6} "
+    head = (f"{'command':<28} {'weights GB':>10} {'peak RSS GB':>11} {'ratio':>6} "
             f"{'goal':>5} {'':4} {'PSS GB':>7} {'ratio':>6} {'exit':>4} {'s':>5}")
     print(head)
     failed = False
     for r in rows:
         ok = r.returncode == 0 and r.ratio <= args.goal
         failed |= not ok
-        print(f"{r.name:<22} {r.weights / 1e9:>10.3f} {r.peak_rss / 1e9:>11.3f} {r.ratio:>6.2f} "
+        print(f"{r.name:<28} {r.weights / 1e9:>10.3f} {r.peak_rss / 1e9:>11.3f} {r.ratio:>6.2f} "
               f"{args.goal:>5.2f} {'pass' if ok else 'FAIL':4} {r.peak_pss / 1e9:>7.3f} "
               f"{r.pss_ratio:>6.2f} {r.returncode:>4} {r.seconds:>5.0f}")
     if args.json:
