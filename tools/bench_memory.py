@@ -27,7 +27,7 @@ tree's summed RSS, and its PSS, every --interval s), one at a time. Printed: eac
 line, then one table (command, weight bytes, peak RSS, ratio, goal, pass/fail; PSS and wall
 time too). --work DIR keeps the built inputs there and reuses them on the next run (the
 synth-bin of the talker takes about a minute); without it they go in a temporary directory
-that is deleted at the end. Command outputs are deleted after each command. Disk: ~2.1 GB
+that is deleted at the end. Command outputs are deleted after each command. Disk: ~3.5 GB
 (the .bin files; outputs that keep the weights are hard links). Exit 1 when a command failed
 or a ratio is over the goal.
 """
