@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 class Layer:
     __slots__ = ("id", "_type", "_name", "_inputs", "_outputs", "params", "graph",
                  "source_file", "source_line", "source_params_col", "_lead", "_body", "_eol",
-                 "weights", "meta")
+                 "weights", "_meta")
 
     def __init__(self, type: str, name: str, inputs: list[str], outputs: list[str],
                  params: Params | None = None) -> None:
@@ -36,7 +36,18 @@ class Layer:
         self._body: str | None = None  # the original record text; None once edited
         self._eol = "\n"
         self.weights: Any = None  # filled by the .bin reader (paramsurgery.weights)
-        self.meta: dict = {}
+        self._meta: dict | None = None  # made on first use: most layers never have any
+
+    @property
+    def meta(self) -> dict:
+        """Free-form facts readers attach to the layer (the `.param.bin` record offset...)."""
+        if self._meta is None:
+            self._meta = {}
+        return self._meta
+
+    @meta.setter
+    def meta(self, value: dict) -> None:
+        self._meta = value
 
     # ------------------------------------------------------------------ identity
     @property
@@ -96,7 +107,7 @@ class Layer:
     def where(self) -> str:
         """`file:line` of this layer's source line, or its name for layers made in memory."""
         if self.source_line is None:
-            off = self.meta.get("param_bin_offset")
+            off = self._meta.get("param_bin_offset") if self._meta else None
             if off is not None:  # read from a .param.bin: no lines, a record offset
                 return (f"{self.source_file or '<input>'}: layer #{self.meta['param_bin_index']}"
                         f" at byte {off}")
