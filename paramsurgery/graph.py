@@ -296,11 +296,12 @@ class Graph:
         wrote it (ncnn's loader creates a blob for an unknown bottom name)."""
         if self._blob_count is None:
             producers = self._producers
-            pos = self._key
+            # ids compare like positions until a reorder: then no order-key lookups
+            pos = None if self._ids_in_order else self._key
             n = sum(len(prods) for prods in producers.values())
             for b, cons in self._consumers.items():
                 prods = producers.get(b)
-                if not prods or min(pos[c[0]] for c in cons) <= min(pos[p[0]] for p in prods):
+                if not prods or _first(cons, pos) <= _first(prods, pos):
                     n += 1  # read first (a layer reads its bottoms before writing its tops)
             self._blob_count = n
         return self._blob_count
@@ -932,6 +933,16 @@ class Graph:
     def __repr__(self) -> str:
         return f"<Graph {len(self)} layers, {self.blob_count()} blobs" + \
             (f" from {self.source.path}>" if self.source.path else ">")
+
+
+def _first(slots: list[tuple[int, int]], pos: Mapping[int, int] | None) -> int:
+    """The order key of the first of these (layer id, slot) mentions; with `pos` None, ids
+    are the keys (they increase along the file order until a reorder)."""
+    if pos is None:
+        return slots[0][0] if len(slots) == 1 else min(lid for lid, _ in slots)
+    if len(slots) == 1:
+        return pos[slots[0][0]]
+    return min(pos[lid] for lid, _ in slots)
 
 
 def _source_counts(g: Graph) -> tuple:
