@@ -47,8 +47,14 @@ def test_fix_refusal_rolls_back_and_exits_2(tmp_path, capsys):
 
     p = REPROS / "fused-qkv-unbind" / "bug" / "model.ncnn.param"
     assert main(["fix", str(p), "-o", str(tmp_path / "o.param")]) == 2
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "fix-slice: refused (rolled back)" in out and "rank 5" in out
+    # and located on stderr, as every exit-2 message is (the unbind's line)
+    assert captured.err.splitlines() == [
+        f"{p}:10: fix-slice: refused (rolled back): fix-slice cannot prove the rewrite of 1 "
+        f"layer(s): torch.unbind_7 (line 10): raw torch.unbind: rank 5 cannot hold the batch "
+        f"axis as a real axis"]
     assert (tmp_path / "o.param").read_bytes() == p.read_bytes()
 
 
@@ -209,3 +215,27 @@ def test_fix_rewrites_weights_when_a_repair_adds_some(tmp_path, capsys):
     assert f"weights: rewritten to {tmp_path / 'out.bin'}" in text and "verify against" in text
     assert (tmp_path / "out.bin").stat().st_ino != (TINY / "mimi_encoder.raw.ncnn.bin").stat().st_ino
     assert [f for f in paramsurgery.lint.lint_file(out, run=False) if f.severity != "info"] == []
+
+
+def test_fix_sees_a_frozen_trace_length_no_other_rule_shows(tmp_path, capsys):
+    """Repro case `size-after-transpose-folded`: every layer is one ncnn has, so only PS016
+    (which reads pnnx's record of the trace) shows the length frozen at 10. `fix` lints with
+    pnnx's `.pnnx.param` next to the file, runs `lower`'s thaw, and the result matches torch
+    at the reference length (0.164 off before)."""
+    from golden import check_golden
+
+    from paramsurgery.cli import main
+
+    bug = REPROS / "size-after-transpose-folded" / "bug"
+    assert [f.code for f in lint_findings(paramsurgery.load(bug / "model.ncnn.param"))] == []
+    out = tmp_path / "y.param"
+    assert main(["fix", str(bug / "model.ncnn.param"), "--bin", str(bug / "model.ncnn.bin"),
+                 "-o", str(out), "--verify"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("1 finding(s); repairs called for: lower") and "ok: out0 rel" in text
+    check_golden("fix/frozen_trace_length.param", out.read_text())
+    ref = np.load(bug / "ref.npz")
+    got = run(out, tmp_path / "y.bin", {"in0": Feed(ref["in0"], 233)},
+              [Fetch("out0", 233)])["out0"]
+    assert ref["in0"].shape[-1] != 10
+    np.testing.assert_allclose(got, ref["out0"], rtol=1e-5, atol=1e-6)

@@ -207,6 +207,51 @@ def test_repeat_of_a_unit_dim_up_to_an_extent(tmp_path) -> None:
     assert np.allclose(got.reshape(want.shape), want, rtol=1e-6, atol=1e-6)
 
 
+# x - x.mean(2).repeat(1, 1, T) + x.amax(2).repeat(1, 1, T): two repeats, one ones table
+REPEAT2_NCNN = """7767517
+0 0
+Input in0 0 1 in0
+Split sp 1 6 in0 x0 x1 x2 x3 x4 x5
+Reduction mean_0 1 1 x0 s 0=3 1=0 -23303=1,-1 4=1 5=1
+pnnx.Expression pnnx_expr_0 1 1 x1 sz
+Tensor.repeat Tensor.repeat_0 2 1 s sz r
+Reduction max_0 1 1 x3 m 0=4 1=0 -23303=1,-1 4=1 5=1
+pnnx.Expression pnnx_expr_1 1 1 x4 sz2
+Tensor.repeat Tensor.repeat_1 2 1 m sz2 r2
+BinaryOp sub_0 2 1 x2 r d 0=1
+BinaryOp add_0 2 1 d r2 out0 0=0
+"""
+REPEAT2_PNNX = """7767517
+10 9
+pnnx.Input pnnx_input_0 0 1 0 #0=(1,4,?)f32
+torch.mean torch.mean_0 1 1 0 1 dim=(2) keepdim=True $input=0 #0=(1,4,?)f32 #1=(1,4,1)f32
+pnnx.Expression pnnx_expr_0 1 1 0 2 expr=[1,1,size(@0,2)] #0=(1,4,?)f32
+Tensor.repeat Tensor.repeat_0 2 1 1 2 3 $input=1 $sizes=2 #1=(1,4,1)f32 #3=(1,4,?)f32
+torch.amax torch.amax_0 1 1 0 4 dim=(2) keepdim=True $input=0 #0=(1,4,?)f32 #4=(1,4,1)f32
+pnnx.Expression pnnx_expr_1 1 1 0 5 expr=[1,1,size(@0,2)] #0=(1,4,?)f32
+Tensor.repeat Tensor.repeat_1 2 1 4 5 6 $input=4 $sizes=5 #4=(1,4,1)f32 #6=(1,4,?)f32
+pnnx.Expression pnnx_expr_2 2 1 0 3 7 expr=sub(@0,@1) #0=(1,4,?)f32 #3=(1,4,?)f32 #7=(1,4,?)f32
+pnnx.Expression pnnx_expr_3 2 1 7 6 8 expr=add(@0,@1) #7=(1,4,?)f32 #6=(1,4,?)f32 #8=(1,4,?)f32
+pnnx.Output pnnx_output_0 1 0 8 #8=(1,4,?)f32
+"""
+
+
+def test_two_lowerings_share_one_table(tmp_path) -> None:
+    """Each repeat's rule emits a 32768-float ones table; equal tables the pass added are
+    merged into one (a Split feeds both crops), so the .bin grows by one table, not two."""
+    res = lower_with_bin(tmp_path, REPEAT2_NCNN, REPEAT2_PNNX)
+    tables = [lay for lay in res.graph.by_type("MemoryData")]
+    assert [lay.name for lay in tables] == ["Tensor.repeat_0_ones"]
+    shared = [c for c in res.changes if c.what.startswith("shared table")]
+    assert [(c.layer, c.before) for c in shared] == [("Tensor.repeat_0_ones",
+                                                      "Tensor.repeat_1_ones")]
+    x = np.random.default_rng(3).standard_normal((1, 4, 10)).astype(np.float32)
+    want = x - x.mean(2, keepdims=True) + x.max(2, keepdims=True)
+    got = run_saved(tmp_path, res, x)
+    assert np.allclose(got.reshape(want.shape), want, rtol=1e-6, atol=1e-6)
+    assert (tmp_path / "y.bin").stat().st_size == 32768 * 4
+
+
 def test_repeat_of_a_dim_that_is_not_one_is_refused(tmp_path) -> None:
     pnnx = REPEAT_PNNX.replace("#1=(1,4,1)f32", "#1=(1,4,2)f32")
     with pytest.raises(PassRefused) as exc:

@@ -158,10 +158,14 @@ def test_raw_speaker_encoder_without_the_trace_record_is_refused(tmp_path: Path)
 
 
 FAST_REAL = ("mimi_encoder", "speaker_encoder")  # the rest: -m slow (10-20 s each)
-# real size keeps no weights and no pnnx script: the folded length cannot be read, fix leaves
-# the speaker encoder's length mask (the tiny one: see above)
-NOT_LOADING = ("speaker_encoder",)
 RAW_REAL_FIX = RAW_REAL + [QWEN / "real" / "codec_decoder.raw_static.ncnn.param"]
+
+
+def kept_folds(param: Path) -> dict[str, np.ndarray]:
+    """The constants pnnx folded from its trace, kept from a real-size raw export whose
+    weights were not (`X.folds.npz`; the generator keeps them and pnnx's `X_ncnn.py`)."""
+    path = param.with_name(param.name.replace(".ncnn.param", ".folds.npz"))
+    return dict(np.load(path)) if path.exists() else {}
 
 
 @pytest.mark.parametrize("param", [p if p.name.split(".")[0] in FAST_REAL
@@ -177,15 +181,48 @@ def test_raw_real_params_fixed_load(param: Path, tmp_path: Path) -> None:
     if synth_size(g0) < SYNTH_LIMIT:
         bin_path = tmp_path / "synth.bin"
         with open(bin_path, "wb") as fh:
-            write_synth_bin(g0, fh)
+            write_synth_bin(g0, fh, given=kept_folds(param))
     assert check_loads(param)["kind"] == "load_fails" or param.name.split(".")[0] not in \
         NEEDS_REPAIR
     out = tmp_path / "y.param"
     code, text = run_fix(param, bin_path, out)
-    module = param.name.split(".")[0]
     assert out.exists(), text
-    if module in NOT_LOADING:
-        assert code == 1 and check_loads(out)["kind"] == "load_fails"
-        return
     assert code == 0, text
     assert check_loads(out)["kind"] == "loads"
+
+
+def test_raw_real_speaker_encoder_thaws_the_kept_trace_length(tmp_path: Path) -> None:
+    """Real size: the kept folded constants (300 = the first trace's mel frames, read from the
+    export's weights) and pnnx's script make `fix` rebuild the length mask as at tiny size;
+    the fixed graph runs in ncnn at a length no trace used (synth weights: no reference).
+    With random values in place of the kept ones the thaw is refused, naming the value."""
+    param = QWEN / "real" / "speaker_encoder.raw.ncnn.param"
+    folds = kept_folds(param)
+    assert {k: v.tolist() for k, v in folds.items()} == {"pnnx_fold_366": [300.0],
+                                                          "pnnx_fold_total.1": [300.0]}
+    g0 = paramsurgery.load(param)
+    for given, name in ((folds, "kept"), ({}, "random")):
+        bin_path = tmp_path / f"{name}.bin"
+        with open(bin_path, "wb") as fh:
+            write_synth_bin(g0, fh, given=given)
+        code, text = run_fix(param, bin_path, tmp_path / f"{name}.param")
+        if given:
+            assert code == 0, text
+            assert text.count("a constant pnnx folded at the first trace = in0 dim 1 there "
+                              "(300, speaker_encoder.raw_ncnn.py)") == 2, text
+        else:
+            assert code == 1, text
+            assert "is not the traced extent of a dynamic input dim (in0 dim 1 = 300" in text
+    import ncnn
+
+    net = ncnn.Net()
+    net.opt.use_fp16_packed = net.opt.use_fp16_storage = net.opt.use_fp16_arithmetic = False
+    assert net.load_param(str(tmp_path / "kept.param")) == 0
+    assert net.load_model(str(tmp_path / "kept.bin")) == 0
+    mels = np.random.default_rng(0).standard_normal((211, 128)).astype(np.float32)
+    ex = net.create_extractor()
+    ex.input("in0", ncnn.Mat(mels).clone())
+    ret, out = ex.extract("out0")
+    assert ret == 0
+    xvector = np.array(out)
+    assert xvector.size > 0 and np.isfinite(xvector).all()

@@ -305,3 +305,46 @@ def test_save_in_place_over_the_source(model):
     g.save(p, bin=b)
     assert b.read_bytes()[:-8] == orig[:-8]
     assert np.frombuffer(b.read_bytes()[-8:], np.float32).tolist() == [3.0, 4.0]
+
+
+KEPT = """7767517
+3 3
+MemoryData       pnnx_fold_7  0 1 k 0=1
+MemoryData       table        0 1 t 0=3
+BinaryOp         add          2 1 k t out 0=0
+"""
+
+
+def test_synth_bin_keeps_given_values_and_refuses_what_cannot_hold_them(tmp_path, capsys):
+    """`synth-bin --keep-values X.npz`: the named MemoryData layers get the given values,
+    the rest stays the seeded draw; a value that cannot be written as given is a located
+    error and no file is left."""
+    from paramsurgery.cli import main
+
+    p = tmp_path / "m.param"
+    p.write_text(KEPT)
+    plain, kept = tmp_path / "plain.bin", tmp_path / "kept.bin"
+    np.savez(tmp_path / "v.npz", pnnx_fold_7=np.array([300.0], np.float32))
+    assert main(["synth-bin", str(p), "-o", str(plain)]) == 0
+    assert main(["synth-bin", str(p), "-o", str(kept), "--keep-values",
+                 str(tmp_path / "v.npz")]) == 0
+    g, g0 = load(p, bin=kept), load(p, bin=plain)
+    assert g.layer("pnnx_fold_7").weights[0].array().tolist() == [300.0]
+    assert g0.layer("pnnx_fold_7").weights[0].array().tolist() != [300.0]
+    assert g.layer("table").weights.same_bytes(g0.layer("table").weights)
+    capsys.readouterr()
+    for arrays, says in (({"pnnx_fold_7": np.zeros(2, np.float32)}, "2 given value(s) for a "
+                          "weight of 1 elements"),
+                         ({"nope": np.zeros(1, np.float32)}, "not in the graph: nope"),
+                         ({"add": np.zeros(1, np.float32)}, "read no weights: add")):
+        np.savez(tmp_path / "bad.npz", **arrays)
+        out = tmp_path / "bad.bin"
+        assert main(["synth-bin", str(p), "-o", str(out), "--keep-values",
+                     str(tmp_path / "bad.npz")]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err and not out.exists(), err
+    (tmp_path / "junk.npz").write_text("not a zip")
+    assert main(["synth-bin", str(p), "-o", str(tmp_path / "j.bin"), "--keep-values",
+                 str(tmp_path / "junk.npz")]) == 2
+    assert "junk.npz: not an .npz of arrays" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*.tmp*")) and not (tmp_path / "j.bin").exists()

@@ -115,6 +115,8 @@ class GraphCommand:
     raise_on_failed_check: bool = False  # a failed check: VerificationError (exit 2), not 1
     summary: Callable[[Run], list[str]] | None = None  # instead of the pass's own report
     exit_code: Callable[[Run], int] | None = None  # default 0 once written
+    # `file:line: message` lines for stderr whatever the format (a refused repair)
+    diagnostics: Callable[[Run], list[str]] | None = None
 
     def __call__(self, args: argparse.Namespace) -> int:
         try:
@@ -237,6 +239,8 @@ class GraphCommand:
 
     def _report(self, run: Run) -> int:
         args, result, out = run.args, run.result, run.out
+        for line in self.diagnostics(run) if self.diagnostics is not None else []:
+            print(line, file=sys.stderr)
         if args.format == "json":
             data: dict[str, Any] = {"pass": result.pass_name, "output": out.param,
                                     "modified": result.modified,

@@ -66,11 +66,21 @@ def fix_inputs() -> dict[str, FixInput]:
 
 # --------------------------------------------------------------------------- fix
 
-def lint_findings(g: Graph) -> list[Finding]:
-    """What `fix` acts on: the default lint rules on the graph alone."""
+def lint_findings(g: Graph, traced: str | None = None) -> list[Finding]:
+    """What `fix` acts on: the default lint rules on the graph alone, and, given pnnx's
+    `.pnnx.param`, the repairable rules that read only it (no ncnn run): PS016's frozen
+    trace length leaves no layer ncnn lacks, so only pnnx's record of the trace shows it."""
     from ..lint import lint_graph
+    from ..lint.registry import all_rules
 
-    return list(lint_graph(g))
+    found = list(lint_graph(g))
+    if traced is not None:
+        static = [r.code for r in all_rules().values()
+                  if r.fix_pass and r.needs == frozenset({"pnnx"})]
+        seen = {(f.code, f.line, f.message) for f in found}
+        found += [f for f in lint_graph(g, pnnx_param=traced, select=static, run=False)
+                  if (f.code, f.line, f.message) not in seen]
+    return found
 
 
 @dataclass
@@ -81,6 +91,8 @@ class FixReport:
     results: list[PassResult] = field(default_factory=list)
     failures: list[tuple[str, str]] = field(default_factory=list)
     wanted: list[str] = field(default_factory=list)
+    # each refusal as `file:line: pass: refused (rolled back): why`, for stderr
+    located: list[str] = field(default_factory=list)
 
     @property
     def fixable_left(self) -> list[Finding]:
@@ -123,12 +135,13 @@ def fix_graph(g: Graph, *, traced: str | os.PathLike | None = None,
                         param=_path(param), bin=_path(bin), reference=_path(reference),
                         options=given,
                         repaired_like=lambda p, b, t: _repaired_like(applied, p, b, t))
-    before = lint_findings(g)
+    before = lint_findings(g, ctx.traced)
     found = before
     current = g
     done: set[str] = set()
     results: list[PassResult] = []
     failures: list[tuple[str, str]] = []
+    located: list[str] = []
     while True:
         asked = {f.fix_pass for f in found if f.fix_pass}
         plan = []
@@ -140,6 +153,7 @@ def fix_graph(g: Graph, *, traced: str | os.PathLike | None = None,
             except ParamSurgeryError as exc:
                 done.add(cls.name)
                 failures.append((cls.name, exc.message))
+                located.append(_located(cls.name, exc, param))
                 continue
             if pass_ is not None:
                 done.add(cls.name)
@@ -147,13 +161,27 @@ def fix_graph(g: Graph, *, traced: str | os.PathLike | None = None,
         if not plan:
             break
         for pass_ in plan:  # one at a time: a later pass may replay the earlier ones
-            current, ran, refused = PassManager([pass_], early_stop=False).run(current)
+            manager = PassManager([pass_], early_stop=False)
+            current, ran, refused = manager.run(current)
+            located += [_located(pass_.name, exc, param) for exc in manager.refusals]
             results += ran
             failures += refused
             applied += [type(pass_) for r in ran if r.modified]
-        found = lint_findings(current)
+        found = lint_findings(current, ctx.traced)
     wanted = [p.name for p in repairs() if p.name in done]
-    return FixReport(current, before, found, results, failures, wanted)
+    return FixReport(current, before, found, results, failures, wanted, located)
+
+
+def _located(name: str, exc: ParamSurgeryError, param: str | os.PathLike | None) -> str:
+    """A refusal as one `file:line: ...` line: the layer's place when the pass named it,
+    else the input file."""
+    file = exc.file or (os.fspath(param) if param is not None else "<input>")
+    where = ":".join([file] + [str(n) for n in (exc.line, exc.col) if n is not None]
+                     if exc.line is not None else [file])
+    message = exc.message
+    if message.startswith(where + ":"):  # a postcondition's message is located already
+        message = message[len(where) + 1:].lstrip()
+    return f"{where}: {name}: refused (rolled back): {message}"
 
 
 def _path(p: str | os.PathLike | None) -> str | None:
@@ -274,4 +302,5 @@ def _verify_other_length(run: Run, staged: Outputs, ref: str) -> Check:
 
 run = GraphCommand("fixed", _FixAll, bin_note=True, verify=_verify,
                    refusal="the repaired graph does not match the reference", summary=_summary,
-                   json=_json, exit_code=lambda run: _report(run).exit_code)
+                   json=_json, exit_code=lambda run: _report(run).exit_code,
+                   diagnostics=lambda run: _report(run).located)

@@ -26,6 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default="fp32",
                    help="storage of tagged weights (default fp32 = tag 0; untagged weights "
                         "are always raw fp32)")
+    p.add_argument("--keep-values", metavar="NPZ",
+                   help="arrays by layer name to write as given instead of random (one-weight "
+                        "MemoryData layers: e.g. the constants pnnx folded from its trace, "
+                        "kept from the export whose weights were not)")
     p.set_defaults(run=run)
 
 
@@ -38,8 +42,25 @@ def run(args: argparse.Namespace) -> int:
     if os.path.lexists(args.output) and not args.force:
         raise ParamSurgeryError("exists; random weights would replace it (pass --force to "
                                 "overwrite)", file=args.output)
+    given = _read_values(args.keep_values) if args.keep_values else None
     with atomic_open(args.output) as fh:
-        n = write_synth_bin(g, fh, seed=args.seed, dtype=args.dtype)
+        n = write_synth_bin(g, fh, seed=args.seed, dtype=args.dtype, given=given)
     print(f"{args.output}: {n} bytes of {args.dtype} weights for {len(g)} layers",
           file=sys.stderr)
     return 0
+
+
+def _read_values(path: str) -> dict:
+    import zipfile
+
+    import numpy as np
+
+    from ..errors import cannot_open
+
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {key: npz[key] for key in npz.files}
+    except OSError as exc:
+        raise ParamSurgeryError(cannot_open(exc), file=path) from None
+    except (ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise ParamSurgeryError(f"not an .npz of arrays: {exc}", file=path) from None

@@ -308,16 +308,19 @@ class PassManager:
     def __init__(self, passes: list[Pass], *, early_stop: bool = True) -> None:
         self.passes = passes
         self.early_stop = early_stop
+        self.refusals: list[PassRefused] = []  # the refusals of the last run, located
 
     def run(self, g: Graph) -> tuple[Graph, list[PassResult], list[tuple[str, str]]]:
         results: list[PassResult] = []
         failures: list[tuple[str, str]] = []
+        self.refusals = []
         current = g
         for p in self.passes:
             try:
                 res = p(current)
             except PassRefused as exc:
                 failures.append((p.name, exc.message))
+                self.refusals.append(exc)
                 if self.early_stop:
                     break
                 continue

@@ -37,6 +37,7 @@ from ..graph import Graph
 from ..layer import Layer
 from ..layer_types import is_converter_leftover
 from ..values import FLT_MAX
+from .shared_tables import share_added_tables
 from .base import TRACED_LEN, Change, Pass, PassResult, RepairContext, Skip, register
 from ._traced import Op, op_named
 from .match import NoMatch
@@ -501,6 +502,7 @@ class Lower(Pass):
         unknown: dict[str, list[str]] = {}
         lowered = 0
         shared: dict = {}
+        existing = {layer.id for layer in g}  # what the pass adds may share tables
         if pnnx is not None:
             lowered += self._thaw(g, pnnx, shared, result)
         for layer in list(g):
@@ -546,6 +548,7 @@ class Lower(Pass):
         if not lowered and not declined:
             result.notes.insert(0, "no leftover a rule lowers")
         if result.modified:
+            result.changes += share_added_tables(g, existing)
             g.insert_splits()  # rules may read a blob another layer reads (an extent's tensor)
         return result
 

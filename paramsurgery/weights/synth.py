@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import IO, TYPE_CHECKING, Iterator
+from typing import IO, TYPE_CHECKING, Iterator, Mapping
 
 import numpy as np
 
@@ -145,16 +145,51 @@ def _layer_plan(graph: "Graph") -> Iterator[tuple[int, "Layer", list[Read], int,
         yield index, layer, reads, _weight_fan(layer, reads), packed
 
 
+def given_chunks(layer: "Layer", reads: list[Read], values: np.ndarray) -> Iterator[bytes]:
+    """The stored bytes of a layer whose values are given instead of drawn: one raw float32
+    read (a `MemoryData`'s, the only layout where a value is the weight itself) holding
+    exactly `values.size` elements."""
+    if len(reads) != 1 or reads[0].mode != RAW:
+        raise BinLayoutError(f"layer {layer.name!r} ({layer.type}, {layer.where()}): given "
+                             f"values need a layer with one raw float32 weight (MemoryData); "
+                             f"it reads {len(reads)} weight(s)",
+                             file=layer.source_file, line=layer.source_line)
+    r = reads[0]
+    flat = np.asarray(values, dtype=np.float32).reshape(-1)
+    if flat.size != r.count:
+        raise BinLayoutError(f"layer {layer.name!r} ({layer.type}, {layer.where()}): "
+                             f"{flat.size} given value(s) for a weight of {r.count} elements",
+                             file=layer.source_file, line=layer.source_line)
+    yield T.encode(T.RAW, flat)
+    pad = T.payload_size(T.RAW, r.count) - T.data_size(T.RAW, r.count)
+    if pad:
+        yield bytes(pad)
+
+
 def write_synth_bin(graph: "Graph", fh: IO[bytes], *, seed: int = 0,
-                    dtype: str = T.FP32) -> int:
-    """Stream a synthetic `.bin` for `graph` into `fh`; returns the bytes written."""
+                    dtype: str = T.FP32, given: Mapping[str, np.ndarray] | None = None) -> int:
+    """Stream a synthetic `.bin` for `graph` into `fh`; returns the bytes written. Layers
+    named in `given` get those values instead (`given_chunks`): constants that are not
+    learned weights, such as the values pnnx folded from its trace, kept from an export."""
     if dtype not in (T.FP32, T.FP16, T.BF16):
         raise ValueError(f"synthetic weights are fp32, fp16 or bf16, not {dtype!r}")
+    given = dict(given or {})
+    unknown = sorted(set(given) - {layer.name for layer in graph})
+    if unknown:
+        raise BinLayoutError(f"given values for {len(unknown)} layer(s) not in the graph: "
+                             f"{', '.join(unknown[:5])}")
     sink = _Sink(fh)
     for index, layer, reads, fan, packed in _layer_plan(graph):
+        if layer.name in given:
+            for chunk in given_chunks(layer, reads, given.pop(layer.name)):
+                sink.write(chunk)
+            continue
         for ri, r in enumerate(reads):
             for chunk in blob_chunks(layer, r, index, ri, seed, dtype, fan, packed):
                 sink.write(chunk)
+    if given:
+        raise BinLayoutError(f"given values for layer(s) that read no weights: "
+                             f"{', '.join(sorted(given)[:5])}")
     return sink.written
 
 

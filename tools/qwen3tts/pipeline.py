@@ -4,8 +4,10 @@ For each `VariantSpec` at one size:
 1. trace + `pnnx ... inputshape= inputshape2= fp16=0` in a scratch directory
    (`paramsurgery.repro.pnnx_export.export_with_pnnx`, exit code checked);
 2. copy `<module>.<variant>.ncnn.param` and `.pnnx.param` (both sizes) and `.ncnn.bin`
-   (tiny only) into the fixture directory; when pnnx fails (nonzero exit, signal) no file is
-   kept and the record holds the exit code and the stderr tail instead;
+   (tiny only) into the fixture directory, and for raw exports pnnx's `X_ncnn.py` and, at
+   real size, the small constants pnnx folded from the trace (`X.folds.npz`); when pnnx
+   fails (nonzero exit, signal) no file is kept and the record holds the exit code and the
+   stderr tail instead;
 3. run the torch wrapper on the reference inputs (a length no trace used), run ncnn on the
    same inputs in a child process with the `.bin` from the scratch directory, classify
    (`ncnn_check`), and for tiny save the inputs + torch outputs as `<name>.ref.npz`;
@@ -84,6 +86,24 @@ def io_spec(spec: VariantSpec, n_outputs: int, in_bidx: dict[str, int],
                 "name": spec.output_names[j], "batch_index": int(out_bidx.get(f"out{j}", NO_BATCH))}
                for j in range(n_outputs)]
     return {"inputs": inputs, "outputs": outputs}
+
+
+FOLDED_MAX_ELEMENTS = 64  # a folded constant this small is a value of the trace, kept
+
+
+def folded_constants(param: Path, bin_path: Path) -> dict[str, np.ndarray]:
+    """The small constants pnnx folded from its trace (`MemoryData pnnx_fold_*` of at most
+    `FOLDED_MAX_ELEMENTS` elements), by layer name, read from the export's weights."""
+    import paramsurgery
+    from paramsurgery.passes.frozen_extent import is_folded
+
+    g = paramsurgery.load(param, bin_path)
+    out: dict[str, np.ndarray] = {}
+    for layer in g.by_type("MemoryData"):
+        if is_folded(layer) and layer.weights and len(layer.weights) == 1 \
+                and layer.weights[0].count <= FOLDED_MAX_ELEMENTS:
+            out[layer.name] = layer.weights[0].array().astype(np.float32).reshape(-1)
+    return out
 
 
 def export_variant(spec: VariantSpec, size: str, fixture_dir: Path, scratch: Path,
@@ -177,6 +197,15 @@ def export_variant(spec: VariantSpec, size: str, fixture_dir: Path, scratch: Pat
         write_io_sidefile(str(ref_path), io)
     else:
         record["ncnn_bin_bytes_not_kept"] = res.ncnn_bin.stat().st_size
+        if spec.variant == "raw":
+            folds = folded_constants(res.ncnn_param, res.ncnn_bin)
+            if folds:
+                # the .bin is not kept, but these values are the trace's, not learned
+                # weights: `synth-bin --keep-values` writes them into a stand-in .bin so
+                # `fix` can read a folded trace length at real size
+                path = fixture_dir / f"{name}.folds.npz"
+                save_npz(path, folds)
+                files["folded_constants"] = path.relative_to(rel_root).as_posix()
     record["files"] = files
     shutil.rmtree(work, ignore_errors=True)
     return record
