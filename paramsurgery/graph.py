@@ -125,17 +125,15 @@ class Graph:
                 by_type[typ] = {i: None}
             else:
                 t[i] = None
-            blobs = layer._inputs
+            blobs = layer._inputs = tuple(map(intern, layer._inputs, layer._inputs))
             for slot, b in enumerate(blobs):
-                b = blobs[slot] = intern(b, b)
                 c = consumers.get(b)
                 if c is None:
                     consumers[b] = [(i, slot)]
                 else:
                     c.append((i, slot))
-            blobs = layer._outputs
+            blobs = layer._outputs = tuple(map(intern, layer._outputs, layer._outputs))
             for slot, b in enumerate(blobs):
-                b = blobs[slot] = intern(b, b)
                 p = producers.get(b)
                 if p is None:
                     producers[b] = [(i, slot)]
@@ -616,7 +614,7 @@ class Graph:
         if old == blob:
             return self
         self._unlink_input(layer.id, slot, old)
-        layer._inputs[slot] = blob
+        layer._inputs = _with(layer._inputs, slot, blob)
         self._link_input(layer.id, slot, blob)
         layer._mark_edited()
         return self
@@ -646,17 +644,18 @@ class Graph:
     def _relist(self, layer: Layer, blobs: list[str], *, tops: bool) -> "Graph":
         """Replace `layer`'s whole bottom (or top) list, re-linking every slot."""
         old = layer._outputs if tops else layer._inputs
-        if blobs == old:
+        new = tuple(blobs)
+        if new == old:
             return self
         unlink, link = ((self._unlink_output, self._link_output) if tops
                         else (self._unlink_input, self._link_input))
         for slot, b in enumerate(old):
             unlink(layer.id, slot, b)
         if tops:
-            layer._outputs = blobs
+            layer._outputs = new
         else:
-            layer._inputs = blobs
-        for slot, b in enumerate(blobs):
+            layer._inputs = new
+        for slot, b in enumerate(new):
             link(layer.id, slot, b)
         layer._mark_edited()
         return self
@@ -677,13 +676,15 @@ class Graph:
         for lid, slot in prods:
             self._unlink_output(lid, slot, old)
         for lid, slot in prods:
-            self._layers[lid]._outputs[slot] = new
+            writer = self._layers[lid]
+            writer._outputs = _with(writer._outputs, slot, new)
             self._link_output(lid, slot, new)
-            self._layers[lid]._mark_edited()
+            writer._mark_edited()
         for lid, slot in cons:
-            self._layers[lid]._inputs[slot] = new
+            reader = self._layers[lid]
+            reader._inputs = _with(reader._inputs, slot, new)
             self._link_input(lid, slot, new)
-            self._layers[lid]._mark_edited()
+            reader._mark_edited()
         self._modified = True
         return self
 
@@ -706,7 +707,7 @@ class Graph:
         if self.has_blob(mid):
             raise GraphError(f"blob {mid!r} already exists")
         self._unlink_output(layer.id, slot, blob)
-        layer._outputs[slot] = mid
+        layer._outputs = _with(layer._outputs, slot, mid)
         self._link_output(layer.id, slot, mid)
         layer._mark_edited()
         return self.add_layer(type, name, [mid], [blob], params, after=layer)
@@ -933,6 +934,11 @@ class Graph:
     def __repr__(self) -> str:
         return f"<Graph {len(self)} layers, {self.blob_count()} blobs" + \
             (f" from {self.source.path}>" if self.source.path else ">")
+
+
+def _with(blobs: tuple[str, ...], slot: int, blob: str) -> tuple[str, ...]:
+    """`blobs` with the name in `slot` replaced."""
+    return (*blobs[:slot], blob, *blobs[slot + 1:])
 
 
 def _first(slots: list[tuple[int, int]], pos: Mapping[int, int] | None) -> int:

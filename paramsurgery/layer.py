@@ -1,12 +1,13 @@
 """One ncnn layer: type, name, ordered bottoms/tops, params, and where it came from.
 
-Bottoms and tops are read-only tuples here; rewiring goes through `Graph` so the blob
-indexes (and the networkx view, once built) stay consistent.
+Bottoms and tops are tuples (one allocation each, and `inputs`/`outputs` hand them out
+without a copy); rewiring goes through `Graph`, which replaces them, so the blob indexes
+(and the networkx view, once built) stay consistent.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .params import Params
 
@@ -19,13 +20,13 @@ class Layer:
                  "source_file", "source_line", "source_params_col", "_lead", "_body", "_eol",
                  "weights", "_meta")
 
-    def __init__(self, type: str, name: str, inputs: list[str], outputs: list[str],
+    def __init__(self, type: str, name: str, inputs: Sequence[str], outputs: Sequence[str],
                  params: Params | None = None) -> None:
         self.id = -1
         self._type = type
         self._name = name
-        self._inputs = inputs
-        self._outputs = outputs
+        self._inputs: tuple[str, ...] = tuple(inputs)
+        self._outputs: tuple[str, ...] = tuple(outputs)
         self.params = params if params is not None else Params()
         self.params._owner = self
         self.graph: Graph | None = None
@@ -78,11 +79,11 @@ class Layer:
 
     @property
     def inputs(self) -> tuple[str, ...]:
-        return tuple(self._inputs)
+        return self._inputs
 
     @property
     def outputs(self) -> tuple[str, ...]:
-        return tuple(self._outputs)
+        return self._outputs
 
     # ------------------------------------------------------------------ state
     @property

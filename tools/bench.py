@@ -10,7 +10,12 @@ Graph shapes (tools/bench_graphs.py): `chain`, a residual chain (Split → Convo
 BinaryOp add per block); `decoder`, Qwen3-style decoder blocks with numeric blob names and
 fan-out Splits of the mask, cos and sin. Reported per shape and size: the best CPU seconds
 per step, our total, ncnn's load_param (CPU seconds, its own process), the ratio ncnn / ours,
-t(largest)/t(smallest) per step, and how many samples each size took.
+t(largest)/t(smallest) per step, and how many samples each size took; then the same scaling
+of a floor sampled alike (`floor_workload`: the least any Python reader of the file does —
+split lines and tokens, index layers and blobs by name — and one walk over the index), the
+machine's own t(100k)/t(10k) for Python objects of this file: a 100k-layer graph (~140 MB
+of objects) does not fit the caches a 10k one (~14 MB) fits, so every step's per-layer cost
+grows though its work (tests/test_work_counts.py) is exactly linear.
 
 How a sample is taken. A user's command runs the workload once, in a fresh process, so a
 sample is exactly that: one fresh process that imports everything and runs the workload on a
@@ -52,6 +57,7 @@ from paramsurgery.lint import lint_graph, select_rules  # noqa: E402
 from paramsurgery.lint.context import LintContext  # noqa: E402
 
 STEPS = ("load", "validate", "lint", "edit", "emit")
+FLOOR = ("floor", "floor_read", "floor_walk")
 
 
 def workload(path: Path, ignore: list[str]) -> tuple[dict[str, float], bytes]:
@@ -73,6 +79,35 @@ def workload(path: Path, ignore: list[str]) -> tuple[dict[str, float], bytes]:
     assert not [f for f in lint if f.severity == "error"], lint[:3]
     t.update(load=t1 - t0, validate=t2 - t1, lint=t3 - t2, edit=t4 - t3, emit=t5 - t4)
     return t, out
+
+
+def floor_workload(path: Path) -> dict[str, float]:
+    """The floor: the least any Python reader of this file does — split it into lines and
+    tokens, keep a record per layer, index layers and blobs by name — and one walk resolving
+    every bottom through the index. No validation, no lint, no writing: its scaling is the
+    machine's own for Python objects of this file at these sizes (caches, TLB, page faults),
+    which ours cannot beat by design."""
+    t0 = time.process_time()
+    lines = path.read_text().split("\n")[2:]
+    records = []
+    layer_at: dict[str, int] = {}
+    producer_at: dict[str, int] = {}
+    for line in lines:
+        toks = line.split()
+        if not toks:
+            continue
+        nin, nout = int(toks[2]), int(toks[3])
+        tops = toks[4 + nin:4 + nin + nout]
+        layer_at[toks[1]] = len(records)
+        for b in tops:
+            producer_at[b] = len(records)
+        records.append((toks[0], toks[1], toks[4:4 + nin], tops,
+                        " ".join(toks[4 + nin + nout:]), line))
+    t1 = time.process_time()
+    found = sum(1 for r in records for b in r[2] if producer_at.get(b) is not None)
+    t2 = time.process_time()
+    assert found
+    return {"floor": t2 - t0, "floor_read": t1 - t0, "floor_walk": t2 - t1}
 
 
 def rule_times(path: Path) -> list[tuple[float, str]]:
@@ -108,10 +143,12 @@ def ncnn_loads(text: bytes, tmp: str) -> bool:
     return ncnn.Net().load_param(str(p)) == 0
 
 
-def child_run(shape: str, n: int, ignore: list[str], tmp: str) -> dict[str, float]:
-    """One sample: the CPU seconds of each step of one workload on the n-layer graph, the
-    first (after the warm-up) in a fresh process, as a user's command runs it."""
-    cmd = [sys.executable, __file__, "--child", f"{shape}:{n}", "--tmp", tmp]
+def child_run(shape: str, n: int, ignore: list[str], tmp: str,
+              what: str = "workload") -> dict[str, float]:
+    """One sample: the CPU seconds of each step of one workload (or of the floor) on the
+    n-layer graph, the first (after the warm-up) in a fresh process, as a user's command
+    runs it."""
+    cmd = [sys.executable, __file__, "--child", f"{shape}:{n}:{what}", "--tmp", tmp]
     for code in ignore:
         cmd += ["--ignore", code]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -119,12 +156,16 @@ def child_run(shape: str, n: int, ignore: list[str], tmp: str) -> dict[str, floa
 
 
 def child_main(spec: str, ignore: list[str], tmp: str) -> int:
-    shape, n = spec.split(":")
+    shape, n, what = spec.split(":")
     path = Path(tmp) / f"{shape}{n}.param"
     # imports (lint's rule modules, ~0.1 s) are start-up cost, timed by tools/startup.py:
     # paid here on a small graph so the timed workload does not carry them
     warm = Path(tmp) / f"{shape}-warmup.param"
     warm.write_text(SHAPES[shape](100))
+    if what == "floor":
+        floor_workload(warm)
+        print(json.dumps(floor_workload(path)))
+        return 0
     workload(warm, ignore)
     t, _out = workload(path, ignore)
     print(json.dumps(t))
@@ -156,7 +197,9 @@ def bench(shape: str, sizes: list[int], repeat: int, ignore: list[str], rules: b
     for _ in range(repeat):
         for n in sizes:
             for _sample in range(max(1, min(10, sizes[-1] // n))):
-                for k, v in child_run(shape, n, ignore, tmp).items():
+                sample = {**child_run(shape, n, ignore, tmp),
+                          **child_run(shape, n, ignore, tmp, "floor")}
+                for k, v in sample.items():
                     best[n][k] = min(best[n].get(k, v), v)
                 runs[n] += 1
     _t, out = workload(paths[sizes[0]], ignore)
@@ -169,7 +212,8 @@ def bench(shape: str, sizes: list[int], repeat: int, ignore: list[str], rules: b
         ours = sum(best[n][s] for s in STEPS)
         row = {"shape": shape, "layers": n, **{f"{s}_s": best[n][s] for s in STEPS},
                "ours_total_s": ours, "ncnn_load_param_s": t_ncnn,
-               "speedup_vs_ncnn": t_ncnn / ours, "samples": runs[n]}
+               "speedup_vs_ncnn": t_ncnn / ours, "samples": runs[n],
+               **{k: best[n][k] for k in FLOOR}}
         if rules and n == sizes[-1]:
             row["slowest_rules"] = rule_times(paths[n])[:5]
         rows.append(row)
@@ -194,6 +238,10 @@ def print_rows(rows: list[dict]) -> None:
               + ", ".join(f"{s} {last[s + '_s'] / first[s + '_s']:.1f}" for s in STEPS)
               + f", total {last['ours_total_s'] / first['ours_total_s']:.1f}"
               + f" (ncnn {last['ncnn_load_param_s'] / first['ncnn_load_param_s']:.1f})")
+        print(f"{'':>8} floor (a minimal Python reader of the file + one walk, sampled alike):"
+              f" {first['floor']:.3f} s -> {last['floor']:.3f} s, scaling "
+              + ", ".join(f"{k.replace('floor_', '')} {last[k] / first[k]:.1f}" for k in FLOOR[1:])
+              + f", total {last['floor'] / first['floor']:.1f}")
 
 
 def main() -> int:
