@@ -32,9 +32,13 @@ faulted in and freed (pymalloc arenas, glibc's heap), the first one's parse cach
 (`Params`' shared lines) and warm CPU caches, while pymalloc's free lists hand out the freed
 blocks in scrambled order. Averaging such runs for the small size and comparing them with
 the single workload of a fresh 100k process measured the two sizes in different
-conditions, and the bias had no fixed sign (measured: chain 10k load/edit/emit 15–20 %
-faster warm, decoder 10k every step 25–55 % slower warm). The emitted text is checked to
-load in ncnn (outside the timing); ncnn runs in its own fresh process too.
+conditions. The bias is large and its sign depends on the code: before this sampling, with
+the graph at 1.9 KB a layer, warm 10k workloads were 12–20 % faster than a first one for
+chain load/edit/emit and 25–60 % slower for every decoder step; at 1.4 KB a layer the warm
+10k totals were 85 % (chain) and 37 % (decoder) slower, so the old sampling showed a total
+scaling of 11.7 and 10.8 where first workloads show 17.3 and 14.0 (same code, same hour,
+`--no-ncnn --repeat 2`). The emitted text is checked to load in ncnn (outside the timing);
+ncnn runs in its own fresh process too.
 """
 
 from __future__ import annotations
