@@ -58,6 +58,9 @@ class RunOptions:
     light_mode: bool = True
     fp32: bool = True
     packing: bool = True
+    # blobs from a size-checked pool freed after each run (`pooled_net`): for runs whose
+    # inputs are all numpy arrays (no kv cache Mats carried from one run to the next)
+    pool: bool = False
 
     def apply(self, net) -> None:
         opt = net.opt
@@ -148,6 +151,37 @@ def _from_mat(mat, fetch: Fetch) -> np.ndarray:
     return np.array(mat, copy=True)
 
 
+# a pooled block serves a request only when the request is at least this share of its size
+POOL_SIZE_RATIO = 0.75
+_POOLED_NET_CLASSES: dict[type, type] = {}
+
+
+def pooled_net():  # noqa: ANN201 - an ncnn.Net
+    """A new `ncnn.Net` whose extractors allocate blobs from a pool that reuses a free block
+    only for a request of at least 3/4 its size (`RunOptions.pool`).
+
+    Without it each net makes its own pool at load time with no size check: a freed block
+    of the largest activation serves the next small request and the next large one is
+    allocated again (the real codec conv stack on 12 frames: 99 MB of activations against
+    65 MB). The pool is an attribute of the net (a Python subclass of ncnn.Net: pybind
+    objects take no attributes), released with it.
+
+    Only for runs that pass no ncnn Mat from one extractor to the next: with a blob
+    allocator of its own, ncnn's SDPA kv cache fed back as extracted (type 1) gives wrong
+    numbers from the first cached step on (tests/test_kvcache.py's parity, ncnn 1.0.20261020)."""
+    import ncnn
+
+    base = ncnn.Net
+    cls = _POOLED_NET_CLASSES.get(base)
+    if cls is None:
+        cls = _POOLED_NET_CLASSES[base] = type("PooledNet", (base,), {})
+    net = cls()
+    net.pools = (ncnn.PoolAllocator(),)
+    net.pools[0].set_size_compare_ratio(POOL_SIZE_RATIO)
+    net.opt.blob_allocator = net.pools[0]
+    return net
+
+
 def load_net(param: str | os.PathLike, bin: str | os.PathLike | bytes | None = None,
              options: RunOptions | None = None):
     """Load a net with fp32 options; `param` is a path or the text itself (contains a newline).
@@ -160,8 +194,8 @@ def load_net(param: str | os.PathLike, bin: str | os.PathLike | bytes | None = N
     turning it off wants."""
     import ncnn
 
-    net = ncnn.Net()
     options = options or RunOptions()
+    net = pooled_net() if options.pool else ncnn.Net()
     options.apply(net)
     net.opt.lightmode = True
     param_s = os.fspath(param)
@@ -208,7 +242,17 @@ def run_net(net, inputs: Mapping[str, FeedLike], outputs: Sequence[FetchLike],
             if ret != 0:
                 raise NcnnRunError("extract_failed", f"ex.extract({spec.name!r}) returned {ret}")
             result[spec.name] = _from_mat(mat, spec)
+    release_pools(net)
     return result
+
+
+def release_pools(net) -> None:  # noqa: ANN001 - an ncnn.Net
+    """Give the free blocks of the net's pools (`pooled_net`) back: a pool keeps every block
+    it handed out, and runs of different lengths (stream chunks, growing kv caches) each
+    leave blocks of their own sizes, which then add up. Each run allocates afresh (page
+    faults on a few MB: far less than the run itself at the sizes where memory matters)."""
+    for pool in getattr(net, "pools", ()):
+        pool.clear()
 
 
 def run(param: str | os.PathLike, bin: str | os.PathLike | bytes | None,

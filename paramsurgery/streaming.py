@@ -81,7 +81,7 @@ class StreamingRunner:
                  one_net: bool = False) -> None:
         self.manifest = load_manifest(manifest)
         m = self.manifest
-        options = options or RunOptions(num_threads=num_threads)
+        options = options or RunOptions(num_threads=num_threads, pool=True)
         if start_param is None and m.get("start_param"):
             start_param = os.path.join(m.get("_dir") or os.path.dirname(os.fspath(param)),
                                        m["start_param"])
@@ -473,7 +473,7 @@ def check_stream(param: str | os.PathLike, bin: str | os.PathLike | None,
         conv.result = None  # the converted graph maps the weights: let them go before the runs
         gc.collect()
         frames = random_frames(conv.manifest, sum(chunks), seed, shapes)
-        opts = RunOptions(num_threads=num_threads)
+        opts = RunOptions(num_threads=num_threads, pool=True)
         # the offline side first, in child processes; then the streaming nets in this one
         offline = run_offline(param, bin, frames, [o["name"] for o in conv.manifest["outputs"]],
                               opts)

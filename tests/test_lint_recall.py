@@ -177,12 +177,17 @@ def test_raw_table_covers_every_raw_export():
     assert failed and all(e["status"]["kind"] == "pnnx_failed" for e in failed)
 
 
+FROZEN_TRACE_LENGTH = ("speaker_encoder",)  # ECAPA's mask length and mean divisor
+
+
 @pytest.mark.parametrize("key", raw_ids())
 def test_raw_qwen_problems_are_reported(key):
     e = next(x for x in qwen_exports() if export_id(x) == key)
     fs = lint_export(key, False)
     must, errors = RAW_EXPECTED[e["module"]]
-    if (TINY_PNNX_SCRIPTS / f"{e['module']}.raw_ncnn.py").exists() and key.startswith("tiny/"):
+    # a length pnnx froze at the first trace: lint needs pnnx's script (kept for tiny)
+    if e["module"] in FROZEN_TRACE_LENGTH and key.startswith("tiny/"):
+        assert (TINY_PNNX_SCRIPTS / f"{e['module']}.raw_ncnn.py").exists()
         must, errors = must | {"PS016"}, errors | {"PS016"}
     assert must <= codes(fs), [f.format() for f in fs][:5]
     assert codes(fs, ERROR) == errors

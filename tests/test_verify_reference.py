@@ -27,9 +27,13 @@ def test_raw_talker_verifies_with_the_io_side_file(tmp_path, capsys):
     at T=9, no traced length); without it the guess makes it refuse, naming the guess."""
     from paramsurgery.cli import main
 
-    stem = TINY / "talker_decoder.raw"
+    fixture = TINY / "talker_decoder.raw"
+    # a copy without pnnx's talker_decoder.raw_ncnn.py, which also records the batch axes
+    stem = tmp_path / "talker_decoder.raw"
+    for suffix in (".ncnn.param", ".ncnn.bin", ".pnnx.param"):
+        shutil.copyfile(f"{fixture}{suffix}", f"{stem}{suffix}")
     ref = tmp_path / "talker.ref.npz"
-    shutil.copyfile(f"{stem}.ref.npz", ref)
+    shutil.copyfile(f"{fixture}.ref.npz", ref)
     args = ["fix", f"{stem}.ncnn.param", "--bin", f"{stem}.ncnn.bin", "--verify",
             "--reference", str(ref)]
     assert main(args + ["-o", str(tmp_path / "guessed.param")]) == 1
@@ -43,12 +47,17 @@ def test_raw_talker_verifies_with_the_io_side_file(tmp_path, capsys):
     assert "verify against" in out and ": ok: out0 rel" in out
     assert (tmp_path / "out.param").exists() and (tmp_path / "out.bin").exists()
 
-    # the fixture carries its side file (written from the same manifest record)
-    assert read_io_sidefile(f"{stem}.ref.npz") == {
+    # the fixture carries its side file (written from the same manifest record) and pnnx's
+    # script: either gives the axes
+    assert read_io_sidefile(f"{fixture}.ref.npz") == {
         part: [{k: e[k] for k in ("batch_index", "blob", "key", "name")} for e in entries]
         for part, entries in _io_record("talker_decoder", "raw").items()}
-    assert main(args[:-2] + ["-o", str(tmp_path / "fixture.param")]) == 0
-    assert ": ok: out0 rel" in capsys.readouterr().out
+    assert (TINY / "talker_decoder.raw_ncnn.py").exists()
+    for name, ref_args in (("fixture", []), ("script", ["--reference", str(ref)])):
+        (tmp_path / "talker.ref.io.json").unlink(missing_ok=True)
+        assert main(["fix", f"{fixture}.ncnn.param", "--bin", f"{fixture}.ncnn.bin",
+                     "--verify", *ref_args, "-o", str(tmp_path / f"{name}.param")]) == 0
+        assert ": ok: out0 rel" in capsys.readouterr().out
 
 
 def test_io_sidefile_is_read_and_checked(tmp_path):

@@ -201,6 +201,10 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "fixtures" / "fusions")
     ap.add_argument("--scratch", type=Path, default=None)
     args = ap.parse_args()
+    from qwen3tts.env import pin_arithmetic
+
+    # the arithmetic of fixtures/qwen3_tts, whose ported .bin these exports must equal
+    pin_arithmetic()
     args.out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="fusions-", dir=args.scratch))
     try:

@@ -7,7 +7,9 @@ it is compared with.
 
 Prints the peak (GB), the ratio to the size of --weights when given, and the command's exit
 code (also returned). Shared pages of a memory-mapped file count once per process that maps
-them, as RSS does.
+them, as RSS does. Also printed: the peak of the tree's PSS (each shared page divided among
+the processes mapping it: the physical memory the tree takes; shared libraries of a parent
+and its child count once), from /proc/PID/smaps_rollup.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from typing import Sequence
 
 
 def _children() -> dict[int, list[int]]:
@@ -42,14 +46,53 @@ def _rss_bytes(pid: int) -> int:
         return 0
 
 
-def tree_rss(root: int) -> int:
+def _pss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def tree_pids(root: int) -> list[int]:
     kids = _children()
-    total, work = 0, [root]
+    out, work = [], [root]
     while work:
         pid = work.pop()
-        total += _rss_bytes(pid)
+        out.append(pid)
         work.extend(kids.get(pid, ()))
-    return total
+    return out
+
+
+def tree_rss(root: int) -> int:
+    return sum(_rss_bytes(pid) for pid in tree_pids(root))
+
+
+@dataclass
+class Peak:
+    """Peaks over a command's run (bytes), its exit code and wall seconds."""
+
+    rss: int
+    pss: int
+    returncode: int
+    seconds: float
+
+
+def measure(cmd: Sequence[str], interval: float = 0.05, **popen) -> Peak:  # noqa: ANN003
+    """Run `cmd` (Popen keyword arguments passed on) and sample its process tree until it
+    exits."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(list(cmd), **popen)
+    rss = pss = 0
+    while proc.poll() is None:
+        pids = tree_pids(proc.pid)
+        rss = max(rss, sum(map(_rss_bytes, pids)))
+        pss = max(pss, sum(map(_pss_bytes, pids)))
+        time.sleep(interval)
+    return Peak(rss, pss, proc.returncode, time.perf_counter() - t0)
 
 
 def main() -> int:
@@ -61,19 +104,14 @@ def main() -> int:
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
     if not cmd:
         ap.error("give the command after --")
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd)
-    peak = 0
-    while proc.poll() is None:
-        peak = max(peak, tree_rss(proc.pid))
-        time.sleep(args.interval)
-    wall = time.perf_counter() - t0
-    line = f"peak RSS (process tree) {peak / 1e9:.2f} GB"
+    peak = measure(cmd, args.interval)
+    line = f"peak RSS (process tree) {peak.rss / 1e9:.2f} GB (PSS {peak.pss / 1e9:.2f} GB)"
     if args.weights:
         w = os.path.getsize(args.weights)
-        line += f"; weights {w / 1e9:.2f} GB; peak / weights = {peak / w:.2f}"
-    print(f"{line}; exit {proc.returncode}; {wall:.0f} s", file=sys.stderr)
-    return proc.returncode
+        line += (f"; weights {w / 1e9:.2f} GB; peak / weights = {peak.rss / w:.2f} "
+                 f"(PSS {peak.pss / w:.2f})")
+    print(f"{line}; exit {peak.returncode}; {peak.seconds:.0f} s", file=sys.stderr)
+    return peak.returncode
 
 
 if __name__ == "__main__":

@@ -294,50 +294,39 @@ def check_extract(full_param: str, full_bin: str | None, sub_param: str, sub_bin
                   feeds: "Mapping[str, FeedLike]", outputs: Iterable[str],
                   cut: Iterable[str] = ()) -> ExtractCheck:
     """Run the full graph on `feeds` (graph inputs), take the `cut` blobs it computes as the
-    subgraph's inputs (as ncnn Mats, unchanged), run the subgraph, and compare `outputs`
-    with the full graph's. In this process (both graphs must load)."""
+    subgraph's inputs (their values unchanged), run the subgraph, and compare `outputs` with
+    the full graph's. Each graph runs in its own child process, one after the other, and only
+    the cut blobs and the outputs come back: the two graphs' weights are never resident at
+    once (both in this process was twice the weights for a cut through the middle)."""
     import numpy as np
 
-    from ..runtime import _as_feed, _to_mat, load_net
+    from ..runtime import run_isolated
 
     outputs = list(outputs)
     cut = list(cut)
-    full = load_net(full_param, full_bin)
-    sub = load_net(sub_param, sub_bin)
-    sub_inputs = set(sub.input_names())
-    mats = {name: _to_mat(_as_feed(v)) for name, v in feeds.items()}
-    ref: dict[str, np.ndarray] = {}
-    cut_mats: dict[str, object] = {}
-    with full.create_extractor() as ex:
-        ex.set_light_mode(False)
-        for name, m in mats.items():
-            ex.input(name, m)
-        for b in cut + outputs:
-            ret, m = ex.extract(b)
-            if ret != 0:
-                raise PassRefused(f"the full graph cannot compute {b!r} (extract returned {ret})")
-            if b in cut:
-                cut_mats[b] = m.clone()
-            if b in outputs:
-                ref[b] = np.array(m.numpy(batch_index=0) if getattr(m, "n", 1) > 1 else m,
-                                  copy=True)
+    full = run_isolated(full_param, full_bin, feeds, list(dict.fromkeys(cut + outputs)))
+    if not full.ok:
+        raise PassRefused(f"the full graph cannot compute {', '.join(cut + outputs)}: "
+                          f"{full.describe()}")
+    sub_inputs = {**{name: v for name, v in feeds.items()
+                     if name in _input_names(sub_param)},
+                  **{b: full.outputs[b] for b in cut}}
+    sub = run_isolated(sub_param, sub_bin, sub_inputs, outputs)
+    if not sub.ok:
+        raise PassRefused(f"the subgraph cannot compute {', '.join(outputs)}: {sub.describe()}")
     check = ExtractCheck()
-    with sub.create_extractor() as ex:
-        for name, m in mats.items():
-            if name in sub_inputs:
-                ex.input(name, m)
-        for name, m in cut_mats.items():
-            ex.input(name, m)
-        for b in outputs:
-            ret, m = ex.extract(b)
-            if ret != 0:
-                raise PassRefused(f"the subgraph cannot compute {b!r} (extract returned {ret})")
-            got = np.array(m.numpy(batch_index=0) if getattr(m, "n", 1) > 1 else m, copy=True)
-            want = ref[b]
-            check.shapes[b] = tuple(want.shape)
-            if got.shape != want.shape:
-                check.blobs[b] = float("inf")
-            else:
-                check.blobs[b] = float(np.max(np.abs(got.astype(np.float64) -
-                                                     want.astype(np.float64)))) if got.size else 0.0
+    for b in outputs:
+        got, want = sub.outputs[b], full.outputs[b]
+        check.shapes[b] = tuple(want.shape)
+        if got.shape != want.shape:
+            check.blobs[b] = float("inf")
+        else:
+            check.blobs[b] = float(np.max(np.abs(got.astype(np.float64) -
+                                                 want.astype(np.float64)))) if got.size else 0.0
     return check
+
+
+def _input_names(param: str) -> set[str]:
+    from ..io import load
+
+    return set(load(param).inputs)
