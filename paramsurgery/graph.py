@@ -81,7 +81,9 @@ class Graph:
         self._next_id = 0
         self._producers: dict[str, list[tuple[int, int]]] = {}
         self._consumers: dict[str, list[tuple[int, int]]] = {}
-        self._by_name: dict[str, list[int]] = {}
+        # layer name → its layer's id, or a list of ids for a name several layers share (a
+        # list per name would cost two allocations per layer for the rare duplicate)
+        self._by_name: dict[str, int | list[int]] = {}
         self._by_type: dict[str, dict[int, None]] = {}
         self._version = 0  # bumped by every edit: the key of the analysis cache
         self._analyses: dict[str, tuple[int, object]] = {}
@@ -98,34 +100,40 @@ class Graph:
         g = cls()
         producers = g._producers
         consumers = g._consumers
-        by_name = g._by_name
         by_type = g._by_type
         n = len(layers)
-        # the order as a linked list and its keys, built in C (ids = positions at load)
-        g._layers = dict(zip(range(n), layers))
-        g._key = dict(zip(range(n), range(0, n * _GAP, _GAP)))
-        g._next = dict(zip(range(n), [*range(1, n), None]))
-        g._prev = dict(zip(range(n), [None, *range(n - 1)]))
-        for i, layer in enumerate(layers):
+        # the order as a linked list and its keys, built in C (ids = positions at load); one
+        # int object per id, shared by every index and tuple that holds it (a fresh int per
+        # use cost ~200 bytes a layer)
+        ids = list(range(n))
+        g._layers = dict(zip(ids, layers))
+        g._key = dict(zip(ids, range(0, n * _GAP, _GAP)))
+        g._next = dict(zip(ids, [*ids[1:], None]))
+        g._prev = dict(zip(ids, [None, *ids[:-1]]))
+        # one string object per distinct blob name and type: the readers give each mention
+        # its own copy; sharing them halves the names' memory and lets the index lookups
+        # match by identity
+        canon: dict[str, str] = {}
+        intern = canon.setdefault
+        for i, layer in zip(ids, layers):
             layer.id = i
             layer.graph = g
-            lst = by_name.get(layer._name)
-            if lst is None:
-                by_name[layer._name] = [i]
-            else:
-                lst.append(i)
-            t = by_type.get(layer._type)
+            g._name(layer._name, i)
+            typ = layer._type = intern(layer._type, layer._type)
+            t = by_type.get(typ)
             if t is None:
-                by_type[layer._type] = {i: None}
+                by_type[typ] = {i: None}
             else:
                 t[i] = None
-            for slot, b in enumerate(layer._inputs):
+            blobs = layer._inputs = tuple(map(intern, layer._inputs, layer._inputs))
+            for slot, b in enumerate(blobs):
                 c = consumers.get(b)
                 if c is None:
                     consumers[b] = [(i, slot)]
                 else:
                     c.append((i, slot))
-            for slot, b in enumerate(layer._outputs):
+            blobs = layer._outputs = tuple(map(intern, layer._outputs, layer._outputs))
+            for slot, b in enumerate(blobs):
                 p = producers.get(b)
                 if p is None:
                     producers[b] = [(i, slot)]
@@ -225,14 +233,16 @@ class Graph:
                 return self._layers[ref]
             except KeyError:
                 raise GraphError(f"no layer with id {ref}") from None
-        ids = self._by_name.get(ref)
-        if not ids:
+        found = self.find(ref)
+        if found is None:
             raise GraphError(f"no layer named {ref!r}")
-        return self._layers[min(ids, key=self._key.__getitem__)]
+        return found
 
     def find(self, name: str) -> Layer | None:
         ids = self._by_name.get(name)
-        return self._layers[min(ids, key=self._key.__getitem__)] if ids else None
+        if ids is None:
+            return None
+        return self._layers[ids if isinstance(ids, int) else min(ids, key=self._key.__getitem__)]
 
     def by_type(self, *types: str) -> list[Layer]:
         """Layers of the given types, in file order."""
@@ -284,11 +294,12 @@ class Graph:
         wrote it (ncnn's loader creates a blob for an unknown bottom name)."""
         if self._blob_count is None:
             producers = self._producers
-            pos = self._key
+            # ids compare like positions until a reorder: then no order-key lookups
+            pos = None if self._ids_in_order else self._key
             n = sum(len(prods) for prods in producers.values())
             for b, cons in self._consumers.items():
                 prods = producers.get(b)
-                if not prods or min(pos[c[0]] for c in cons) <= min(pos[p[0]] for p in prods):
+                if not prods or _first(cons, pos) <= _first(prods, pos):
                     n += 1  # read first (a layer reads its bottoms before writing its tops)
             self._blob_count = n
         return self._blob_count
@@ -413,11 +424,30 @@ class Graph:
         self._by_type.setdefault(new, {})[layer.id] = None
 
     def _rename_layer(self, layer: Layer, new: str) -> None:
-        ids = self._by_name[layer._name]
-        ids.remove(layer.id)
-        if not ids:
-            del self._by_name[layer._name]
-        self._by_name.setdefault(new, []).append(layer.id)
+        self._unname(layer._name, layer.id)
+        self._name(new, layer.id)
+
+    def _name(self, name: str, lid: int) -> None:
+        """Index layer `lid` under `name`."""
+        by_name = self._by_name
+        had = by_name.get(name)
+        if had is None:
+            by_name[name] = lid
+        elif isinstance(had, list):
+            had.append(lid)
+        else:
+            by_name[name] = [had, lid]
+
+    def _unname(self, name: str, lid: int) -> None:
+        """Drop layer `lid` from the index of `name`."""
+        by_name = self._by_name
+        had = by_name[name]
+        if not isinstance(had, list):
+            del by_name[name]
+            return
+        had.remove(lid)
+        if len(had) == 1:
+            by_name[name] = had[0]
 
     # ------------------------------------------------------------------ order upkeep
     def _order_link(self, lid: int, after: int | None) -> None:
@@ -503,7 +533,7 @@ class Graph:
         if self._nx is not None:
             self._nx.add_node(lid, layer=layer)
         self._order_link(lid, after_id)
-        self._by_name.setdefault(layer._name, []).append(lid)
+        self._name(layer._name, lid)
         self._by_type.setdefault(layer._type, {})[lid] = None
         for slot, b in enumerate(layer._inputs):
             self._link_input(lid, slot, b)
@@ -559,10 +589,7 @@ class Graph:
         if self._nx is not None:
             self._nx.remove_node(lid)
         del self._layers[lid]
-        ids = self._by_name[layer._name]
-        ids.remove(lid)
-        if not ids:
-            del self._by_name[layer._name]
+        self._unname(layer._name, lid)
         del self._by_type[layer._type][lid]
         layer.graph = None
         self._modified = True
@@ -587,7 +614,7 @@ class Graph:
         if old == blob:
             return self
         self._unlink_input(layer.id, slot, old)
-        layer._inputs[slot] = blob
+        layer._inputs = _with(layer._inputs, slot, blob)
         self._link_input(layer.id, slot, blob)
         layer._mark_edited()
         return self
@@ -617,17 +644,18 @@ class Graph:
     def _relist(self, layer: Layer, blobs: list[str], *, tops: bool) -> "Graph":
         """Replace `layer`'s whole bottom (or top) list, re-linking every slot."""
         old = layer._outputs if tops else layer._inputs
-        if blobs == old:
+        new = tuple(blobs)
+        if new == old:
             return self
         unlink, link = ((self._unlink_output, self._link_output) if tops
                         else (self._unlink_input, self._link_input))
         for slot, b in enumerate(old):
             unlink(layer.id, slot, b)
         if tops:
-            layer._outputs = blobs
+            layer._outputs = new
         else:
-            layer._inputs = blobs
-        for slot, b in enumerate(blobs):
+            layer._inputs = new
+        for slot, b in enumerate(new):
             link(layer.id, slot, b)
         layer._mark_edited()
         return self
@@ -648,13 +676,15 @@ class Graph:
         for lid, slot in prods:
             self._unlink_output(lid, slot, old)
         for lid, slot in prods:
-            self._layers[lid]._outputs[slot] = new
+            writer = self._layers[lid]
+            writer._outputs = _with(writer._outputs, slot, new)
             self._link_output(lid, slot, new)
-            self._layers[lid]._mark_edited()
+            writer._mark_edited()
         for lid, slot in cons:
-            self._layers[lid]._inputs[slot] = new
+            reader = self._layers[lid]
+            reader._inputs = _with(reader._inputs, slot, new)
             self._link_input(lid, slot, new)
-            self._layers[lid]._mark_edited()
+            reader._mark_edited()
         self._modified = True
         return self
 
@@ -677,7 +707,7 @@ class Graph:
         if self.has_blob(mid):
             raise GraphError(f"blob {mid!r} already exists")
         self._unlink_output(layer.id, slot, blob)
-        layer._outputs[slot] = mid
+        layer._outputs = _with(layer._outputs, slot, mid)
         self._link_output(layer.id, slot, mid)
         layer._mark_edited()
         return self.add_layer(type, name, [mid], [blob], params, after=layer)
@@ -892,7 +922,8 @@ class Graph:
             new.source_params_col = layer.source_params_col
             new._lead, new._body, new._eol = layer._lead, layer._body, layer._eol
             new.weights = layer.weights
-            new.meta = dict(layer.meta)
+            if layer._meta:
+                new.meta = dict(layer._meta)
             layers.append(new)
         g = Graph._from_layers(layers)
         g.source = Source(**{**self.source.__dict__, "extra": dict(self.source.extra)})
@@ -903,6 +934,21 @@ class Graph:
     def __repr__(self) -> str:
         return f"<Graph {len(self)} layers, {self.blob_count()} blobs" + \
             (f" from {self.source.path}>" if self.source.path else ">")
+
+
+def _with(blobs: tuple[str, ...], slot: int, blob: str) -> tuple[str, ...]:
+    """`blobs` with the name in `slot` replaced."""
+    return (*blobs[:slot], blob, *blobs[slot + 1:])
+
+
+def _first(slots: list[tuple[int, int]], pos: Mapping[int, int] | None) -> int:
+    """The order key of the first of these (layer id, slot) mentions; with `pos` None, ids
+    are the keys (they increase along the file order until a reorder)."""
+    if pos is None:
+        return slots[0][0] if len(slots) == 1 else min(lid for lid, _ in slots)
+    if len(slots) == 1:
+        return pos[slots[0][0]]
+    return min(pos[lid] for lid, _ in slots)
 
 
 def _source_counts(g: Graph) -> tuple:
@@ -916,7 +962,7 @@ def _copy_params(params: Params, owner: Layer) -> Params:
     p = params.copy(owner)
     p._text = params._text
     p.edited = params.edited
-    p._dupes = list(params._dupes)
+    p._dupes = tuple(params._dupes)
     return p
 
 

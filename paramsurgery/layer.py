@@ -1,12 +1,13 @@
 """One ncnn layer: type, name, ordered bottoms/tops, params, and where it came from.
 
-Bottoms and tops are read-only tuples here; rewiring goes through `Graph` so the blob
-indexes (and the networkx view, once built) stay consistent.
+Bottoms and tops are tuples (one allocation each, and `inputs`/`outputs` hand them out
+without a copy); rewiring goes through `Graph`, which replaces them, so the blob indexes
+(and the networkx view, once built) stay consistent.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .params import Params
 
@@ -17,15 +18,15 @@ if TYPE_CHECKING:
 class Layer:
     __slots__ = ("id", "_type", "_name", "_inputs", "_outputs", "params", "graph",
                  "source_file", "source_line", "source_params_col", "_lead", "_body", "_eol",
-                 "weights", "meta")
+                 "weights", "_meta")
 
-    def __init__(self, type: str, name: str, inputs: list[str], outputs: list[str],
+    def __init__(self, type: str, name: str, inputs: Sequence[str], outputs: Sequence[str],
                  params: Params | None = None) -> None:
         self.id = -1
         self._type = type
         self._name = name
-        self._inputs = inputs
-        self._outputs = outputs
+        self._inputs: tuple[str, ...] = tuple(inputs)
+        self._outputs: tuple[str, ...] = tuple(outputs)
         self.params = params if params is not None else Params()
         self.params._owner = self
         self.graph: Graph | None = None
@@ -36,7 +37,18 @@ class Layer:
         self._body: str | None = None  # the original record text; None once edited
         self._eol = "\n"
         self.weights: Any = None  # filled by the .bin reader (paramsurgery.weights)
-        self.meta: dict = {}
+        self._meta: dict | None = None  # made on first use: most layers never have any
+
+    @property
+    def meta(self) -> dict:
+        """Free-form facts readers attach to the layer (the `.param.bin` record offset...)."""
+        if self._meta is None:
+            self._meta = {}
+        return self._meta
+
+    @meta.setter
+    def meta(self, value: dict) -> None:
+        self._meta = value
 
     # ------------------------------------------------------------------ identity
     @property
@@ -67,11 +79,11 @@ class Layer:
 
     @property
     def inputs(self) -> tuple[str, ...]:
-        return tuple(self._inputs)
+        return self._inputs
 
     @property
     def outputs(self) -> tuple[str, ...]:
-        return tuple(self._outputs)
+        return self._outputs
 
     # ------------------------------------------------------------------ state
     @property
@@ -96,7 +108,7 @@ class Layer:
     def where(self) -> str:
         """`file:line` of this layer's source line, or its name for layers made in memory."""
         if self.source_line is None:
-            off = self.meta.get("param_bin_offset")
+            off = self._meta.get("param_bin_offset") if self._meta else None
             if off is not None:  # read from a .param.bin: no lines, a record offset
                 return (f"{self.source_file or '<input>'}: layer #{self.meta['param_bin_index']}"
                         f" at byte {off}")

@@ -8,7 +8,7 @@ per line); values are typed the first time a layer's params are read or edited.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Iterator, cast
+from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 
 from .values import (Kind, PyValue, Value, ValueError_, format_value, infer,
                      parse_value, pnnx_order_key)
@@ -31,7 +31,7 @@ _PARSED_TOKEN_MAX = 128  # longer tokens (long arrays) are rare and would pin bi
 # another layer has (every BinaryOp add, every block's Gemm), so reading a 100k-layer graph's
 # params parses each distinct line once and allocates nothing per layer. A Params reading a
 # shared line owns nothing until it is edited (`_owned`).
-_LINES: dict[str, tuple[dict[int, "_Entry"], list["_Entry"]]] = {}
+_LINES: dict[str, tuple[dict[int, "_Entry"], Sequence["_Entry"]]] = {}
 _LINES_MAX = 1 << 14
 _LINE_TEXT_MAX = 512  # longer lines (long arrays) are rarely repeated
 
@@ -91,7 +91,9 @@ class Params:
     def __init__(self, text: str = "", owner: "Layer | None" = None) -> None:
         self._text = text  # the param part of the line, parsed on first use
         self._entries: dict[int, _Entry] | None = None if text.strip() else {}
-        self._dupes: list[_Entry] = []  # earlier tokens of a duplicated id (ncnn: last wins)
+        # earlier tokens of a duplicated id (ncnn: last wins); a tuple, replaced (never
+        # appended to) on edits, so the common empty one is shared
+        self._dupes: Sequence[_Entry] = ()
         self._owner = owner
         self.edited = False
         self._shared = False  # `_entries` / `_dupes` are `_LINES`' (read them, never edit)
@@ -109,6 +111,7 @@ class Params:
                 self._shared = True
                 return shared[0]
             entries = {}
+            dupes: list[_Entry] = []
             for start, end, key, text in _tokens(src):
                 token = src[start:end] if end - start <= _PARSED_TOKEN_MAX else None
                 parsed = _PARSED.get(token) if token is not None else None
@@ -125,9 +128,11 @@ class Params:
                 pid, value = parsed
                 old = entries.pop(pid, None)
                 if old is not None:
-                    self._dupes.append(old)
+                    dupes.append(old)
                 entries[pid] = _Entry(pid, value, None, src, start, end)
             self._entries = entries
+            if dupes:
+                self._dupes = tuple(dupes)
             if len(src) <= _LINE_TEXT_MAX:
                 if len(_LINES) >= _LINES_MAX:
                     _LINES.clear()
@@ -141,8 +146,8 @@ class Params:
         if self._shared:
             entries = {pid: _Entry(e.pid, e.value, e._text, e._src, e._start, e._end)
                        for pid, e in entries.items()}
-            self._dupes = [_Entry(e.pid, e.value, e._text, e._src, e._start, e._end)
-                           for e in self._dupes]
+            self._dupes = tuple(_Entry(e.pid, e.value, e._text, e._src, e._start, e._end)
+                                for e in self._dupes)
             self._entries = entries
             self._shared = False
         return entries
@@ -234,7 +239,7 @@ class Params:
             old.text = None
         else:
             self._insert_sorted(entries, _Entry(pid, new_value, None))
-        self._dupes = [d for d in self._dupes if d.pid != pid]
+        self._dupes = tuple(d for d in self._dupes if d.pid != pid)
         self._touch()
         return self
 
@@ -256,7 +261,7 @@ class Params:
         entries = self._owned()
         if pid in entries or any(d.pid == pid for d in self._dupes):
             entries.pop(pid, None)
-            self._dupes = [d for d in self._dupes if d.pid != pid]
+            self._dupes = tuple(d for d in self._dupes if d.pid != pid)
             self._touch()
         return self
 
@@ -288,7 +293,7 @@ class Params:
                 changed = True
         if changed:
             self._entries = {e.pid: e for e in ordered}
-            self._dupes = []
+            self._dupes = ()
             self._touch()
         return self
 

@@ -27,8 +27,7 @@ IGNORED_LINES = "PS110"
 def validate_graph(g: "Graph") -> list[Finding]:
     out: list[Finding] = []
     src = g.source
-    layers = g.layers
-    if not layers:
+    if not len(g):
         out.append(Finding(EMPTY_GRAPH, ERROR, "the graph has no layers: ncnn rejects "
                            "layer_count <= 0"))
         return out
@@ -40,9 +39,9 @@ def validate_graph(g: "Graph") -> list[Finding]:
 
     # ---- header (only meaningful for the file as read: a changed graph gets new counts)
     if not g.modified and src.declared_layers is not None:
-        n = len(layers)
+        n = len(g)
         if src.declared_layers < n:
-            ignored = layers[src.declared_layers:]
+            ignored = g.layers[src.declared_layers:]
             names = ", ".join(repr(x.name) for x in ignored[:3])
             f(HEADER_LAYERS, WARNING,
               f"header declares {src.declared_layers} layers but the file has {n}: ncnn "
@@ -59,7 +58,7 @@ def validate_graph(g: "Graph") -> list[Finding]:
             else:  # only the declared layers are loaded: count their blobs as ncnn does
                 from .graph import count_ncnn_blobs
 
-                n_used = count_ncnn_blobs(layers[: src.declared_layers])
+                n_used = count_ncnn_blobs(g.layers[: src.declared_layers])
             if src.declared_blobs < n_used:
                 f(HEADER_BLOBS, ERROR,
                   f"header declares {src.declared_blobs} blobs but the layers ncnn loads use "

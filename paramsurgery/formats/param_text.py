@@ -105,6 +105,7 @@ class _Reader:
         # its column offset in the physical line.
         self.split_at = -1
         self.split_col = 0
+        self.param_texts: dict[str, str] = {}
 
     def lineno(self, line_idx: int) -> int:
         """1-based physical line number of a line index."""
@@ -226,7 +227,9 @@ class _Reader:
             return self.record_slow(i)
         check = False
         if len(toks) > need:
+            # layers repeat each other's param lists: one string per distinct list
             ptext = " " + " ".join(toks[need:])
+            ptext = self.param_texts.setdefault(ptext, ptext)
             if not SAFE_PARAMS_RE.fullmatch(ptext):
                 if not PARAMS_RE.fullmatch(ptext):
                     self.bad_params(i, line, need)
