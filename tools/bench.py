@@ -8,7 +8,7 @@ the same file, measured in the same run.
 
 Graph shapes (tools/bench_graphs.py): `chain`, a residual chain (Split → Convolution →
 BinaryOp add per block); `decoder`, Qwen3-style decoder blocks with numeric blob names and
-fan-out Splits of the mask, cos and sin. Reported per shape and size: the best CPU seconds
+fan-out Splits of the mask, cos and sin. Reported per shape and size: the median CPU seconds
 per step, our total, ncnn's load_param (CPU seconds, its own process), the ratio ncnn / ours,
 t(largest)/t(smallest) per step, and how many samples each size took; then the same scaling
 of a floor sampled alike (`floor_workload`: the least any Python reader of the file does —
@@ -24,7 +24,9 @@ then times ONE workload on the measured graph and exits. Every size is sampled t
 `--repeat` rounds interleave the sizes (each meets the same machine load, 2 cores shared with
 other jobs); within a round a size runs `largest / n` samples (at most 10), so every size gets
 about the same CPU budget and the short 10k samples are not judged on a handful of tries;
-reported per step is the best sample over all rounds.
+reported per step is the median sample over all rounds (the sizes take different numbers
+of samples: the least of 30 noisy samples sits lower than the least of 3, which would bias
+the scaling upward; a median is the typical run whatever the count).
 
 Why not several workloads per process (what this tool did before): the second and later
 workloads of a process do not start from an empty heap. They reuse memory the first one
@@ -51,6 +53,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -191,12 +195,12 @@ def bench(shape: str, sizes: list[int], repeat: int, ignore: list[str], rules: b
     """Rounds of samples (one workload in a fresh process each), sizes interleaved within
     each round so every size sees the same machine load (2 cores shared with other jobs);
     `largest / n` samples of size n per round (at most 10), so every size gets about the same
-    CPU budget; the best sample of all rounds, per step."""
+    CPU budget; the median sample of all rounds, per step."""
     paths = {}
     for n in sizes:
         paths[n] = Path(tmp) / f"{shape}{n}.param"
         paths[n].write_text(SHAPES[shape](n))
-    best: dict[int, dict[str, float]] = {n: {} for n in sizes}
+    samples: dict[int, dict[str, list[float]]] = {n: {} for n in sizes}
     runs = {n: 0 for n in sizes}
     for _ in range(repeat):
         for n in sizes:
@@ -204,8 +208,12 @@ def bench(shape: str, sizes: list[int], repeat: int, ignore: list[str], rules: b
                 sample = {**child_run(shape, n, ignore, tmp),
                           **child_run(shape, n, ignore, tmp, "floor")}
                 for k, v in sample.items():
-                    best[n][k] = min(best[n].get(k, v), v)
+                    samples[n].setdefault(k, []).append(v)
                 runs[n] += 1
+    # the median, not the best: the sizes take different numbers of samples, and the
+    # least of 30 noisy samples sits lower than the least of 3 (a bias toward a larger
+    # scaling); the median of each is the typical run whatever the count
+    best = {n: {k: float(np.median(v)) for k, v in samples[n].items()} for n in sizes}
     _t, out = workload(paths[sizes[0]], ignore)
     assert ncnn_loads(out, tmp), "ncnn rejects the emitted graph"
     rows = []
