@@ -240,6 +240,7 @@ def test_two_lowerings_share_one_table(tmp_path) -> None:
     """Each repeat's rule emits a 32768-float ones table; equal tables the pass added are
     merged into one (a Split feeds both crops), so the .bin grows by one table, not two."""
     res = lower_with_bin(tmp_path, REPEAT2_NCNN, REPEAT2_PNNX)
+    check_golden("lower_masks/repeat_shared_table.param", res.graph.dumps())
     tables = [lay for lay in res.graph.by_type("MemoryData")]
     assert [lay.name for lay in tables] == ["Tensor.repeat_0_ones"]
     shared = [c for c in res.changes if c.what.startswith("shared table")]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ParamSurgeryError
 from ..findings import ERROR, WARNING, Finding
+from ..formats.pnnx_param import PnnxGraph, read_pnnx_param
 from ..graph import Graph
 from ..passes.base import FixInput, Pass, PassManager, PassResult, RepairContext, repairs
 from ._common import add_output_args
@@ -66,10 +67,11 @@ def fix_inputs() -> dict[str, FixInput]:
 
 # --------------------------------------------------------------------------- fix
 
-def lint_findings(g: Graph, traced: str | None = None) -> list[Finding]:
+def lint_findings(g: Graph, traced: str | PnnxGraph | None = None) -> list[Finding]:
     """What `fix` acts on: the default lint rules on the graph alone, and, given pnnx's
-    `.pnnx.param`, the repairable rules that read only it (no ncnn run): PS016's frozen
-    trace length leaves no layer ncnn lacks, so only pnnx's record of the trace shows it."""
+    `.pnnx.param` (a path or its parsed IR), the repairable rules that read only it (no ncnn
+    run; the first call skips them, lacking their input): PS016's frozen trace length leaves
+    no layer ncnn lacks, so only pnnx's record of the trace shows it."""
     from ..lint import lint_graph
     from ..lint.registry import all_rules
 
@@ -77,9 +79,7 @@ def lint_findings(g: Graph, traced: str | None = None) -> list[Finding]:
     if traced is not None:
         static = [r.code for r in all_rules().values()
                   if r.fix_pass and r.needs == frozenset({"pnnx"})]
-        seen = {(f.code, f.line, f.message) for f in found}
-        found += [f for f in lint_graph(g, pnnx_param=traced, select=static, run=False)
-                  if (f.code, f.line, f.message) not in seen]
+        found += lint_graph(g, pnnx_param=traced, select=static, run=False)
     return found
 
 
@@ -135,7 +135,9 @@ def fix_graph(g: Graph, *, traced: str | os.PathLike | None = None,
                         param=_path(param), bin=_path(bin), reference=_path(reference),
                         options=given,
                         repaired_like=lambda p, b, t: _repaired_like(applied, p, b, t))
-    before = lint_findings(g, ctx.traced)
+    # pnnx's IR, read once for every lint round (lint only reads it)
+    pnnx_ir = read_pnnx_param(ctx.traced) if ctx.traced is not None else None
+    before = lint_findings(g, pnnx_ir)
     found = before
     current = g
     done: set[str] = set()
@@ -167,7 +169,7 @@ def fix_graph(g: Graph, *, traced: str | os.PathLike | None = None,
             results += ran
             failures += refused
             applied += [type(pass_) for r in ran if r.modified]
-        found = lint_findings(current, ctx.traced)
+        found = lint_findings(current, pnnx_ir)
     wanted = [p.name for p in repairs() if p.name in done]
     return FixReport(current, before, found, results, failures, wanted, located)
 
