@@ -162,14 +162,16 @@ class _Loader:
         base = self.index
         wfd: int | None = proc.stdin.fileno()
         readers = {proc.stdout.fileno(): "out", proc.stderr.fileno(): "err"}
-        pending, sent = b"", 0
+        pending: bytes | memoryview = b""
+        sent = 0
         out, err = b"", b""
         codes: dict[int, int] = {}
         done: list[Verdict] = []
         deadline = time.monotonic() + timeout
         while len(done) < len(files):
             if wfd is not None and not pending and sent < len(files):
-                pending = len(files[sent]).to_bytes(8, "little") + files[sent]
+                # a view: slicing off what each write took copies nothing
+                pending = memoryview(len(files[sent]).to_bytes(8, "little") + files[sent])
                 sent += 1
             left = deadline - time.monotonic()
             ready_r: list[int] = []

@@ -258,17 +258,18 @@ class Params:
         self.set(pid, value)
 
     def remove(self, pid: int) -> "Params":
-        entries = self._owned()
-        if pid in entries or any(d.pid == pid for d in self._dupes):
-            entries.pop(pid, None)
+        # a shared line is copied only when something changes (`_owned`)
+        if pid in self._load() or any(d.pid == pid for d in self._dupes):
+            self._owned().pop(pid, None)
             self._dupes = tuple(d for d in self._dupes if d.pid != pid)
             self._touch()
         return self
 
     def move_first(self, pid: int) -> "Params":
         """Put param `pid` first on the line (ncnnoptimize writes `-23330=` hints there)."""
-        entries = self._owned()
-        if pid in entries and next(iter(entries)) != pid:
+        current = self._load()
+        if pid in current and next(iter(current)) != pid:
+            entries = self._owned()
             first = entries.pop(pid)
             rest = list(entries.values())
             entries.clear()
@@ -284,17 +285,18 @@ class Params:
 
     def normalize(self) -> "Params":
         """Re-render every value in pnnx style and sort ids as pnnx does (for `fmt`)."""
+        current = self._load()
+        ordered = sorted(current, key=pnnx_order_key)
+        stale = [pid for pid in ordered if current[pid].text is not None
+                 and current[pid].text != format_value(pid, current[pid].value)]
+        if ordered == list(current) and not self._dupes and not stale:
+            return self  # already as pnnx writes it: a shared line stays shared
         entries = self._owned()
-        ordered = sorted(entries.values(), key=lambda e: pnnx_order_key(e.pid))
-        changed = [e.pid for e in ordered] != list(entries) or bool(self._dupes)
-        for e in ordered:
-            if e.text is not None and e.text != format_value(e.pid, e.value):
-                e.text = None
-                changed = True
-        if changed:
-            self._entries = {e.pid: e for e in ordered}
-            self._dupes = ()
-            self._touch()
+        for pid in stale:
+            entries[pid].text = None
+        self._entries = {pid: entries[pid] for pid in ordered}
+        self._dupes = ()
+        self._touch()
         return self
 
     def _insert_sorted(self, entries: dict[int, _Entry], new: _Entry) -> None:

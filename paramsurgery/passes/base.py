@@ -266,8 +266,6 @@ def check_selection(layers: Sequence["Layer"], named: set[str], kind: str, *,
                     types: str | None = None) -> None:
     """A pass over layers of a kind (`--only`/`--skip` naming some of them): refuse when the
     graph has none (`types`: how to name them, default `kind`) or a name is not one."""
-    from ..errors import PassRefused
-
     if not layers:
         raise PassRefused(f"the graph has no {types or kind} layer")
     unknown = named - {layer.name for layer in layers}

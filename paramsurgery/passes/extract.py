@@ -313,8 +313,8 @@ def check_extract(full_param: str, full_bin: str | None, sub_param: str, sub_bin
     if not full.ok:
         raise PassRefused(f"the full graph cannot compute {', '.join(cut + outputs)}: "
                           f"{full.describe()}")
-    sub_inputs = {**{name: v for name, v in feeds.items()
-                     if name in _input_names(sub_param)},
+    sub_names = _input_names(sub_param)
+    sub_inputs = {**{name: v for name, v in feeds.items() if name in sub_names},
                   **{b: full.outputs[b] for b in cut}}
     sub = run_isolated(sub_param, sub_bin, sub_inputs, outputs)
     if not sub.ok:
