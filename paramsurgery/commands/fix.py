@@ -177,9 +177,9 @@ def fix_graph(g: Graph, *, traced: str | os.PathLike | None = None,
 def _located(name: str, exc: ParamSurgeryError, param: str | os.PathLike | None) -> str:
     """A refusal as one `file:line: ...` line: the layer's place when the pass named it,
     else the input file."""
-    file = exc.file or (os.fspath(param) if param is not None else "<input>")
-    where = ":".join([file] + [str(n) for n in (exc.line, exc.col) if n is not None]
-                     if exc.line is not None else [file])
+    where = exc.location()
+    if exc.file is None and param is not None:  # `<input>`: the file fix was given
+        where = os.fspath(param) + where[len("<input>"):]
     message = exc.message
     if message.startswith(where + ":"):  # a postcondition's message is located already
         message = message[len(where) + 1:].lstrip()

@@ -119,9 +119,19 @@ class PnnxGraph:
     ops: list[Op]
     operands: dict[str, Operand]
     path: str | None = None
+    _ops_by_name: dict[str, Op] | None = field(default=None, repr=False, compare=False)
 
     def operand(self, name: str) -> Operand | None:
         return self.operands.get(name)
+
+    def op_by_name(self, name: str) -> Op | None:
+        """The first op named `name` (the index is built once, on first use)."""
+        if self._ops_by_name is None:
+            index: dict[str, Op] = {}
+            for op in self.ops:
+                index.setdefault(op.name, op)
+            self._ops_by_name = index
+        return self._ops_by_name.get(name)
 
     @property
     def inputs(self) -> list[Operand]:

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from ..formats.pnnx_param import Op
+from ..formats.pnnx_param import Op, PnnxGraph
 from .match import NoMatch
 
 if TYPE_CHECKING:
@@ -84,10 +84,11 @@ def align(layers: Sequence["Layer"], ops: Sequence[Op], *, what: str = "layers",
     return out
 
 
-def op_named(ops: Sequence[Op], layer: "Layer", path: str | None) -> Op:
-    """pnnx's op for a converter leftover (pnnx keeps its name and type in the ncnn graph);
-    NoMatch naming the file when there is none."""
-    for op in ops:
-        if op.name == layer.name and op.type == layer.type:
-            return op
+def op_named(pnnx: PnnxGraph, layer: "Layer", path: str | None) -> Op:
+    """pnnx's op for a converter leftover (pnnx keeps its name and type in the ncnn graph;
+    found through the graph's name index, not a scan per layer); NoMatch naming the file
+    when there is none."""
+    op = pnnx.op_by_name(layer.name)
+    if op is not None and op.type == layer.type:
+        return op
     raise NoMatch(layer, f"{path} has no {layer.type} op named {layer.name!r}")

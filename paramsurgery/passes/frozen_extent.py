@@ -148,7 +148,6 @@ def frozen_lengths(g: Graph, pnnx: object, ev: TraceEvidence,
     for op in pnnx.ops:  # type: ignore[attr-defined]
         for name in op.inputs:
             readers.setdefault(name, []).append(op)
-    by_name = {op.name: op for op in pnnx.ops}  # type: ignore[attr-defined]
     for layer in g.by_type("MemoryData"):
         if not is_folded(layer):
             continue
@@ -167,7 +166,7 @@ def frozen_lengths(g: Graph, pnnx: object, ev: TraceEvidence,
                 f"{ev.source}), so what pnnx computed it from is not known")
             continue
         dim = matches[0]
-        attr = by_name.get(layer.name)
+        attr = pnnx.op_by_name(layer.name)  # type: ignore[attr-defined]
         operand = attr.outputs[0] if attr is not None and attr.outputs else None
         users = readers.get(operand, []) if operand is not None else []
         if not any(pnnx.operand(o) is not None and None in (pnnx.operand(o).shape or ())  # type: ignore[attr-defined]

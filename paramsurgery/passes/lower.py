@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 # ncnn BinaryOp 0= / UnaryOp 0= op types (src/layer/binaryop.h, unaryop.h)
 ADD, SUB, MUL, DIV, MAX, MIN = 0, 1, 2, 3, 4, 5
 ABS, NEG, TRUNC = 0, 1, 19
+# rows of a MemoryData table a rule crops to a run-time extent (ones, positions): 128 KiB of
+# float32, so a lowering is exact for extents up to it
+TABLE = 32768
 
 
 class Declined(NoMatch):
@@ -89,7 +92,7 @@ class Site:
 
     def op(self) -> "Op":
         """pnnx's op for this layer (pnnx keeps a leftover's name in the ncnn graph)."""
-        return op_named(self.traced().ops, self.layer, self.traced_path)
+        return op_named(self.traced(), self.layer, self.traced_path)
 
     def traced(self) -> PnnxGraph:
         """pnnx's graph (X.pnnx.param); declines when it was not given."""
@@ -112,14 +115,14 @@ class Site:
                            f"whose value pnnx keeps only in X.pnnx.param (--pnnx)")
         from ..formats.pnnx_param import parse_value
 
-        for op in self.pnnx.ops:
-            if op.name == prod.name and op.type == "pnnx.Expression":
-                text = op.params.get("expr")
-                value = parse_value(text) if text is not None else None
-                if text is None or not (value is None or isinstance(value, (int, float))):
-                    raise Declined(f"pnnx.Expression {prod.name!r} computes {text!r}, not a "
-                                   f"constant")
-                return value
+        op = self.pnnx.op_by_name(prod.name)
+        if op is not None and op.type == "pnnx.Expression":
+            text = op.params.get("expr")
+            value = parse_value(text) if text is not None else None
+            if text is None or not (value is None or isinstance(value, (int, float))):
+                raise Declined(f"pnnx.Expression {prod.name!r} computes {text!r}, not a "
+                               f"constant")
+            return value
         raise Declined(f"{self.traced_path} has no pnnx.Expression named {prod.name!r}")
 
     def is_constant(self, slot: int) -> bool:

@@ -42,14 +42,14 @@ from ..shapes.affine import Affine as Sym
 from ..values import FLT_MAX
 from .frozen_extent import folded_value, is_folded
 from .int_affine import Affine, NotAffine, ShapeArith
-from .lower import ABS, ADD, MAX, MIN, MUL, SUB, Declined, Rule, Rules, Site, rule
+from .lower import (ABS, ADD, MAX, MIN, MUL, NEG, SUB, TABLE, TRUNC, Declined, Rule, Rules,
+                    Site, rule)
 from .lower_layout import ncnn_axis
 
 _MASKS: list[Rule] = []
 RSUB = 7          # ncnn BinaryOp: b - a
-FLOOR, CEIL, NEG, ROUND, TRUNC = 2, 3, 1, 18, 19
+FLOOR, CEIL, ROUND = 2, 3, 18
 EXACT_INT = 2 ** 24  # float32 holds every integer below this
-TABLE = 32768        # ones a lowered repeat can produce (as lower_values.ARANGE_TABLE)
 
 _LAYOUT = ("Split", "Reshape", "ExpandDims", "Squeeze", "Flatten", "Permute", "Crop",
            "Slice", "Concat", "Tile")
@@ -129,9 +129,7 @@ def bounds(s: Site, blob: str) -> Bounds | None:
 def integral(s: Site, blob: str) -> str | None:
     """None when every value of `blob` is proven an integer below 2**24 in magnitude;
     otherwise why not (worklist over producers)."""
-    if "ops_by_name" not in s.shared:  # once per run, not per comparison
-        s.shared["ops_by_name"] = {op.name: op for op in getattr(s.pnnx, "ops", ())}
-    ops = s.shared["ops_by_name"]
+    op_by_name = s.pnnx.op_by_name if s.pnnx is not None else (lambda name: None)
     # blobs an earlier walk of this run proved integral: comparisons sharing ancestors do
     # not walk them again (a refusal is not kept: rewrites may still prove it later)
     proven: set[str] = s.shared.setdefault("integral_blobs", set())
@@ -184,7 +182,7 @@ def integral(s: Site, blob: str) -> str | None:
         elif t == "Reduction" and prod.params.get(0, 0) in (0, 1, 4, 5, 6):
             work.extend(prod.inputs)
         elif t in COMPARISONS or t == "torch.arange":
-            op = ops.get(prod.name)
+            op = op_by_name(prod.name)
             if t == "torch.arange" and op is not None and not all(
                     isinstance(op.param(k, 0), int) or op.param(k, 0) is None
                     for k in ("start", "step")):

@@ -23,12 +23,12 @@ import numpy as np
 
 from ..graph import Graph
 from .int_affine import Affine, NotAffine, ShapeArith
-from .lower import Declined, Rule, Rules, Site, rule
+from .lower import TABLE, Declined, Rule, Rules, Site, rule
 from .lower_layout import ncnn_axis
 from .lower_masks import COMPARISONS, record_positions
 
 _VALUES: list[Rule] = []
-ARANGE_TABLE = 32768  # positions a lowered arange can produce (128 KiB of float32)
+ARANGE_TABLE = TABLE  # positions a lowered arange can produce
 _LETTER = {-1: "w", -2: "h"}
 
 _INTS = ("i8", "u8", "i16", "i32", "i64")
