@@ -914,8 +914,7 @@ class Graph:
     def _copy(self) -> "Graph":
         layers = []
         for layer in self:
-            new = Layer(layer._type, layer._name, list(layer._inputs), list(layer._outputs),
-                        None)
+            new = Layer(layer._type, layer._name, layer._inputs, layer._outputs, None)
             new.params = _copy_params(layer.params, new)
             new.source_file = layer.source_file
             new.source_line = layer.source_line
@@ -962,7 +961,7 @@ def _copy_params(params: Params, owner: Layer) -> Params:
     p = params.copy(owner)
     p._text = params._text
     p.edited = params.edited
-    p._dupes = tuple(params._dupes)
+    p._dupes = params._dupes  # a tuple: shared, never edited in place
     return p
 
 

@@ -50,6 +50,10 @@ class Layer:
     def meta(self, value: dict) -> None:
         self._meta = value
 
+    def meta_value(self, key: str, default: Any = None) -> Any:
+        """`meta.get(key)` without making an empty dict for a layer that has none."""
+        return self._meta.get(key, default) if self._meta else default
+
     # ------------------------------------------------------------------ identity
     @property
     def type(self) -> str:

@@ -517,7 +517,7 @@ def write_param_bin(g: Graph) -> bytes:
             nblobs += 1
         body.append(struct.pack(f"<3i{len(bottoms)}i{len(tops)}i", typeindex, len(bottoms),
                                 len(tops), *bottoms, *tops))
-        raw = layer.meta.get("param_bin_params")
+        raw = layer.meta_value("param_bin_params")
         if raw is not None and not layer.params.edited:
             body.append(raw)
         else:
