@@ -2,8 +2,8 @@
 
     import paramsurgery
     g = paramsurgery.load("model.param")          # text or binary .param (+ bin=...)
-    g.validate()                                   # structural findings
-    g.save("out.param")                            # byte-identical when nothing changed
+    paramsurgery.validate(g)                       # structural findings
+    paramsurgery.save(g, "out.param")              # byte-identical when nothing changed
 """
 
 from __future__ import annotations
@@ -11,32 +11,46 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .errors import (BinLayoutError, GraphError, MissingDependency, ParamSurgeryError,
-                     ParamSyntaxError, PassRefused, VerificationError)
-from .findings import Finding
+from paramsurgery.core.errors import (
+    BinLayoutError,
+    GraphError,
+    MissingDependency,
+    ParamSurgeryError,
+    ParamSyntaxError,
+    PassRefused,
+    VerificationError,
+)
+from paramsurgery.core.findings import Finding
 
 if TYPE_CHECKING:
-    from .graph import Graph
-    from .io import load, loads
-    from .layer import Layer
-    from .params import Params
-    from .values import Float, Floats, Int, Ints, Kind, Str, Value
+    from paramsurgery.ir.graph import Graph
+    from paramsurgery.analysis.shapes import infer_shapes
+    from paramsurgery.analysis.validate import validate
+    from paramsurgery.formats.io import load, loads, save
+    from paramsurgery.formats.param_text import dump_bytes, dumps
+    from paramsurgery.ir.layer import Layer
+    from paramsurgery.ir.params import Params
+    from paramsurgery.core.values import Float, Floats, Int, Ints, Kind, Str, Value
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "load", "loads", "Graph", "Layer", "Params", "Finding", "Value", "Kind",
+    "load", "loads", "save", "dumps", "dump_bytes", "validate", "infer_shapes",
+    "Graph", "Layer", "Params", "Finding", "Value", "Kind",
     "Int", "Float", "Ints", "Floats", "Str",
     "ParamSurgeryError", "ParamSyntaxError", "BinLayoutError", "GraphError", "PassRefused",
     "VerificationError", "MissingDependency", "__version__",
 ]
 
 # the IR (graph, networkx, params) is imported on first use, not by `import paramsurgery`:
-# a child process that only runs ncnn (`python -m paramsurgery.runtime`) imports the package
+# a child process that only runs ncnn (`python -m paramsurgery.runtime.child`) imports the
+# package
 # too, and the IR's modules were ~20 MB of its memory next to the weights it holds
-_LAZY = {"Graph": ".graph", "load": ".io", "loads": ".io", "Layer": ".layer",
-         "Params": ".params", **dict.fromkeys(("Float", "Floats", "Int", "Ints", "Kind",
-                                                "Str", "Value"), ".values")}
+_LAZY = {"Graph": ".ir.graph", "Layer": ".ir.layer", "Params": ".ir.params",
+         **dict.fromkeys(("load", "loads", "save"), ".formats.io"),
+         **dict.fromkeys(("dumps", "dump_bytes"), ".formats.param_text"),
+         "validate": ".analysis.validate", "infer_shapes": ".analysis.shapes",
+         **dict.fromkeys(("Float", "Floats", "Int", "Ints", "Kind", "Str", "Value"), ".core.values")}
 
 
 def __getattr__(name: str) -> Any:

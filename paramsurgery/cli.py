@@ -16,9 +16,9 @@ import pkgutil
 import sys
 from typing import Sequence
 
-from . import __version__
-from .errors import ParamSurgeryError
-from .io import Terminated, signals_raise
+from paramsurgery import __version__
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.core.fs import Terminated, signals_raise
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -31,7 +31,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         description="Exact, verified graph surgery on ncnn models (.param / .param.bin / .bin).")
     parser.add_argument("--version", action="version", version=f"paramsurgery {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from . import commands
+    from paramsurgery import commands
 
     names = sorted(info.name for info in pkgutil.iter_modules(commands.__path__)
                    if not info.name.startswith("_"))
@@ -40,7 +40,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     if wanted in names and argv is not None and argv[0] == word:
         names = [wanted]
     elif word is not None and argv is not None and argv[0] == word:
-        from .commands._pass_commands import register_pass_commands
+        from paramsurgery.commands._pass_commands import register_pass_commands
 
         # a command a pass declares (no module of its own): only the passes load
         register_pass_commands(sub, {n.replace("_", "-") for n in names})
@@ -51,7 +51,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     for name in names:
         importlib.import_module(f"{commands.__name__}.{name}").register(sub)
     if len(names) > 1:  # not just the named command module: passes may declare commands too
-        from .commands._pass_commands import register_pass_commands
+        from paramsurgery.commands._pass_commands import register_pass_commands
 
         register_pass_commands(sub, sub.choices)  # (those registered above are skipped)
     return parser
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None,
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
-    from .commands._common import run_command
+    from paramsurgery.commands._common import run_command
 
     try:
         with signals_raise():

@@ -11,9 +11,11 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .io import load
-from .resources import fixture
-from .summary import format_summary, summarize
+from paramsurgery.formats.io import load
+from paramsurgery.core.resources import fixture
+from paramsurgery.analysis.summary import format_summary, summarize
+from paramsurgery.formats.io import save
+from paramsurgery.analysis.validate import validate
 
 DEFAULT_GRAPH = "qwen3_tts/tiny/talker_decoder.ported.ncnn.param"
 
@@ -27,7 +29,7 @@ def _say(msg: str = "") -> None:
 
 
 def step_lint(ctx: dict) -> None:
-    from .lint import lint_file
+    from paramsurgery.lint import lint_file
 
     findings = lint_file(ctx["param"])
     for f in findings:
@@ -48,7 +50,7 @@ def step_info(ctx: dict) -> None:
 
 
 def step_validate(ctx: dict) -> None:
-    findings = ctx["graph"].validate()
+    findings = validate(ctx["graph"])
     for f in findings:
         _say("  " + f.format(str(ctx["param"])))
     errors = [f for f in findings if f.severity == "error"]
@@ -60,7 +62,7 @@ def step_validate(ctx: dict) -> None:
 def step_round_trip(ctx: dict) -> None:
     src = Path(ctx["param"]).read_bytes()
     out = Path(ctx["workdir"]) / "roundtrip.param"
-    ctx["graph"].save(out)
+    save(ctx["graph"], out)
     dst = out.read_bytes()
     if src != dst:
         raise DemoFailed("round trip changed the file")
@@ -76,7 +78,7 @@ def step_round_trip(ctx: dict) -> None:
 
 
 def step_add_kvcache(ctx: dict) -> None:
-    from .passes.kvcache import AddKVCache
+    from paramsurgery.passes.kvcache import AddKVCache
 
     g = ctx["graph"]
     if not g.by_type("SDPA", "MultiHeadAttention"):
@@ -85,7 +87,7 @@ def step_add_kvcache(ctx: dict) -> None:
     result = AddKVCache()(g)
     _say(result.format())
     out = Path(ctx["workdir"]) / "kvcache.param"
-    result.graph.save(out)
+    save(result.graph, out)
     ctx["kv_param"] = out
     _say(f"header: {len(g)} {g.blob_count()} -> {len(result.graph)} {result.graph.blob_count()}")
     again = AddKVCache()(result.graph)
@@ -95,7 +97,7 @@ def step_add_kvcache(ctx: dict) -> None:
 
 
 def step_kv_parity(ctx: dict) -> None:
-    from .kvcache_verify import verify_kvcache
+    from paramsurgery.verify.kvcache import verify_kvcache
 
     if "kv_param" not in ctx:
         _say("no kv-cache graph: skipped")

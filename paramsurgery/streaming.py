@@ -25,8 +25,9 @@ from typing import IO, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .errors import ParamSurgeryError, VerificationError
-from .runtime import RunOptions, load_net, run_net
+from paramsurgery.core.errors import ParamSurgeryError, VerificationError
+from paramsurgery.runtime.child import RunOptions, load_net, run_net
+from paramsurgery.formats.param_text import dump_bytes
 
 
 def load_manifest(manifest: str | os.PathLike | Mapping[str, Any]) -> dict:
@@ -264,9 +265,10 @@ def convert(param: str | os.PathLike, bin: str | os.PathLike | None, out: str, *
             inputshape: Mapping[str, tuple] | None = None) -> Converted:
     """Load, run `add-conv-cache`, write out.param, out.bin, out.json (+ out.start.param when
     the stream has start trims) atomically, all renamed into place together."""
-    from .io import atomic_write_many, load
-    from .passes.conv_cache import AddConvCache
-    from .weights import write_weights
+    from paramsurgery.core.fs import atomic_write_many
+    from paramsurgery.formats.io import load
+    from paramsurgery.passes.conv_cache import AddConvCache
+    from paramsurgery.formats.weights import write_weights
 
     p_path, b_path, s_path, m_path = output_paths(out)
     directory = os.path.dirname(os.path.abspath(p_path))
@@ -279,11 +281,11 @@ def convert(param: str | os.PathLike, bin: str | os.PathLike | None, out: str, *
                                param, bin)
     steady = result.graph
     writers: dict[str | os.PathLike, Callable[[IO], object]] = {
-               p_path: lambda fh: fh.write(steady.dump_bytes()),
+               p_path: lambda fh: fh.write(dump_bytes(steady)),
                b_path: lambda fh: write_weights(steady, fh),
                m_path: lambda fh: fh.write((json.dumps(manifest, indent=2) + "\n").encode())}
     if start is not None:
-        writers[s_path] = lambda fh: fh.write(start.dump_bytes())
+        writers[s_path] = lambda fh: fh.write(dump_bytes(start))
     atomic_write_many(writers)
     manifest["_dir"] = os.path.dirname(os.path.abspath(m_path))
     return Converted(p_path, b_path, s_path if start is not None else None, m_path, manifest,
@@ -441,7 +443,7 @@ def run_offline(param: str | os.PathLike, bin: str | os.PathLike | None,
                 options: RunOptions | None = None) -> dict[str, np.ndarray]:
     """The graph run once on all frames, in a child process: its weights are never resident
     next to the streaming nets', and only the outputs come back."""
-    from .runtime import NcnnRunError, run_isolated
+    from paramsurgery.runtime.child import NcnnRunError, run_isolated
 
     res = run_isolated(param, bin, frames, list(outputs), options)
     if not res.ok:

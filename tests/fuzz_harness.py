@@ -1,7 +1,7 @@
 """Differential fuzzing against ncnn's own loader (used by test_fuzz.py).
 
 Each mutant of a real `.param` goes through ncnn's `Net::load_param` (in child processes,
-many per child: `paramsurgery.ncnn_loader`) and through our command line in this process
+many per child: `paramsurgery.runtime.loader`) and through our command line in this process
 (`lint --no-run`, `fmt`), and the outcomes are compared. Categories (all should be zero):
 
 - `exit3`: an internal error; `hang`: a command that did not finish in time;
@@ -40,10 +40,11 @@ from pathlib import Path
 
 import paramsurgery
 from paramsurgery import cli
-from paramsurgery.errors import ParamSurgeryError
+from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.formats.param_bin import write_param_bin
 from paramsurgery.formats.param_text import BINARY_MAGIC
-from paramsurgery.ncnn_loader import load_verdicts
+from paramsurgery.runtime.loader import load_verdicts
+from paramsurgery.formats.param_text import dump_bytes
 
 # tokens ncnn's grammar treats specially (found by probing the wheel)
 TOKENS = [b"-0=1", b"-00=2", b'0=a"b', b"0=ab\"", b"+0=1", b"031=1", b"-023300=1,5",
@@ -227,7 +228,7 @@ def check_mutants(mutants: list[bytes], workdir: Path, full_lint: bool = True, *
         # we accept the file: byte-exact round trip
         try:
             again = (write_param_bin(paramsurgery.load(path)) if binary
-                     else paramsurgery.loads(data).dump_bytes())
+                     else dump_bytes(paramsurgery.loads(data)))
             if again != data:
                 rep.add("roundtrip", data)
         except ParamSurgeryError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import paramsurgery
 from paramsurgery.lint import lint_graph
+from paramsurgery.analysis.validate import validate
 
 TEXT = """7767517
 4 4
@@ -40,21 +41,21 @@ def test_analysis_is_shared_until_an_edit() -> None:
 
 
 def test_validate_is_cached_and_lint_reuses_it(monkeypatch) -> None:  # noqa: ANN001
-    import paramsurgery.validate as V
+    import paramsurgery.analysis.validate as V
 
     runs: list[int] = []
     real = V.validate_graph
     monkeypatch.setattr(V, "validate_graph", lambda g: runs.append(1) or real(g))
     g = paramsurgery.loads(TEXT)
-    assert g.validate() == []
+    assert validate(g) == []
     lint_graph(g, run=False)
     assert len(runs) == 1
     g.layer("relu_1").name = "relu_2"  # an edit: computed again
-    g.validate()
+    validate(g)
     assert len(runs) == 2
-    found = g.validate()
+    found = validate(g)
     found.append("caller's list")  # callers get their own list
-    assert g.validate() == []
+    assert validate(g) == []
 
 
 def test_type_change_moves_the_layer_in_the_type_index() -> None:

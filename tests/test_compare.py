@@ -15,18 +15,19 @@ import numpy as np
 import pytest
 
 import paramsurgery
-from paramsurgery.compare import NcnnSide, compare_ncnn
-from paramsurgery.compare.expression import parse, subterm_values
-from paramsurgery.compare.frames import FrameFile, read_frames, write_frame
-from paramsurgery.compare.graph_match import match_graphs
-from paramsurgery.compare.inputs import make_feeds
-from paramsurgery.compare.layout import measure
-from paramsurgery.compare.options import parse_options
-from paramsurgery.errors import ParamSurgeryError
+from paramsurgery.verify.compare import NcnnSide, compare_ncnn
+from paramsurgery.verify.compare.expression import parse, subterm_values
+from paramsurgery.verify.compare.frames import FrameFile, read_frames, write_frame
+from paramsurgery.verify.compare.graph_match import match_graphs
+from paramsurgery.verify.compare.inputs import make_feeds
+from paramsurgery.verify.compare.layout import measure
+from paramsurgery.verify.compare.options import parse_options
+from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.formats.pnnx_param import read_pnnx_param
-from paramsurgery.runtime import Feed
+from paramsurgery.runtime.child import Feed
 
 from conftest import FIXTURES, REPO
+from paramsurgery.formats.io import save
 
 pytest.importorskip("ncnn")
 
@@ -155,7 +156,7 @@ def test_planted_change_is_the_first_divergence(tmp_path, name):
     param = TINY / f"{name}.ncnn.param"
     g = paramsurgery.load(param)
     layer = plant_change(g, TINY / f"{name}.ncnn.bin", tmp_path / "x.bin")
-    g.save(tmp_path / "x.param")
+    save(g, tmp_path / "x.param")
     report = compare_ncnn(side(tmp_path / "x.param", tmp_path / "x.bin"),
                           side(param, TINY / f"{name}.ncnn.bin"), tiny_feeds(name))
     fd = report.first_divergence()
@@ -188,13 +189,13 @@ def test_fold_gqa_and_add_kvcache_report_none(tmp_path, module):
     binp = TINY / f"{module}.ported.ncnn.bin"
     feeds = _decoder_feeds(TINY / f"{module}.ported.ref.npz")
     expanded = FUS / f"{module}.tile.ncnn.param"
-    FoldGQA()(paramsurgery.load(expanded)).graph.save(tmp_path / "gqa.param")
+    save(FoldGQA()(paramsurgery.load(expanded)).graph, tmp_path / "gqa.param")
     report = compare_ncnn(side(tmp_path / "gqa.param", binp), side(expanded, binp), feeds)
     assert report.first_divergence() is None, report.format_text()
     assert len(report.compared) == len(report.rows)
     # add-kvcache at the prefill (caches fed empty): every blob but the opaque caches
     ported = TINY / f"{module}.ported.ncnn.param"
-    AddKVCache()(paramsurgery.load(ported)).graph.save(tmp_path / "kv.param")
+    save(AddKVCache()(paramsurgery.load(ported)).graph, tmp_path / "kv.param")
     report = compare_ncnn(side(tmp_path / "kv.param", binp), side(ported, binp), feeds)
     assert report.first_divergence() is None and report.status == "ok"
     skipped = [r for r in report.rows if r.status == "skipped"]
@@ -210,7 +211,7 @@ def test_fuse_codebooks_reports_none(tmp_path):
     name = "codec_decoder.ported_levelsum_per_level"
     param, binp = TINY / f"{name}.ncnn.param", TINY / f"{name}.ncnn.bin"
     res = FuseCodebooks()(paramsurgery.load(param, bin=binp))
-    res.graph.save(tmp_path / "f.param", bin=tmp_path / "f.bin")
+    save(res.graph, tmp_path / "f.param", bin=tmp_path / "f.bin")
     fusion = res.data["manifest"].fusions[0]
     ref = np.load(TINY / f"{name}.ref.npz")
     codes = np.stack([ref[f"input_codes_level{i}"][0] for i in range(1, 16)])
@@ -269,7 +270,7 @@ def test_cli_json_and_exit_codes(tmp_path):
     param = TINY / f"{name}.ncnn.param"
     g = paramsurgery.load(param)
     layer = plant_change(g, TINY / f"{name}.ncnn.bin", tmp_path / "x.ncnn.bin")
-    g.save(tmp_path / "x.ncnn.param")
+    save(g, tmp_path / "x.ncnn.param")
     # pnnx's IR next to the file pairs the fixture's input_<name> arrays with in0, in1, ...
     shutil.copyfile(TINY / f"{name}.pnnx.param", tmp_path / "x.pnnx.param")
     r = cli(tmp_path / "x.ncnn.param", "--reference", param, "--reference-bin",
@@ -306,7 +307,7 @@ def test_cli_inputshape_and_html_page(tmp_path):
     param = TINY / f"{name}.ncnn.param"
     g = paramsurgery.load(param)
     layer = plant_change(g, TINY / f"{name}.ncnn.bin", tmp_path / "x.ncnn.bin")
-    g.save(tmp_path / "x.ncnn.param")
+    save(g, tmp_path / "x.ncnn.param")
     page = tmp_path / "errors.html"
     r = cli(tmp_path / "x.ncnn.param", "--reference", param, "--reference-bin",
             TINY / f"{name}.ncnn.bin", "--inputshape", "in0=[T,64]", "in1=[T,T]", "in2=[T,16]",

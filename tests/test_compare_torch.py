@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import paramsurgery
-from paramsurgery.compare import NcnnSide
-from paramsurgery.compare.against_torch import compare_torch
-from paramsurgery.compare.inputs import make_feeds
-from paramsurgery.compare.options import parse_options
-from paramsurgery.errors import ParamSurgeryError
+from paramsurgery.verify.compare import NcnnSide
+from paramsurgery.verify.compare.against_torch import compare_torch
+from paramsurgery.verify.compare.inputs import make_feeds
+from paramsurgery.verify.compare.options import parse_options
+from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.formats.pnnx_param import read_pnnx_param
 
 from conftest import FIXTURES, REPO
@@ -27,7 +27,7 @@ pytest.importorskip("ncnn")
 
 def _export_tools():  # noqa: ANN202 - (torch, export_with_pnnx)
     torch = pytest.importorskip("torch")
-    from paramsurgery.errors import MissingDependency
+    from paramsurgery.core.errors import MissingDependency
     from paramsurgery.repro.pnnx_export import export_with_pnnx, find_pnnx
 
     try:

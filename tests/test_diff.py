@@ -11,6 +11,7 @@ from paramsurgery.cli import main
 from paramsurgery.view.diff import diff_graphs
 
 from conftest import FIXTURES
+from paramsurgery.formats.io import save
 
 TINY = FIXTURES / "qwen3_tts" / "tiny"
 REPROS = FIXTURES / "repros"
@@ -76,7 +77,7 @@ def test_fuse_codebooks_with_weights(tmp_path):
         TINY / "predictor_embeds.unfused.ncnn.bin"
     g = paramsurgery.load(src, bin=src_bin)
     res = FuseCodebooks()(g)
-    res.graph.save(tmp_path / "f.param", bin=tmp_path / "f.bin")
+    save(res.graph, tmp_path / "f.param", bin=tmp_path / "f.bin")
     b = paramsurgery.load(tmp_path / "f.param", bin=tmp_path / "f.bin")
     d = diff_graphs(g, b)
     added, removed, changed, renamed = sets(d)
@@ -103,7 +104,7 @@ def test_fuse_codebooks_with_weights(tmp_path):
 
 def test_fix():
     from paramsurgery.commands.fix import fix_graph
-    from paramsurgery.passes._traced import companion_pnnx
+    from paramsurgery.formats.pnnx_traced import companion_pnnx
 
     expected = {
         "paramless-slice": (set(), set(), {"unbind_0"}, set()),
@@ -214,7 +215,7 @@ def test_html_side_by_side(tmp_path, capsys):
     from paramsurgery.passes.kvcache import AddKVCache
 
     src = TINY / "talker_decoder.ported.ncnn.param"
-    AddKVCache()(paramsurgery.load(src)).graph.save(tmp_path / "kv.param")
+    save(AddKVCache()(paramsurgery.load(src)).graph, tmp_path / "kv.param")
     page = tmp_path / "d.html"
     assert main(["diff", str(src), str(tmp_path / "kv.param"), "--html", str(page)]) == 1
     html = page.read_text()

@@ -12,11 +12,14 @@ from hypothesis import strategies as st
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.passes.dynamize import Dynamize
-from paramsurgery.passes._traced import companion_pnnx, pnnx_op
-from paramsurgery.runtime import Feed, Fetch, run
+from paramsurgery.formats.pnnx_traced import companion_pnnx, pnnx_op
+from paramsurgery.runtime.child import Feed, Fetch, run
 
 from conftest import FIXTURES
 from golden import check_golden
+from paramsurgery.analysis.validate import validate
+from paramsurgery.formats.io import save
+from paramsurgery.formats.param_text import dumps
 
 R = FIXTURES / "repairs"
 MODELS = ["neg_slice", "attention"]
@@ -42,8 +45,8 @@ def dyn(model, **kw):
 def test_golden_and_report(model, mode):
     kw = {"traced_len": 10} if mode == "traced_len" else {"pair": path(model, "static12")}
     res = dyn(model, **kw)
-    check_golden(f"fix/dynamize.{model}.param", res.graph.dumps())  # both modes: same text
-    assert res.graph.validate() == []
+    check_golden(f"fix/dynamize.{model}.param", dumps(res.graph))  # both modes: same text
+    assert validate(res.graph) == []
     assert all(c.before is not None and c.after is not None for c in res.changes)
     again = Dynamize(traced_len=10, traced=companion_pnnx(path(model)))(res.graph)
     assert not again.modified
@@ -68,7 +71,7 @@ def test_ref_length_matches_torch(model, tmp_path):
     binp = R / model / "static10" / "model.ncnn.bin"
     static = run(path(model), binp, feeds, fetch)["out0"]
     assert static.shape != ref["out0"].shape
-    dyn(model, traced_len=10).graph.save(tmp_path / "d.param")
+    save(dyn(model, traced_len=10).graph, tmp_path / "d.param")
     got = run(tmp_path / "d.param", binp, feeds, fetch)["out0"]
     np.testing.assert_allclose(got, ref["out0"], atol=1e-5, rtol=1e-5)
 
@@ -78,7 +81,7 @@ def test_pair_recovers_the_dynamic_export(model, tmp_path):
     """The layers --pair rewrites are exactly those whose lines differ between the static and
     the dynamic pnnx export, and both graphs give the same numbers at untraced lengths."""
     res = dyn(model, pair=path(model, "static12"))
-    res.graph.save(tmp_path / "d.param")
+    save(res.graph, tmp_path / "d.param")
     static = path(model).read_text().splitlines()
     dynamic = path(model, "dynamic").read_text().splitlines()
     differ = {a.split()[1] for a, b in zip(static[2:], dynamic[2:]) if a != b}
@@ -105,7 +108,7 @@ def test_hypothesis_crop_amounts_and_lengths(L, r, s, run_len):
     g = Dynamize(L, traced=[op] + [pnnx_op("pnnx.Input", "in", [], ["0"], {},
                                           {"0": ((1, 3, L), "f32")})])(paramsurgery.loads(text)).graph
     x = np.random.default_rng(L * 7 + run_len).standard_normal((3, run_len)).astype(np.float32)
-    got = run(g.dumps(), None, {"in0": x}, ["out0"])["out0"]
+    got = run(dumps(g), None, {"in0": x}, ["out0"])["out0"]
     np.testing.assert_array_equal(got, x[:, s:run_len - r])
 
 
@@ -119,7 +122,7 @@ def test_ambiguous_head_count_refused_then_resolved_by_layers(tmp_path):
     layers = ["gemm_0", "gemm_1", "gemm_2", "gemm_3", "reshape_4:2", "reshape_5:2",
               "reshape_6:2", "reshape_7:1"]
     g = Dynamize(4, layers=layers, traced=companion_pnnx(p))(paramsurgery.load(p)).graph
-    g.save(tmp_path / "d.param")
+    save(g, tmp_path / "d.param")
     ref = np.load(R / "attention" / "static4" / "ref.npz")
     got = run(tmp_path / "d.param", R / "attention" / "static4" / "model.ncnn.bin",
               {"in0": ref["in0"]}, ["out0"])["out0"]
@@ -175,7 +178,7 @@ def test_torch_at_random_lengths(t, model, tmp_path_factory):
     from fixtures_repairs import reference
 
     d = tmp_path_factory.mktemp("dz")
-    dyn(model, pair=path(model, "static12")).graph.save(d / "m.param")
+    save(dyn(model, pair=path(model, "static12")).graph, d / "m.param")
     (x,), (want,) = reference(model, t, seed=t)
     feeds, fetch = feeds_of(model, "static10", x)
     got = run(d / "m.param", R / model / "static10" / "model.ncnn.bin", feeds, fetch)["out0"]

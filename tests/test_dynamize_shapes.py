@@ -12,13 +12,15 @@ import pytest
 
 import paramsurgery
 from paramsurgery import PassRefused
-from paramsurgery.passes._traced import pnnx_op
+from paramsurgery.formats.pnnx_traced import pnnx_op
 from paramsurgery.passes.dynamize import Dynamize
 from paramsurgery.passes.dynamize_shapes import reference_shapes
-from paramsurgery.runtime import Feed, Fetch, run, run_isolated
+from paramsurgery.runtime.child import Feed, Fetch, run, run_isolated
 
 from conftest import FIXTURES
 from golden import check_golden
+from paramsurgery.formats.io import save
+from paramsurgery.formats.param_text import dumps
 
 R = FIXTURES / "repairs"
 TINY = FIXTURES / "qwen3_tts" / "tiny"
@@ -35,11 +37,11 @@ def test_one_trace_writes_what_two_traces_prove(model, tmp_path):
     at the reference's length (T=13; traced at 10) equal to torch."""
     d = R / model / "static10"
     res = single_trace(d)(paramsurgery.load(d / "model.ncnn.param"))
-    check_golden(f"fix/dynamize.{model}.param", res.graph.dumps())
+    check_golden(f"fix/dynamize.{model}.param", dumps(res.graph))
     assert all(k in c.what for c in res.changes for k in [("measures" if "gemm" in c.layer else "elements" if "reshape" in c.layer else "input extent")])
     meta = json.loads((d / "meta.json").read_text())
     ref = np.load(d / "ref.npz")
-    res.graph.save(tmp_path / "d.param")
+    save(res.graph, tmp_path / "d.param")
     got = run(tmp_path / "d.param", d / "model.ncnn.bin",
               {"in0": Feed(ref["in0"], meta["input_batch_index"]["in0"])},
               [Fetch("out0", meta["output_batch_index"]["out0"])])["out0"]
@@ -89,7 +91,7 @@ def test_literal_crop_end_is_refused_by_the_reference_outputs():
 
 
 def test_a_table_that_is_not_cos_sin_is_refused():
-    from paramsurgery.weights import set_weights
+    from paramsurgery.formats.weights import set_weights
 
     g = paramsurgery.loads("7767517\n4 4\nInput in0 0 1 in0\nMemoryData c 0 1 c 0=4 1=6\n"
                            "MemoryData s 0 1 s 0=4 1=6\nRotaryEmbed r 3 1 in0 c s out0 0=0\n",

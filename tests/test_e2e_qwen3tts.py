@@ -14,7 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))
 
-import e2e_qwen3tts
+import e2e_qwen3tts  # noqa: E402
 
 LAST = re.compile(r"^e2e: codes (\d+)/(\d+) frames identical; waveform rel (\S+); "
                   r"chunked == offline rel (\S+)$")

@@ -14,11 +14,13 @@ import pytest
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.passes.extract import Extract, check_extract, extract_subgraph, plan_extract
-from paramsurgery.runtime import Feed
-from paramsurgery.weights import weights_fingerprint
+from paramsurgery.runtime.child import Feed
+from paramsurgery.formats.weights import weights_fingerprint
 
 from conftest import FIXTURES, REPO
 from golden import check_golden
+from paramsurgery.formats.io import save
+from paramsurgery.formats.param_text import dumps
 
 TINY = FIXTURES / "qwen3_tts" / "tiny"
 
@@ -43,9 +45,9 @@ def test_lm_head_off_the_predictor_heads_golden(tmp_path):
     """One of the 15 lm_heads: the Input, the Gemm, nothing else; exactly its bytes."""
     g = paramsurgery.load(fx("predictor_heads"), bin=fx("predictor_heads", "bin"))
     res = Extract(None, ["out3"])(g)
-    check_golden("fusions/extract_predictor_head3.param", res.graph.dumps())
+    check_golden("fusions/extract_predictor_head3.param", dumps(res.graph))
     assert res.data["inputs"] == ["in0"] and res.data["cut"] == []
-    res.graph.save(tmp_path / "h.param", bin=tmp_path / "h.bin")
+    save(res.graph, tmp_path / "h.param", bin=tmp_path / "h.bin")
     blob = (tmp_path / "h.bin").read_bytes()
     w = g.layer("gemm_3").weights["B"]
     assert len(blob) == 4 + 64 * 64 * 4 == w.nbytes
@@ -56,8 +58,8 @@ def test_lm_head_off_the_predictor_heads_golden(tmp_path):
 def test_decoder_head_golden():
     g = paramsurgery.load(fx("predictor_decoder"))
     res = Extract(["75", "77"], ["out0"])(g)
-    check_golden("fusions/extract_predictor_decoder_head.param", res.graph.dumps())
-    text = res.graph.dumps().splitlines()
+    check_golden("fusions/extract_predictor_decoder_head.param", dumps(res.graph))
+    text = dumps(res.graph).splitlines()
     assert text[2:4] == ["Input                    75                       0 1 75",
                          "Input                    77                       0 1 77"]
     # every kept line is the source line, byte for byte
@@ -70,7 +72,7 @@ def test_body_keeps_the_graph_inputs_in_order():
     res = Extract(None, ["75", "77"])(g)
     assert res.data["inputs"] == ["in0", "in1", "in2", "in3"]
     assert len(res.graph) == 62 and res.graph.outputs == ["75", "77"]
-    check_golden("fusions/extract_predictor_decoder_body.param", res.graph.dumps())
+    check_golden("fusions/extract_predictor_decoder_body.param", dumps(res.graph))
 
 
 # ------------------------------------------------------------------ numeric proof
@@ -87,8 +89,8 @@ def test_head_and_body_reproduce_the_full_graph_exactly(tmp_path, module, cut, e
     g = paramsurgery.load(fx(module), bin=fx(module, "bin"))
     head = extract_subgraph(g, cut + extra, ["out0"])
     body = extract_subgraph(g, None, cut)
-    head.save(tmp_path / "head.param", bin=tmp_path / "head.bin")
-    body.save(tmp_path / "body.param", bin=tmp_path / "body.bin")
+    save(head, tmp_path / "head.param", bin=tmp_path / "head.bin")
+    save(body, tmp_path / "body.param", bin=tmp_path / "body.bin")
     feeds = decoder_feeds(module)
     c_head = check_extract(str(fx(module)), str(fx(module, "bin")), str(tmp_path / "head.param"),
                            str(tmp_path / "head.bin"), feeds, ["out0"], cut=cut)
@@ -104,7 +106,7 @@ def test_head_and_body_reproduce_the_full_graph_exactly(tmp_path, module, cut, e
         fp = by_name(part)
         assert fp and all(full[k] == v for k, v in fp.items())
     # and the chain head(body(x)) through ncnn equals the full graph's out0
-    from paramsurgery.runtime import run
+    from paramsurgery.runtime.child import run
 
     mid = run(tmp_path / "body.param", tmp_path / "body.bin", feeds, cut)
     out = run(tmp_path / "head.param", tmp_path / "head.bin",
@@ -115,9 +117,9 @@ def test_head_and_body_reproduce_the_full_graph_exactly(tmp_path, module, cut, e
 
 def test_input_graph_is_not_modified():
     g = paramsurgery.load(fx("predictor_decoder"))
-    before = g.dumps()
+    before = dumps(g)
     extract_subgraph(g, ["75", "77"], ["out0"])
-    assert g.dumps() == before and not g.modified
+    assert dumps(g) == before and not g.modified
 
 
 # ------------------------------------------------------------------ structure
@@ -128,7 +130,7 @@ def test_split_trimmed_and_multi_top_input_trimmed():
             "BinaryOp mul 2 1 a2 c w 0=2\n")
     g = paramsurgery.loads(text)
     sub = extract_subgraph(g, ["a", "b"], ["z"])
-    assert sub.dumps() == ("7767517\n3 4\n"
+    assert dumps(sub) == ("7767517\n3 4\n"
                            "Input                    in                       0 2 a b\n"
                            "ReLU                     r0                       1 1 a x\n"
                            "BinaryOp add 2 1 x b z 0=0\n")

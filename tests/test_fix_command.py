@@ -9,10 +9,13 @@ import pytest
 
 import paramsurgery
 from paramsurgery.commands.fix import fix_graph, lint_findings
-from paramsurgery.passes._traced import companion_pnnx
-from paramsurgery.runtime import Feed, Fetch, run
+from paramsurgery.formats.pnnx_traced import companion_pnnx
+from paramsurgery.runtime.child import Feed, Fetch, run
 
 from conftest import FIXTURES
+from paramsurgery.formats.io import save
+from paramsurgery.formats.param_text import dump_bytes
+from paramsurgery.formats.param_text import dumps
 
 REPROS = FIXTURES / "repros"
 TINY = FIXTURES / "qwen3_tts" / "tiny"
@@ -32,7 +35,7 @@ def test_fix_repros_leaves_nothing_fixable(case, tmp_path):
     assert [f for f in rep.after if f.severity != "info"] == []
     st = json.loads((REPROS / case / "bug" / "status.json").read_text())
     ref = np.load(REPROS / case / "bug" / "ref.npz")
-    rep.graph.save(tmp_path / "m.param")
+    save(rep.graph, tmp_path / "m.param")
     outs = [k for k in ref.files if k.startswith("out")]
     got = run(tmp_path / "m.param", REPROS / case / "bug" / "model.ncnn.bin",
               {k: Feed(ref[k], st["input_batch_index"].get(k, 233)) for k in ref.files
@@ -76,7 +79,7 @@ def test_cli_json(tmp_path, capsys):
 
 def test_fix_dequant_equals_ported(tmp_path):
     raw, ported = R / "dequant_raw" / "dynamic", R / "dequant_ported" / "dynamic"
-    fix_graph(paramsurgery.load(raw / "model.ncnn.param")).graph.save(tmp_path / "m.param")
+    save(fix_graph(paramsurgery.load(raw / "model.ncnn.param")).graph, tmp_path / "m.param")
     ref = np.load(ported / "ref.npz")
     got = run(tmp_path / "m.param", raw / "model.ncnn.bin", {"in0": Feed(ref["in0"], 0)},
               [Fetch("out0", 0)])["out0"]
@@ -125,7 +128,7 @@ def test_raw_qwen3_tts_fixture(module, tmp_path):
     assert not rep.failures
     if not (unrepairable or kept or changed_by):
         assert rep.before == [] and rep.exit_code == 0
-        assert rep.graph.dump_bytes() == p.read_bytes()
+        assert dump_bytes(rep.graph) == p.read_bytes()
     else:
         assert rep.exit_code == (1 if unrepairable or kept else 0)
 
@@ -135,7 +138,7 @@ def test_fix_repairs_raw_predictor_decoder(tmp_path, capsys):
     graph that ncnn loads and runs right against the torch reference at T=9 (neither traced
     length, 37 and 5), with the weights hard-linked (fold-gqa removes weightless layers)."""
     from paramsurgery.cli import main
-    from paramsurgery.verify_reference import relative_error
+    from paramsurgery.verify.reference import relative_error
 
     stem = TINY / "predictor_decoder.raw"
     out = tmp_path / "out.param"
@@ -147,7 +150,7 @@ def test_fix_repairs_raw_predictor_decoder(tmp_path, capsys):
               if r.get("module") == "predictor_decoder" and r.get("variant") == "raw"
               and "ncnn_bin" in r["files"])["io"]
     ref = np.load(f"{stem}.ref.npz")
-    from paramsurgery.runtime import run_isolated
+    from paramsurgery.runtime.child import run_isolated
 
     res = run_isolated(out, tmp_path / "out.bin",
                        {i["blob"]: Feed(ref[i["key"]], i["batch_index"]) for i in io["inputs"]},
@@ -179,7 +182,7 @@ def test_fix_plan_comes_from_the_pass_declarations():
     fix runs it: no list of repairs in fix itself. The result loads in ncnn and computes
     x/(|x|+1) then ReLU."""
     from paramsurgery.passes.base import repair_for, repairs
-    from paramsurgery.runtime import run_isolated
+    from paramsurgery.runtime.child import run_isolated
 
     g = paramsurgery.loads("7767517\n4 4\nInput in0 0 1 in0\n"
                            "F.softsign F.softsign_0 1 1 in0 a\n"
@@ -195,7 +198,7 @@ def test_fix_plan_comes_from_the_pass_declarations():
     assert rep.after == [] and [r.pass_name for r in rep.results if r.modified] == rep.wanted
     assert {layer.type for layer in rep.graph} == {"Input", "Split", "UnaryOp", "BinaryOp", "ReLU"}
     x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
-    res = run_isolated(rep.graph.dumps(), None, {"in0": x}, ["out0"])
+    res = run_isolated(dumps(rep.graph), None, {"in0": x}, ["out0"])
     assert res.ok, res.describe()
     np.testing.assert_allclose(res.outputs["out0"], np.maximum(x / (np.abs(x) + 1), 0),
                                rtol=1e-6)

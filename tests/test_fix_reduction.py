@@ -11,10 +11,14 @@ from hypothesis import strategies as st
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.passes.fix_reduction import FixReduction
-from paramsurgery.runtime import Feed, Fetch, run, run_isolated
+from paramsurgery.runtime.child import Feed, Fetch, run, run_isolated
 
 from conftest import FIXTURES
 from golden import check_golden
+from paramsurgery.analysis.validate import validate
+from paramsurgery.formats.io import save
+from paramsurgery.formats.param_text import dump_bytes
+from paramsurgery.formats.param_text import dumps
 
 REPRO = FIXTURES / "repros" / "stack-sum-batch-axis"
 REPAIRS = FIXTURES / "repairs"
@@ -31,21 +35,21 @@ def stacked(k: int, op: int = 0, extra: str = "") -> str:
 def test_golden_repro_eltwise():
     g = paramsurgery.load(REPRO / "bug" / "model.ncnn.param")
     res = FixReduction()(g)
-    check_golden("fix/stack_sum.eltwise.param", res.graph.dumps())
+    check_golden("fix/stack_sum.eltwise.param", dumps(res.graph))
     assert [(c.layer, c.before, c.after) for c in res.changes] == [
         ("sum_3", "Concat stack_0 0=-233 + Reduction 0=0 1=0 -23303=0 4=0 5=1", "Eltwise 0=1")]
-    assert res.graph.validate() == []
+    assert validate(res.graph) == []
 
 
 def test_golden_mean_both_styles():
     g = paramsurgery.load(REPAIRS / "dequant_mean" / "dynamic" / "model.ncnn.param")
-    check_golden("fix/dequant_mean.eltwise.param", FixReduction()(g).graph.dumps())
+    check_golden("fix/dequant_mean.eltwise.param", dumps(FixReduction()(g).graph))
     check_golden("fix/dequant_mean.binaryop.param",
-                 FixReduction(style="binaryop")(g).graph.dumps())
+                 dumps(FixReduction(style="binaryop")(g).graph))
 
 
 def test_small_golden_inline():
-    out = FixReduction()(paramsurgery.loads(stacked(3, op=3))).graph.dumps()
+    out = dumps(FixReduction()(paramsurgery.loads(stacked(3, op=3))).graph)
     assert out == """7767517
 4 4
 Input in0 0 1 in0
@@ -63,7 +67,7 @@ def test_repro_matches_torch_reference(style, tmp_path):
                           [Fetch("out0", 0)])
     assert before.status == "crash"
     res = FixReduction(style=style)(paramsurgery.load(REPRO / "bug" / "model.ncnn.param"))
-    res.graph.save(tmp_path / "m.param")
+    save(res.graph, tmp_path / "m.param")
     ref = np.load(REPRO / "bug" / "ref.npz")
     got = run(tmp_path / "m.param", REPRO / "bug" / "model.ncnn.bin",
               {"in0": Feed(ref["in0"], 0)}, [Fetch("out0", 0)])["out0"]
@@ -77,7 +81,7 @@ def test_repro_equals_numpy_sum_of_its_parts(t, tmp_path_factory):
     """At any length: the repaired output equals the numpy sum of the three conv outputs,
     read from the same net (no torch needed)."""
     d = tmp_path_factory.mktemp("fr")
-    FixReduction()(paramsurgery.load(REPRO / "bug" / "model.ncnn.param")).graph.save(d / "m.param")
+    save(FixReduction()(paramsurgery.load(REPRO / "bug" / "model.ncnn.param")).graph, d / "m.param")
     x = np.random.default_rng(t).standard_normal((1, 4, t)).astype(np.float32)
     outs = run(d / "m.param", REPRO / "bug" / "model.ncnn.bin", {"in0": Feed(x, 0)},
                ["4", "5", "6", Fetch("out0", 0)],)
@@ -93,11 +97,11 @@ def test_hypothesis_k_parts(k, c, t, op, style, coeff):
         coeff = None
     text = stacked(k, op, f" 2={coeff}" if coeff is not None else "")
     g = FixReduction(style=style)(paramsurgery.loads(text)).graph
-    assert g.validate() == []
+    assert validate(g) == []
     assert not g.by_type("Concat") and not g.by_type("Reduction")
     rng = np.random.default_rng(k * 1000 + c * 100 + t)
     xs = [rng.uniform(0.5, 1.5, (c, t)).astype(np.float32) for _ in range(k)]
-    got = run(g.dumps(), None, {f"in{i}": x for i, x in enumerate(xs)}, ["out0"])["out0"]
+    got = run(dumps(g), None, {f"in{i}": x for i, x in enumerate(xs)}, ["out0"])["out0"]
     stack = np.stack(xs, 0)
     want = {0: stack.sum(0), 3: stack.mean(0), 4: stack.max(0), 5: stack.min(0),
             6: stack.prod(0)}[op] * (coeff if coeff is not None else 1.0)
@@ -115,7 +119,7 @@ def test_dequant_raw_repaired_equals_ported(tmp_path):
     fetch = [Fetch("out0", meta["output_batch_index"]["out0"])]
     assert run_isolated(raw / "model.ncnn.param", raw / "model.ncnn.bin", feeds, fetch).status \
         == "crash"
-    FixReduction()(paramsurgery.load(raw / "model.ncnn.param")).graph.save(tmp_path / "m.param")
+    save(FixReduction()(paramsurgery.load(raw / "model.ncnn.param")).graph, tmp_path / "m.param")
     got = run(tmp_path / "m.param", raw / "model.ncnn.bin", feeds, fetch)["out0"]
     want = run(ported / "model.ncnn.param", ported / "model.ncnn.bin", feeds, fetch)["out0"]
     np.testing.assert_array_equal(got, want)
@@ -125,14 +129,14 @@ def test_dequant_raw_repaired_equals_ported(tmp_path):
 def test_idempotent():
     g = FixReduction()(paramsurgery.load(REPRO / "bug" / "model.ncnn.param")).graph
     again = FixReduction()(g)
-    assert not again.modified and again.graph.dumps() == g.dumps()
+    assert not again.modified and dumps(again.graph) == dumps(g)
     assert "no Reduction with empty axes" in again.format()
 
 
 def test_untouched_graph_is_byte_identical():
     p = REPRO / "workaround" / "model.ncnn.param"
     res = FixReduction()(paramsurgery.load(p))
-    assert not res.modified and res.graph.dump_bytes() == p.read_bytes()
+    assert not res.modified and dump_bytes(res.graph) == p.read_bytes()
 
 
 # ------------------------------------------------------------------ refusals
@@ -161,7 +165,7 @@ def test_partial_keeps_the_provable_rewrite():
 
 
 def _lone_traced(shape: str, dim: str) -> list:
-    from paramsurgery.passes._traced import pnnx_op
+    from paramsurgery.formats.pnnx_traced import pnnx_op
 
     dims = tuple(None if s == "?" else int(s) for s in shape.split(","))
     return [pnnx_op("torch.sum", "torch.sum_0", ["0"], ["1"], {"dim": dim},
@@ -174,7 +178,7 @@ def test_lone_reduction_over_size_one_dim_is_bypassed():
     text = ("7767517\n3 3\nInput in0 0 1 in0\nReLU relu 1 1 in0 a\n"
             "Reduction sum_0 1 1 a out0 0=0 1=0 -23303=0 4=0 5=1\n")
     res = FixReduction(traced=_lone_traced("1,4,?", "(0)"))(paramsurgery.loads(text))
-    assert res.graph.dumps().splitlines()[-1].split()[:2] == ["ReLU", "relu"]
+    assert dumps(res.graph).splitlines()[-1].split()[:2] == ["ReLU", "relu"]
     assert res.graph.outputs == ["out0"]
     assert "reduces size-1 dim(s) 0 of (1,4,?)" in res.changes[0].what
 

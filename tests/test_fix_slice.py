@@ -11,10 +11,13 @@ from hypothesis import strategies as st
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.passes.fix_slice import FixSlice
-from paramsurgery.runtime import Feed, Fetch, run, run_isolated
+from paramsurgery.runtime.child import Feed, Fetch, run, run_isolated
 
 from conftest import FIXTURES
 from golden import check_golden
+from paramsurgery.analysis.validate import validate
+from paramsurgery.formats.io import save
+from paramsurgery.formats.param_text import dumps
 
 REPROS = FIXTURES / "repros"
 
@@ -37,15 +40,15 @@ def paramless(k: int, c_hint: int | None = None) -> str:
 def test_golden(case):
     _, g, traced = _bug(case)
     res = FixSlice(traced=traced)(g)
-    check_golden(f"fix/{case}.param", res.graph.dumps())
-    assert res.graph.validate() == []
+    check_golden(f"fix/{case}.param", dumps(res.graph))
+    assert validate(res.graph) == []
     again = FixSlice(traced=traced)(res.graph)
-    assert not again.modified and again.graph.dumps() == res.graph.dumps()
+    assert not again.modified and dumps(again.graph) == dumps(res.graph)
 
 
 def test_paramless_equals_the_handwritten_twin():
     _, g, _ = _bug("paramless-slice")
-    fixed = FixSlice()(g).graph.dumps()
+    fixed = dumps(FixSlice()(g).graph)
     assert fixed == (REPROS / "paramless-slice" / "workaround" / "model.ncnn.param").read_text()
 
 
@@ -60,7 +63,7 @@ def test_repro_repaired_matches_torch(case, tmp_path):
              if k.startswith("out")]
     before = run_isolated(d / "model.ncnn.param", d / "model.ncnn.bin", feeds, fetch)
     assert before.status in ("crash", "load_param_failed")
-    FixSlice(traced=traced)(g).graph.save(tmp_path / "m.param")
+    save(FixSlice(traced=traced)(g).graph, tmp_path / "m.param")
     got = run(tmp_path / "m.param", d / "model.ncnn.bin", feeds, fetch)
     for f in fetch:
         np.testing.assert_array_equal(got[f.name], ref[f.name])
@@ -73,7 +76,7 @@ def test_hypothesis_paramless_unbind(k, h, w, hint):
     text = paramless(k, k if hint else None).replace("0=6 1=4", f"0={w} 1={h}")
     g = FixSlice()(paramsurgery.loads(text)).graph
     x = np.random.default_rng(k * 100 + h * 10 + w).standard_normal((k, h, w)).astype(np.float32)
-    outs = run(g.dumps(), None, {"in0": x}, [f"out{i}" for i in range(k)])
+    outs = run(dumps(g), None, {"in0": x}, [f"out{i}" for i in range(k)])
     for i in range(k):
         np.testing.assert_array_equal(outs[f"out{i}"], x[i])
 
@@ -84,7 +87,7 @@ def test_hypothesis_paramless_unbind(k, h, w, hint):
 def test_hypothesis_batch_axis_random_sizes(k, t, case, tmp_path_factory):
     """The batch-axis rewrite on K codebooks of length T (K, T drawn): each part equals the
     row of the input, read back from the repaired net."""
-    from paramsurgery.passes._traced import pnnx_op
+    from paramsurgery.formats.pnnx_traced import pnnx_op
 
     outs = " ".join(str(i + 1) for i in range(k))
     if case == "unbind-batch-axis":
@@ -99,9 +102,9 @@ def test_hypothesis_batch_axis_random_sizes(k, t, case, tmp_path_factory):
     relus = [f"ReLU r{i} 1 1 {i + 1} out{i}" for i in range(k)]
     text = f"7767517\n{k + 2} {2 * k + 1}\nInput in0 0 1 in0\n{layer}\n" + "\n".join(relus) + "\n"
     g = FixSlice(traced=[op])(paramsurgery.loads(text)).graph
-    assert g.validate() == []
+    assert validate(g) == []
     x = np.random.default_rng(k * 31 + t).uniform(0, 1, (k, t)).astype(np.float32)
-    got = run(g.dumps(), None, {"in0": Feed(x, 0)}, [f"out{i}" for i in range(k)])
+    got = run(dumps(g), None, {"in0": Feed(x, 0)}, [f"out{i}" for i in range(k)])
     for i in range(k):
         np.testing.assert_array_equal(got[f"out{i}"].reshape(-1), x[i])
 
@@ -136,7 +139,7 @@ def test_refuses_fused_qkv_rank5():
 
 
 def test_refuses_dynamic_uneven_chunk():
-    from paramsurgery.passes._traced import pnnx_op
+    from paramsurgery.formats.pnnx_traced import pnnx_op
 
     text = "7767517\n2 3\nInput in0 0 1 in0\nSlice chunk_0 1 2 in0 out0 out1\n"
     op = pnnx_op("torch.chunk", "torch.chunk_0", ["0"], ["1", "2"], {"chunks": "2", "dim": "2"},

@@ -11,7 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))
 
-import fixture_manifest as fm
+import fixture_manifest as fm  # noqa: E402
 
 
 def test_every_fixture_file_is_listed_with_its_sha256() -> None:

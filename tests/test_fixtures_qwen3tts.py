@@ -2,7 +2,7 @@
 and against what ncnn does with them today.
 
 Runs without torch: numpy, ncnn and the manifest only. Every ncnn run goes through
-`paramsurgery.runtime.run_isolated`, so a graph that crashes ncnn fails one test instead
+`paramsurgery.runtime.child.run_isolated`, so a graph that crashes ncnn fails one test instead
 of the session. The slow test (regenerating the tiny set) needs the export environment.
 """
 
@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from paramsurgery.runtime import NO_BATCH, Feed, Fetch, RunOptions, run_isolated
+from paramsurgery.runtime.child import NO_BATCH, Feed, Fetch, RunOptions, run_isolated
+from paramsurgery.formats.param_text import dumps
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
@@ -227,7 +228,7 @@ def test_param_round_trips_byte_identical(rel: str) -> None:
     import paramsurgery
 
     text = (FIXTURES / rel).read_text()
-    assert paramsurgery.loads(text).dumps() == text
+    assert dumps(paramsurgery.loads(text)) == text
 
 
 # --------------------------------------------------------------------------- regeneration

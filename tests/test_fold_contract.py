@@ -9,12 +9,13 @@ import pytest
 
 import paramsurgery
 from paramsurgery.cli import main
-from paramsurgery.fold_verify import FoldedCache, verify_fold
+from paramsurgery.verify.fold import FoldedCache, verify_fold
 from paramsurgery.passes.fold_explicit_cache import FoldExplicitCache
 
 ncnn = pytest.importorskip("ncnn")
 
-from test_kvcache import EXPLICIT  # SDPA reading Concat(past, current) k and v
+from test_kvcache import EXPLICIT  # SDPA reading Concat(past, current) k and v  # noqa: E402
+from paramsurgery.formats.param_text import dumps  # noqa: E402
 D, G = 8, 2
 
 
@@ -74,7 +75,7 @@ def test_the_old_contract_fails_and_verify_refuses_a_wrong_fold(tmp_path, capsys
         return ncnn.Mat(a).clone()
 
     nets = []
-    for text in (EXPLICIT, res.graph.dumps()):
+    for text in (EXPLICIT, dumps(res.graph)):
         net = ncnn.Net()
         net.opt.use_fp16_storage = net.opt.use_fp16_packed = net.opt.use_fp16_arithmetic = False
         assert net.load_param_mem(text) == 0
@@ -96,8 +97,8 @@ def test_the_old_contract_fails_and_verify_refuses_a_wrong_fold(tmp_path, capsys
     explicit = tmp_path / "explicit.param"
     explicit.write_text(EXPLICIT)
     good, wrong = tmp_path / "good.param", tmp_path / "wrong.param"
-    good.write_text(res.graph.dumps())
-    wrong.write_text(res.graph.dumps().replace(" 7=1", ""))
+    good.write_text(dumps(res.graph))
+    wrong.write_text(dumps(res.graph).replace(" 7=1", ""))
     assert verify_fold(explicit, good, None, caches, steps, ["out0"]).ok
     assert not verify_fold(explicit, wrong, None, caches, steps, ["out0"]).ok
 
@@ -120,11 +121,11 @@ SHAPES = "q=[2,T,8] k=[2,T,8] v=[2,T,8] mask=[T,T]"
 def test_verify_generates_the_decode_loop_from_inputshape(tmp_path, capsys):
     """Without --feeds the loop's inputs are generated (shapes.feeds by kind: the mask is
     causal) for the whole length and cut per call: a prefill of 3, then single steps."""
-    from paramsurgery.fold_verify import PREFILL, STEPS, decode_steps
+    from paramsurgery.verify.fold import PREFILL, STEPS, decode_steps
 
     res = FoldExplicitCache()(paramsurgery.loads(EXPLICIT))
     caches = [FoldedCache(**c) for c in res.data["caches"]]
-    steps = decode_steps(res.graph, caches, paramsurgery.shapes.parse_inputshape(SHAPES))
+    steps = decode_steps(res.graph, caches, paramsurgery.analysis.shapes.parse_inputshape(SHAPES))
     assert len(steps) == 1 + STEPS and set(steps[0]) == {"q", "k", "v", "mask"}
     assert steps[0]["q"].shape == (G, PREFILL, D) and steps[2]["k"].shape == (G, 1, D)
     assert steps[2]["mask"].shape == (1, PREFILL + 2)  # one query row, past + current keys
@@ -132,8 +133,8 @@ def test_verify_generates_the_decode_loop_from_inputshape(tmp_path, capsys):
     # the generated loop tells a right fold from a wrong one
     explicit, good, wrong = (tmp_path / n for n in ("e.param", "good.param", "wrong.param"))
     explicit.write_text(EXPLICIT)
-    good.write_text(res.graph.dumps())
-    wrong.write_text(res.graph.dumps().replace(" 7=1", ""))
+    good.write_text(dumps(res.graph))
+    wrong.write_text(dumps(res.graph).replace(" 7=1", ""))
     assert verify_fold(explicit, good, None, caches, steps, ["out0"]).ok
     assert not verify_fold(explicit, wrong, None, caches, steps, ["out0"]).ok
 

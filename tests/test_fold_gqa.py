@@ -17,14 +17,15 @@ from hypothesis import strategies as st
 
 import paramsurgery
 from paramsurgery import PassRefused
-from paramsurgery.kvcache_verify import DecoderIO, verify_kvcache
+from paramsurgery.verify.kvcache import DecoderIO, verify_kvcache
 from paramsurgery.passes.fold_gqa import FoldGQA, expand_gqa, verify_fold
 from paramsurgery.passes.kvcache import AddKVCache, cache_slots
-from paramsurgery.runtime import Feed, run, run_isolated
-from paramsurgery.weights import weights_fingerprint
+from paramsurgery.runtime.child import Feed, run, run_isolated
+from paramsurgery.formats.weights import weights_fingerprint
 
 from conftest import FIXTURES, REPO, ncnn_loads
 from golden import check_golden
+from paramsurgery.formats.param_text import dumps
 
 TINY = FIXTURES / "qwen3_tts" / "tiny"
 REAL = FIXTURES / "qwen3_tts" / "real"
@@ -46,7 +47,7 @@ def expanded(module: str, form: str):
 
 
 def save(g, path) -> str:
-    g.save(path)
+    paramsurgery.save(g, path)
     return str(path)
 
 
@@ -86,15 +87,15 @@ def test_fixture_manifest_matches_files():
                                          ("talker_decoder", "tile")])
 def test_golden_expanded_fixtures(module, form):
     res = FoldGQA()(paramsurgery.load(expanded(module, form)))
-    check_golden(f"fusions/{module}.{form}.gqa.param", res.graph.dumps())
+    check_golden(f"fusions/{module}.{form}.gqa.param", dumps(res.graph))
     assert [c.what.split(":")[0] for c in res.changes] == [f"k/v {form} expansion removed"] * 2
-    assert ncnn_loads(res.graph.dumps()) == 0
+    assert ncnn_loads(dumps(res.graph)) == 0
 
 
 def test_golden_raw_predictor():
     res = FoldGQA()(paramsurgery.load(tiny("predictor_decoder", "raw")))
-    check_golden("fusions/predictor_decoder.raw.gqa.param", res.graph.dumps())
-    text = res.graph.dumps()
+    check_golden("fusions/predictor_decoder.raw.gqa.param", dumps(res.graph))
+    text = dumps(res.graph)
     assert "pnnx.Expression" not in text and "Tensor.expand" not in text
     # HF's mask slice (Crop to the key length) now reads the kv-head K through a Split
     crop = res.graph.layer("slice1_0")
@@ -184,7 +185,7 @@ def test_expand_then_fold_is_the_identity():
         e = g.copy()
         n = len(expand_gqa(e))
         assert n == len(g.by_type("SDPA")) and len(e.by_type("Tile")) == 2 * n
-        assert FoldGQA()(e).graph.dumps() == p.read_text()
+        assert dumps(FoldGQA()(e).graph) == p.read_text()
 
 
 def test_benchmark_form_heads_and_cache(tmp_path):
@@ -223,7 +224,7 @@ def test_cache_holds_kv_heads(tmp_path):
     """After fold + add-kvcache the cache blobs have G channels instead of H."""
     import ncnn
 
-    from paramsurgery.kvcache_verify import causal_mask, rope_tables
+    from paramsurgery.verify.kvcache import causal_mask, rope_tables
 
     module = "predictor_decoder"
     shapes = {}
@@ -257,7 +258,7 @@ def test_idempotent_and_weights_untouched():
     res = FoldGQA()(g)
     again = FoldGQA()(res.graph)
     assert not again.modified and "every SDPA already reads kv heads" in again.format()
-    assert again.graph.dumps() == res.graph.dumps()
+    assert dumps(again.graph) == dumps(res.graph)
     fp = lambda x: {k.split("#")[0]: v for k, v in weights_fingerprint(x).items()}  # noqa: E731
     assert fp(res.graph) == fp(g)  # the removed layers have no weights; the .bin is the same
 
@@ -291,7 +292,7 @@ def test_small_graph_golden_and_numbers(tmp_path):
     text = dec(TILE_K + TILE_V + "SDPA s 3 1 q k3 v3 out0 5=0\n")
     res = FoldGQA()(paramsurgery.loads(text))
     assert res.graph.layer("s").inputs == ("q", "k", "v")
-    check_golden("fusions/small_tile.gqa.param", res.graph.dumps())
+    check_golden("fusions/small_tile.gqa.param", dumps(res.graph))
     a = save(paramsurgery.loads(text), tmp_path / "a.param")
     b = save(res.graph, tmp_path / "b.param")
     x = np.random.default_rng(1).standard_normal((7, 32)).astype(np.float32)

@@ -18,13 +18,14 @@ from hypothesis import strategies as st
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.passes.extract import extract_subgraph
-from paramsurgery.passes.fuse_codebooks import (FusedManifest, FuseCodebooks, Fusion,
-                                                verify_fusion)
-from paramsurgery.runtime import Feed, run
-from paramsurgery.weights import set_weights, weights_fingerprint
+from paramsurgery.passes.fuse_codebooks import FusedManifest, FuseCodebooks, Fusion, verify_fusion
+from paramsurgery.runtime.child import Feed, run
+from paramsurgery.formats.weights import set_weights, weights_fingerprint
 
 from conftest import FIXTURES, REPO
 from golden import check_golden
+from paramsurgery.formats.io import save
+from paramsurgery.formats.param_text import dumps
 
 TINY = FIXTURES / "qwen3_tts" / "tiny"
 REAL = FIXTURES / "qwen3_tts" / "real"
@@ -133,7 +134,7 @@ def test_fused_equals_original_through_ncnn(tmp_path_factory, data, n, d, form, 
     seed = data.draw(st.integers(0, 2 ** 16))
     tmp = tmp_path_factory.mktemp("fuse")
     g, tables, biases = build(vocabs, d, form, bias, chain, seed)
-    g.save(tmp / "m.param", bin=tmp / "m.bin")
+    save(g, tmp / "m.param", bin=tmp / "m.bin")
     rng = np.random.default_rng(seed + 1)
     codes = np.stack([rng.integers(0, v, T) for v in vocabs])
     want = numpy_sum(tables, biases, codes, chain)
@@ -142,7 +143,7 @@ def test_fused_equals_original_through_ncnn(tmp_path_factory, data, n, d, form, 
     assert rel(orig.reshape(want.shape), want) <= 1e-6  # the graph is the sum it claims
 
     res = FuseCodebooks()(paramsurgery.load(tmp / "m.param", bin=tmp / "m.bin"))
-    res.graph.save(tmp / "f.param", bin=tmp / "f.bin")
+    save(res.graph, tmp / "f.param", bin=tmp / "f.bin")
     manifest = res.data["manifest"]
     (tmp / "f.json").write_text(manifest.dumps())
     back = FusedManifest.load(tmp / "f.json")  # the runtime reads the manifest, not the pass
@@ -167,7 +168,7 @@ def test_manifest_round_trip_and_pack_ids():
     m = FusedManifest([f], "m.fused.param", "m.fused.bin", "m.param", "m.bin")
     back = FusedManifest.loads(m.dumps())
     assert back.to_json() == m.to_json()
-    assert '"offsets": [0, 3, 8]' in m.dumps()
+    assert '"offsets": [0, 3, 8]' in dumps(m)
     ids = back.fusion("ids").pack_ids([[0, 2], [4, 1], [1, 0]])
     assert ids.dtype == np.int32 and ids.tolist() == [0, 2, 7, 4, 9, 8]  # group-major
     with pytest.raises(ValueError, match="code 5 of group 1 .* outside its vocabulary"):
@@ -192,11 +193,11 @@ def test_fp16_tables_stay_fp16_bytes(tmp_path):
 def test_small_golden():
     g, _, _ = build([3, 5, 2], 4, "add_chain", [False, True, False], True)
     res = FuseCodebooks()(g)
-    check_golden("fusions/fuse_small_chain.param", res.graph.dumps())
+    check_golden("fusions/fuse_small_chain.param", dumps(res.graph))
     check_golden("fusions/fuse_small_chain.json", res.data["manifest"].dumps())
     g, _, _ = build([3, 5, 2], 4, "eltwise", [False] * 3, False)
     check_golden("fusions/fuse_small_split.param",
-                 FuseCodebooks(mode="split")(g).graph.dumps())
+                 dumps(FuseCodebooks(mode="split")(g).graph))
 
 
 # ------------------------------------------------------------------ Qwen3-TTS fixtures
@@ -204,9 +205,9 @@ def test_small_golden():
 def test_predictor_unfused_becomes_the_ports_fused_table(tmp_path):
     g = paramsurgery.load(fx(PRED), bin=fx(PRED, "bin"))
     res = FuseCodebooks()(g)
-    check_golden("fusions/predictor_embeds.fused.param", res.graph.dumps())
+    check_golden("fusions/predictor_embeds.fused.param", dumps(res.graph))
     check_golden("fusions/predictor_embeds.fused.json", res.data["manifest"].dumps())
-    res.graph.save(tmp_path / "f.param", bin=tmp_path / "f.bin")
+    save(res.graph, tmp_path / "f.param", bin=tmp_path / "f.bin")
     # the fused table is byte for byte the reference port's predictor_embeds (30720x1024
     # at real size; concatenated tables with one tag word)
     assert (tmp_path / "f.bin").read_bytes() == fx("predictor_embeds.ported", "bin").read_bytes()
@@ -231,7 +232,7 @@ def test_codec_per_level_fused_whole_decoder(tmp_path):
     g = paramsurgery.load(fx(CODEC), bin=fx(CODEC, "bin"))
     res = FuseCodebooks()(g)
     fg = res.graph
-    fg.save(tmp_path / "f.param", bin=tmp_path / "f.bin")
+    save(fg, tmp_path / "f.param", bin=tmp_path / "f.bin")
     f = res.data["manifest"].fusions[0]
     assert [gr.embed for gr in f.groups] == [f"embed_{i}" for i in range(79, 94)]
     assert f.input == "in1" and f.removed_inputs == [f"in{i}" for i in range(2, 16)]
@@ -258,18 +259,18 @@ def test_codec_per_level_fused_whole_decoder(tmp_path):
 def test_codec_real_size_acoustic_codebooks(tmp_path):
     """Real sizes (15 x 2048x256): the embedding sum of the real per-level codec decoder,
     cut out with extract, weights from synth-bin."""
-    from paramsurgery.weights.synth import write_synth_bin
+    from paramsurgery.formats.weights.synth import write_synth_bin
 
     g = paramsurgery.load(fx(CODEC, size=REAL))
     adds = [l for l in g.by_type("BinaryOp") if l.name == "add_13"]
     sub = extract_subgraph(g, None, [adds[0].outputs[0]])
     assert len(sub.by_type("Embed")) == 15
-    sub.save(tmp_path / "s.param")
+    save(sub, tmp_path / "s.param")
     with open(tmp_path / "s.bin", "wb") as fh:
         write_synth_bin(sub, fh, seed=3)
     sg = paramsurgery.load(tmp_path / "s.param", bin=tmp_path / "s.bin")
     res = FuseCodebooks()(sg)
-    res.graph.save(tmp_path / "f.param", bin=tmp_path / "f.bin")
+    save(res.graph, tmp_path / "f.param", bin=tmp_path / "f.bin")
     f = res.data["manifest"].fusions[0]
     assert f.input_dim == 15 * 2048 and f.dim == 256
     assert os.path.getsize(tmp_path / "f.bin") == 4 + 15 * 2048 * 256 * 4
@@ -282,13 +283,13 @@ def test_codec_real_size_acoustic_codebooks(tmp_path):
 @pytest.mark.slow
 def test_predictor_real_size(tmp_path):
     """Real sizes: 15 tables of 2048x1024 (synth weights, 126 MB)."""
-    from paramsurgery.weights.synth import write_synth_bin
+    from paramsurgery.formats.weights.synth import write_synth_bin
 
     g = paramsurgery.load(fx(PRED, size=REAL))
     with open(tmp_path / "m.bin", "wb") as fh:
         write_synth_bin(g, fh, seed=1)
     res = FuseCodebooks()(paramsurgery.load(fx(PRED, size=REAL), bin=tmp_path / "m.bin"))
-    res.graph.save(tmp_path / "f.param", bin=tmp_path / "f.bin")
+    save(res.graph, tmp_path / "f.param", bin=tmp_path / "f.bin")
     assert os.path.getsize(tmp_path / "f.bin") == 125_829_124  # the port's predictor_embeds
     check = verify_fusion(str(fx(PRED, size=REAL)), str(tmp_path / "m.bin"),
                           str(tmp_path / "f.param"), str(tmp_path / "f.bin"),
@@ -300,7 +301,7 @@ def test_split_mode_on_the_codec(tmp_path):
     g = paramsurgery.load(fx(CODEC), bin=fx(CODEC, "bin"))
     res = FuseCodebooks(mode="split", embeds=[f"embed_{i}" for i in range(79, 94)])(g)
     fg = res.graph
-    fg.save(tmp_path / "s.param", bin=tmp_path / "s.bin")
+    save(fg, tmp_path / "s.param", bin=tmp_path / "s.bin")
     f = res.data["manifest"].fusions[0]
     assert [gr.output for gr in f.groups] == [str(b) for b in range(24, 39)]
     sl = fg.by_type("Slice")[-1]
@@ -327,8 +328,8 @@ def test_pnnx_sum_forms_fuse_and_match_torch(tmp_path, form):
     """sum(parts), stack(parts, 1).sum(1), stack(parts, -1).sum(-1) as pnnx writes them
     (per-term Reshape into the batch axis, Concat + Reshape + Reduction)."""
     res = FuseCodebooks()(paramsurgery.load(embeds3(form), bin=embeds3(form, "bin")))
-    check_golden(f"fusions/embeds3.{form}.fused.param", res.graph.dumps())
-    res.graph.save(tmp_path / "f.param", bin=tmp_path / "f.bin")
+    check_golden(f"fusions/embeds3.{form}.fused.param", dumps(res.graph))
+    save(res.graph, tmp_path / "f.param", bin=tmp_path / "f.bin")
     f = res.data["manifest"].fusions[0]
     assert f.vocab_sizes == [5, 7, 4] and f.offsets == [0, 5, 12]
     ref = np.load(FUS / f"embeds3.{form}.ref.npz")
@@ -352,7 +353,7 @@ def test_pnnx_batch_axis_stack_refused_then_fixed(tmp_path):
     with pytest.raises(PassRefused, match=r"batch axis \(pnnx-bugs case 4.*fix-reduction"):
         FuseCodebooks()(g)
     res = FuseCodebooks()(FixReduction()(g).graph)
-    res.graph.save(tmp_path / "f.param", bin=tmp_path / "f.bin")
+    save(res.graph, tmp_path / "f.param", bin=tmp_path / "f.bin")
     f = res.data["manifest"].fusions[0]
     ref = np.load(FUS / "embeds3.stack0.ref.npz")
     codes = np.stack([ref[f"input_ids{i}"] for i in range(3)])
@@ -445,7 +446,7 @@ def test_cli_writes_param_bin_manifest(tmp_path):
 def test_negative_reduction_axis_proven_by_inputshape(tmp_path):
     """stack via ExpandDims + Reduction over axis -3: the stacked blob's rank comes from the
     shape analysis; without the ids' shapes the pass says which flag supplies them."""
-    from paramsurgery.shapes import parse_inputshape
+    from paramsurgery.analysis.shapes import parse_inputshape
 
     g, tables, biases = build([5, 7, 6], 4, "stack_expand", [False] * 3, False)
     for layer in g:
@@ -458,7 +459,7 @@ def test_negative_reduction_axis_proven_by_inputshape(tmp_path):
     assert res.modified
     codes = np.stack([np.array([0, 4, 2]), np.array([6, 1, 3]), np.array([5, 0, 2])])
     p, b = tmp_path / "f.param", tmp_path / "f.bin"
-    res.graph.save(p, b)
+    save(res.graph, p, b)
     man = res.data["manifest"]
     out = run(p, b, {man.fusions[0].input: man.fusions[0].pack_ids(codes)}, ["out"])["out"]
     assert np.allclose(out, numpy_sum(tables, biases, codes, False), atol=1e-5)

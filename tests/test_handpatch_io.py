@@ -10,13 +10,16 @@ import pytest
 
 import paramsurgery
 from paramsurgery import PassRefused
-from paramsurgery.kvcache_verify import verify_kvcache
+from paramsurgery.verify.kvcache import verify_kvcache
 from paramsurgery.passes.fold_explicit_cache import FoldExplicitCache
 from paramsurgery.passes.io_edits import MergeInputs, RenameBlobs
 from paramsurgery.passes.kvcache import AddKVCache, cache_slots
 
 from conftest import FIXTURES, REPO, ncnn_loads
 from golden import check_golden
+from paramsurgery.analysis.validate import validate
+from paramsurgery.formats.io import save
+from paramsurgery.formats.param_text import dumps
 
 TINY = FIXTURES / "qwen3_tts" / "tiny"
 
@@ -35,7 +38,7 @@ def test_merge_equals_add_kvcache_single_input(module):
     assert len(g.by_type("Input")) == 4 + 2 * len(g.by_type("SDPA"))
     res = MergeInputs(kv_cache=True, layer_name="kv_cache_in")(g)
     single = AddKVCache()(paramsurgery.load(decoder(module))).graph
-    assert res.graph.dumps() == single.dumps()
+    assert dumps(res.graph) == dumps(single)
     assert res.graph.inputs == g.inputs  # same input names, same order
 
 
@@ -44,7 +47,7 @@ def test_merge_golden_parity_and_idempotence(tmp_path):
     check_golden("handpatch/predictor.merged.txt", res.format() + "\n")
     again = MergeInputs(kv_cache=True)(res.graph)
     assert not again.modified and "already holds exactly these inputs" in again.format()
-    res.graph.save(tmp_path / "m.param")
+    save(res.graph, tmp_path / "m.param")
     rep = verify_kvcache(tmp_path / "m.param", decoder(ext="bin"), n=7, m=3,
                          reference_param=decoder())
     assert rep.ok, rep.format()
@@ -54,13 +57,13 @@ def test_merge_explicit_inputs_keeps_other_tops():
     text = ("7767517\n4 6\nInput in0 0 2 a b\nInput in1 0 1 c\nInput in2 0 1 d\n"
             "Concat cat 4 1 a b c d out0 0=0\n")
     res = MergeInputs(["d", "b"], layer_name="bd")(paramsurgery.loads(text))
-    assert res.graph.dumps() == ("7767517\n4 5\n"
+    assert dumps(res.graph) == ("7767517\n4 5\n"
                                  "Input                    bd                       0 2 d b\n"
                                  "Input                    in0                      0 1 a\n"
                                  "Input in1 0 1 c\n"
                                  "Concat cat 4 1 a b c d out0 0=0\n")
     assert "kept the other tops of in0" in res.format()
-    assert ncnn_loads(res.graph.dumps()) == 0
+    assert ncnn_loads(dumps(res.graph)) == 0
 
 
 @pytest.mark.parametrize("inputs,kw,msg", [
@@ -92,9 +95,9 @@ def test_cache_naming_equals_add_kvcache_naming(module):
     docs = AddKVCache()(paramsurgery.load(decoder(module))).graph
     res = RenameBlobs(cache_naming="ncnn-llm")(docs)
     llm = AddKVCache(naming="ncnn-llm")(paramsurgery.load(decoder(module))).graph
-    assert res.graph.dumps() == llm.dumps()  # blobs and the Input layer's name (kv_cache)
+    assert dumps(res.graph) == dumps(llm)  # blobs and the Input layer's name (kv_cache)
     back = RenameBlobs(cache_naming="ncnn-docs")(res.graph)
-    assert back.graph.dumps() == docs.dumps()
+    assert dumps(back.graph) == dumps(docs)
 
 
 def test_rename_golden_parity_idempotence(tmp_path):
@@ -103,7 +106,7 @@ def test_rename_golden_parity_idempotence(tmp_path):
     check_golden("handpatch/predictor.renamed.txt", res.format() + "\n")
     again = RenameBlobs(cache_naming="ncnn-llm")(res.graph)
     assert not again.modified and "already has its name" in again.format()
-    res.graph.save(tmp_path / "r.param")
+    save(res.graph, tmp_path / "r.param")
     assert [s.k_in for s in cache_slots(res.graph)] == ["cache_k0", "cache_k1"]
     rep = verify_kvcache(tmp_path / "r.param", decoder(ext="bin"), n=5, m=2)
     assert rep.ok, rep.format()
@@ -124,7 +127,7 @@ def test_full_decoder_io_after_fold_explicit_cache():
     """ncnn_llm's --rename-full-decoder-io: in4../out1.. -> cache_k{i}/out_cache_k{i}."""
     folded = FoldExplicitCache()(paramsurgery.loads(EXPLICIT)).graph
     res = RenameBlobs(["in1=q", "in6=mask"], cache_naming="ncnn-llm")(folded)
-    assert res.graph.dumps() == """7767517
+    assert dumps(res.graph) == """7767517
 2 9
 Input                    in0                      0 6 q in2 in3 cache_k0 cache_v0 mask
 SDPA                     sdpa_0                   6 3 q in2 in3 mask cache_k0 cache_v0 out0 out_cache_k0 out_cache_v0 5=1 7=1
@@ -134,7 +137,7 @@ SDPA                     sdpa_0                   6 3 q in2 in3 mask cache_k0 ca
 def test_swap_and_chain():
     text = "7767517\n3 4\nInput in0 0 2 a b\nBinaryOp s 2 1 a b c 0=1\nReLU r 1 1 c d\n"
     res = RenameBlobs(["a=b", "b=a", "c=x", "d=c"])(paramsurgery.loads(text))
-    assert res.graph.dumps().splitlines()[2:] == [
+    assert dumps(res.graph).splitlines()[2:] == [
         "Input                    in0                      0 2 b a",
         "BinaryOp                 s                        2 1 b a x 0=1",
         "ReLU                     r                        1 1 x c"]
@@ -175,7 +178,7 @@ def cli(*args, cwd):
 
 def test_cli(tmp_path):
     p = tmp_path / "p.param"
-    split_cache().save(p)
+    save(split_cache(), p)
     r = cli("merge-inputs", p, "--kv-cache", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     merged = tmp_path / "p.merged.param"
@@ -210,7 +213,7 @@ def test_rename_any_permutation_round_trips(rnd, k):
     rnd.shuffle(shuffled)
     fwd = dict(zip(picked, shuffled))
     res = RenameBlobs(fwd)(PERM_GRAPH)
-    assert res.graph.validate() == []
-    assert ncnn_loads(res.graph.dumps()) == 0
+    assert validate(res.graph) == []
+    assert ncnn_loads(dumps(res.graph)) == 0
     back = RenameBlobs({v: k_ for k_, v in fwd.items()})(res.graph)
-    assert back.graph.dumps() == PERM_GRAPH.dumps()
+    assert dumps(back.graph) == dumps(PERM_GRAPH)

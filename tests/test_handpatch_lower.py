@@ -13,12 +13,14 @@ import pytest
 
 import paramsurgery
 from paramsurgery import PassRefused
-from paramsurgery.layer_types import is_converter_leftover
+from paramsurgery.core.layer_types import is_converter_leftover
 from paramsurgery.passes.lower import RULES, Lower, Rule, Rules
-from paramsurgery.runtime import Feed, Fetch, run
+from paramsurgery.runtime.child import Feed, Fetch, run
 
 from conftest import FIXTURES, REPO, ncnn_loads
 from golden import check_golden
+from paramsurgery.analysis.validate import validate
+from paramsurgery.formats.param_text import dumps
 
 HP = FIXTURES / "handpatch"
 
@@ -43,13 +45,13 @@ def max_rel(got, want):
 def test_leftovers_lowered_golden_and_torch_parity():
     d, g, traced = fixture("leftovers")
     meta = json.loads((d / "meta.json").read_text())
-    assert len(meta["leftovers"]) >= 9 and ncnn_loads(g.dumps()) != 0
+    assert len(meta["leftovers"]) >= 9 and ncnn_loads(dumps(g)) != 0
     res = Lower(traced=traced)(g)
-    text = res.graph.dumps()
+    text = dumps(res.graph)
     check_golden("handpatch/leftovers.lowered.param", text)
     check_golden("handpatch/leftovers.lowered.txt", res.format(explain=True) + "\n")
     assert not any(is_converter_leftover(t) for t in res.graph.types())
-    assert res.graph.validate() == []
+    assert validate(res.graph) == []
     ref = np.load(d / "ref.npz")  # torch at T=13; pnnx traced 7 and 5
     outs = ncnn_outputs(d, text, {k: ref[k] for k in ref.files if k.startswith("in")})
     assert max_rel(outs["out0"], ref["out0"]) <= 2e-6
@@ -59,11 +61,11 @@ def test_idempotent_and_untouched_lines():
     _, g, traced = fixture("leftovers")
     once = Lower(traced=traced)(g).graph
     again = Lower(traced=traced)(once)
-    assert not again.modified and again.graph.dumps() == once.dumps()
+    assert not again.modified and dumps(again.graph) == dumps(once)
     assert "no leftover a rule lowers" in again.format()
-    before = g.dumps().splitlines()[2:]
+    before = dumps(g).splitlines()[2:]
     kept = [ln for ln in before if not is_converter_leftover(ln.split()[0])]
-    after = once.dumps().splitlines()
+    after = dumps(once).splitlines()
     assert all(ln in after for ln in kept if not ln.startswith("Split"))
 
 
@@ -117,12 +119,12 @@ def test_shared_constant_pruned_and_broadcast_declined(tmp_path):
     g = paramsurgery.loads(ADDCMUL2)
     res = Lower(traced=ok)(g)
     assert res.graph.types() == {"Input": 1, "Split": 1, "BinaryOp": 6, "ReLU": 1}
-    assert res.graph.validate() == []
+    assert validate(res.graph) == []
     assert "removed unread splitncnn_k" in res.format() and "pnnx_expr_0" in res.format()
     assert "2=-2.0" in res.graph.layer("pnnx_1_mul").params.tokens()
     rng = np.random.default_rng(2)
     a, b, c, b2 = (rng.standard_normal((5, 8)).astype(np.float32) for _ in range(4))
-    got = run(res.graph.dumps(), None, {"a": a, "b": b, "c": c, "b2": b2}, ["out0"])["out0"]
+    got = run(dumps(res.graph), None, {"a": a, "b": b, "c": c, "b2": b2}, ["out0"])["out0"]
     x = a + (-2 * b) * c
     np.testing.assert_allclose(got, np.maximum(x + (-2 * b2) * c, 0), rtol=1e-6, atol=1e-6)
     # the second addcmul broadcasts (b2 is (8)): declined; the constant's Split loses one top
@@ -133,7 +135,7 @@ def test_shared_constant_pruned_and_broadcast_declined(tmp_path):
     res = Lower(traced=bc, partial=True)(g)
     assert res.graph.types()["aten::addcmul"] == 1 and "splitncnn_k" in res.format()
     assert res.graph.layer("pnnx_2").inputs[3] == "k"  # the 1-top Split was bypassed
-    assert res.graph.find("splitncnn_k") is None and res.graph.validate() == []
+    assert res.graph.find("splitncnn_k") is None and validate(res.graph) == []
 
 
 def test_dim0_declined(tmp_path):
@@ -163,7 +165,7 @@ def test_rules_compose():
     res = Lower(rules)(g)
     assert res.graph.types() == {"Input": 1, "BinaryOp": 2, "Split": 1, "UnaryOp": 1}
     x = np.linspace(-3, 3, 13, dtype=np.float32)
-    got = run(res.graph.dumps(), None, {"in0": x}, ["out0"])["out0"]
+    got = run(dumps(res.graph), None, {"in0": x}, ["out0"])["out0"]
     np.testing.assert_array_equal(got, np.float32(2) * x - np.trunc(np.float32(2) * x))
     only_frac = Lower(RULES.only(["frac"]))(paramsurgery.loads(
         "7767517\n2 2\nInput in0 0 1 in0\naten::exp2 e 1 1 in0 out0\n"))
@@ -216,7 +218,7 @@ def test_torch_parity_at_random_lengths():
     from fixtures_handpatch import reference
 
     d, g, traced = fixture("leftovers")
-    text = Lower(traced=traced)(g).graph.dumps()
+    text = dumps(Lower(traced=traced)(g).graph)
     for length in (1, 2, 9, 31, 64):
         xs, ys = reference("leftovers", length)
         outs = ncnn_outputs(d, text, {f"in{i}": x for i, x in enumerate(xs)})

@@ -11,11 +11,12 @@ import pytest
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.passes.set_param import SetParam, ncnn_load_error, typed_value
-from paramsurgery.runtime import run
-from paramsurgery.values import Kind
+from paramsurgery.runtime.child import run
+from paramsurgery.core.values import Kind
 
 from conftest import FIXTURES, REPO, ncnn_loads
 from golden import check_golden
+from paramsurgery.formats.param_text import dumps
 
 SMALL = """7767517
 8 9
@@ -35,7 +36,7 @@ def setp(*assign, **kw):
 
 
 def line(res, name):
-    return next(ln for ln in res.graph.dumps().splitlines() if f" {name} " in ln)
+    return next(ln for ln in dumps(res.graph).splitlines() if f" {name} " in ln)
 
 
 def test_golden_and_report():
@@ -44,14 +45,14 @@ def test_golden_and_report():
     res3 = SetParam(["0=1"], types=["Concat"], where=["0=2"])(res2.graph)
     res4 = SetParam(["6=0w,0h,-1"], types=["Reshape"])(res3.graph)
     res5 = SetParam(["interleaved=1"], types=["RotaryEmbed"])(res4.graph)
-    check_golden("handpatch/set_param.small.param", res5.graph.dumps())
+    check_golden("handpatch/set_param.small.param", dumps(res5.graph))
     report = "\n".join(r.format() for r in (res, res2, res3, res4, res5)) + "\n"
     check_golden("handpatch/set_param.report.txt", report)
-    assert ncnn_loads(res5.graph.dumps()) == 0
+    assert ncnn_loads(dumps(res5.graph)) == 0
     # untouched lines are byte-identical
     for ln in SMALL.splitlines()[2:]:
         if not any(f" {n} " in ln for n in ("softmax_0", "mul_0", "cat_0", "reshape_0", "rope_0")):
-            assert ln in res5.graph.dumps().splitlines()
+            assert ln in dumps(res5.graph).splitlines()
 
 
 def test_values_are_typed_by_what_ncnn_reads():
@@ -86,7 +87,7 @@ def test_param_names_and_unset():
 def test_idempotent():
     res = setp("0=1", types=["Concat"])
     again = SetParam(["0=1"], types=["Concat"])(res.graph)
-    assert not again.modified and again.graph.dumps() == res.graph.dumps()
+    assert not again.modified and dumps(again.graph) == dumps(res.graph)
     assert "already have these values" in again.format()
 
 
@@ -144,7 +145,7 @@ def test_numbers_change_as_set_through_ncnn():
     text = "7767517\n2 2\nInput in0 0 1 in0\nSoftmax sm 1 1 in0 out0 0=0 1=1\n"
     x = np.random.default_rng(0).standard_normal((5, 7)).astype(np.float32)
     res = SetParam(["axis=-1"], layers=["sm"])(paramsurgery.loads(text))
-    for t, axis in ((text, 0), (res.graph.dumps(), -1)):
+    for t, axis in ((text, 0), (dumps(res.graph), -1)):
         got = run(t, None, {"in0": x}, ["out0"])["out0"]
         e = np.exp(x - x.max(axis, keepdims=True))
         np.testing.assert_allclose(got, e / e.sum(axis, keepdims=True), rtol=1e-6, atol=1e-7)
@@ -156,7 +157,7 @@ def test_real_graph_rotary_and_sdpa():
     res = SetParam(["6=0.5"], types=["SDPA"])(g)
     assert len(res.changes) == len(g.by_type("SDPA"))
     assert all(c.before == "0.25" and c.after == "0.5" for c in res.changes)
-    assert ncnn_loads(res.graph.dumps()) == 0
+    assert ncnn_loads(dumps(res.graph)) == 0
 
 
 # ------------------------------------------------------------------ CLI
@@ -197,7 +198,7 @@ def test_cli(tmp_path):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from paramsurgery.layer_params import LAYER_PARAMS  # noqa: E402
+from paramsurgery.core.layer_params import LAYER_PARAMS  # noqa: E402
 
 SCALARS = [(t, pid, info.kind) for t, ps in LAYER_PARAMS.items() for pid, info in ps.items()
            if info.kind in (Kind.INT, Kind.FLOAT)]
@@ -211,7 +212,7 @@ def test_every_scalar_param_is_written_with_the_kind_ncnn_reads(spec, n):
     layer_type, pid, kind = spec
     v = typed_value(layer_type, pid, str(n))
     assert v.kind is kind and float(v.python) == n
-    from paramsurgery.values import format_value
+    from paramsurgery.core.values import format_value
 
     token = format_value(pid, v).split("=", 1)[1]
     assert (("." in token or "e" in token) if kind is Kind.FLOAT else token == str(n))

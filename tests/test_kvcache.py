@@ -14,13 +14,15 @@ from hypothesis import strategies as st
 
 import paramsurgery
 from paramsurgery import PassRefused
-from paramsurgery.kvcache_verify import DecoderIO, verify_kvcache
+from paramsurgery.verify.kvcache import DecoderIO, verify_kvcache
 from paramsurgery.passes.base import PassManager
 from paramsurgery.passes.fold_explicit_cache import FoldExplicitCache
 from paramsurgery.passes.kvcache import AddKVCache, cache_slots
 
 from conftest import FIXTURES, REPO, ncnn_loads
 from golden import check_golden
+from paramsurgery.formats.io import save
+from paramsurgery.formats.param_text import dumps
 
 TINY = FIXTURES / "qwen3_tts" / "tiny"
 REAL = FIXTURES / "qwen3_tts" / "real"
@@ -46,7 +48,7 @@ Gemm                     gemm_1                   1 1 5 out0 10=-1 2=0 3=1 4=0 5
 
 def test_small_graph_golden_docs_naming():
     g = AddKVCache()(paramsurgery.loads(SMALL)).graph
-    assert g.dumps() == """7767517
+    assert dumps(g) == """7767517
 7 12
 Input                    in0                      0 1 in0
 Input                    in1                      0 1 in1
@@ -61,7 +63,7 @@ Gemm                     gemm_1                   1 1 5 out0 10=-1 2=0 3=1 4=0 5
 def test_small_graph_golden_llm_naming_split_inputs_dynamic_gemm():
     res = AddKVCache(naming="ncnn-llm", split_inputs=True, dynamic_gemm=True)(
         paramsurgery.loads(SMALL))
-    assert res.graph.dumps() == """7767517
+    assert dumps(res.graph) == """7767517
 8 12
 Input                    in0                      0 1 in0
 Input                    in1                      0 1 in1
@@ -81,13 +83,13 @@ Gemm                     gemm_1                   1 1 5 out0 10=-1 2=0 3=1 4=0 5
 def test_fixture_golden(module, naming):
     g = paramsurgery.load(fixture(module))
     res = AddKVCache(naming=naming)(g)
-    check_golden(f"kvcache/{module}.{naming}.param", res.graph.dumps())
+    check_golden(f"kvcache/{module}.{naming}.param", dumps(res.graph))
     # every line the pass did not touch is byte-identical to the input
     before = fixture(module).read_text().splitlines()
-    after = res.graph.dumps().splitlines()
+    after = dumps(res.graph).splitlines()
     untouched = [l for l in before[2:] if not l.startswith("SDPA")]
     assert all(l in after for l in untouched)
-    assert ncnn_loads(res.graph.dumps()) == 0
+    assert ncnn_loads(dumps(res.graph)) == 0
 
 
 # ------------------------------------------------------------------ parity through ncnn
@@ -99,7 +101,7 @@ def kv_fixtures(tmp_path_factory):
     for module in DECODERS:
         g = AddKVCache()(paramsurgery.load(fixture(module))).graph
         p = d / f"{module}.kvcache.param"
-        g.save(p)
+        save(g, p)
         out[module] = p
     return out
 
@@ -179,7 +181,7 @@ def test_mha_self_attention_cache(tmp_path):
     res = AddKVCache()(paramsurgery.loads(text))
     assert res.graph.layer("mha").inputs == ("in0", "in1", "cache_k_in_0", "cache_v_in_0")
     assert res.graph.layer("mha").outputs == ("a", "cache_k_out_0", "cache_v_out_0")
-    res.graph.save(tmp_path / "kv.param")
+    save(res.graph, tmp_path / "kv.param")
     rep = verify_kvcache(tmp_path / "kv.param", tmp_path / "m.bin", n=5, m=4,
                          reference_param=tmp_path / "m.param")
     assert rep.ok, rep.format()
@@ -191,7 +193,7 @@ def test_verify_reports_a_decoder_that_mixes_positions(kv_fixtures, tmp_path):
     g = paramsurgery.load(kv_fixtures["talker_decoder"])
     first = g.consumers("in0")[0][0]
     g.insert_before(first, "CumulativeSum", "mix_positions", {0: 0})
-    g.save(tmp_path / "broken.param")
+    save(g, tmp_path / "broken.param")
     rep = verify_kvcache(tmp_path / "broken.param", fixture("talker_decoder", "bin"), n=6, m=3,
                          io=DecoderIO(hidden=64))
     assert not rep.ok
@@ -205,7 +207,7 @@ def test_idempotent_and_says_so():
     g = AddKVCache()(paramsurgery.load(fixture("talker_decoder"))).graph
     again = AddKVCache()(g)
     assert not again.modified
-    assert again.graph.dumps() == g.dumps()
+    assert dumps(again.graph) == dumps(g)
     assert "every attention layer already has a kv cache" in again.format()
 
 
@@ -255,11 +257,11 @@ def test_blob_name_collision_is_refused():
 
 def test_manager_rolls_back_a_failed_pass():
     g = paramsurgery.loads(SMALL)
-    before = g.dumps()
+    before = dumps(g)
     final, results, failures = PassManager([AddKVCache(), AddKVCache(only=["zzz"])]).run(g)
-    assert g.dumps() == before  # the input is never modified
+    assert dumps(g) == before  # the input is never modified
     assert failures and failures[0][0] == "add-kvcache"
-    assert final.dumps() == results[0].graph.dumps()
+    assert dumps(final) == dumps(results[0].graph)
 
 
 @pytest.mark.parametrize("module,n_sdpa", [("talker_decoder", 28), ("predictor_decoder", 5)])
@@ -270,22 +272,22 @@ def test_real_size_params(module, n_sdpa):
     new = res.graph
     assert len(res.data["slots"]) == n_sdpa
     assert len(new) == len(g) + 1 and new.blob_count() == g.blob_count() + 4 * n_sdpa
-    head = new.dumps().split("\n")[1]
+    head = dumps(new).split("\n")[1]
     assert head == f"{len(g) + 1} {g.blob_count() + 4 * n_sdpa}"
-    assert ncnn_loads(new.dumps()) == 0
+    assert ncnn_loads(dumps(new)) == 0
 
 
 @pytest.mark.slow
 def test_real_size_parity_with_synth_weights(tmp_path):
     """One parity run at real size: the 5-layer predictor (16 q / 8 kv heads, head_dim 128,
     hidden 1024) with synth-bin weights (157 MB)."""
-    from paramsurgery.weights.synth import write_synth_bin
+    from paramsurgery.formats.weights.synth import write_synth_bin
 
     src = fixture("predictor_decoder", size=REAL)
     g = paramsurgery.load(src)
     with open(tmp_path / "p.bin", "wb") as fh:
         write_synth_bin(g, fh, seed=0)
-    AddKVCache()(g).graph.save(tmp_path / "kv.param")
+    save(AddKVCache()(g).graph, tmp_path / "kv.param")
     rep = verify_kvcache(tmp_path / "kv.param", tmp_path / "p.bin", n=13, m=3,
                          io=DecoderIO(rope_theta=1e6), reference_param=src)
     assert rep.ok, rep.format()
@@ -356,7 +358,7 @@ SDPA                     sdpa_0                   4 1 q kk_0 vv_0 mask out0 5=1
 def test_fold_explicit_cache_golden_and_numbers():
     g = paramsurgery.loads(EXPLICIT)
     res = FoldExplicitCache()(g)
-    assert res.graph.dumps() == """7767517
+    assert dumps(res.graph) == """7767517
 2 9
 Input                    in0                      0 6 q k v past_k past_v mask
 SDPA                     sdpa_0                   6 3 q k v mask past_k past_v out0 present_k present_v 5=1 7=1
@@ -366,7 +368,7 @@ SDPA                     sdpa_0                   6 3 q k v mask past_k past_v o
     rng = np.random.default_rng(3)
     Q, K, V = (rng.standard_normal((G, T, D)).astype(np.float32) for _ in range(3))
     exp_net, fold_net = ncnn.Net(), ncnn.Net()
-    for net, text in ((exp_net, EXPLICIT), (fold_net, res.graph.dumps())):
+    for net, text in ((exp_net, EXPLICIT), (fold_net, dumps(res.graph))):
         net.opt.use_fp16_storage = net.opt.use_fp16_packed = net.opt.use_fp16_arithmetic = False
         assert net.load_param_mem(text) == 0
         net.load_model(ncnn.DataReaderFromEmpty())

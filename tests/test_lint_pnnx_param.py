@@ -2,9 +2,8 @@
 
 import pytest
 
-from paramsurgery.errors import ParamSyntaxError
-from paramsurgery.formats.pnnx_param import (find_pnnx_param, parse_shape, parse_value,
-                                             read_pnnx_param)
+from paramsurgery.core.errors import ParamSyntaxError
+from paramsurgery.formats.pnnx_param import find_pnnx_param, parse_shape, parse_value, read_pnnx_param
 
 from conftest import FIXTURES
 

@@ -6,7 +6,7 @@ here with the reason it is right to report it."""
 
 import pytest
 
-from paramsurgery.findings import ERROR, WARNING
+from paramsurgery.core.findings import ERROR, WARNING
 from paramsurgery.lint import lint_file
 
 from conftest import corpus_params

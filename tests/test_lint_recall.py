@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from paramsurgery.findings import ERROR
+from paramsurgery.core.findings import ERROR
 from paramsurgery.repro.cases import case_ids, get_case, offending_lines
 
 from test_lint_support import (FIXTURES, REPROS, codes, export_id, lint_export, lint_repro,

@@ -6,11 +6,12 @@ import time
 import pytest
 
 import paramsurgery
-from paramsurgery.findings import ERROR, INFO, WARNING
+from paramsurgery.core.findings import ERROR, INFO, WARNING
 from paramsurgery.lint import LintOptions, all_rules, fix_pass_of, fixable, get_rule, lint_graph
 from paramsurgery.lint.registry import select_rules
 
 from conftest import ncnn_loads
+from paramsurgery.analysis.validate import validate
 
 # the pass names `paramsurgery fix` knows (issue 6 + the repair engineer's commands)
 KNOWN_PASSES = {"fix-slice", "fix-reduction", "dynamize", "fold-gqa", "fuse-codebooks", "fix",
@@ -294,7 +295,7 @@ def test_structure_rules_reuse_validate():
     assert by["PS104"].layer == "t"
     g, _ = graph("""Input in 0 1 a
                     ReLU r 1 1 a b""")
-    assert [f.code for f in g.validate()] == [f.code for f in lint_graph(g, select="PS1",
+    assert [f.code for f in validate(g)] == [f.code for f in lint_graph(g, select="PS1",
                                                                          ignore="PS111")]
 
 

@@ -10,11 +10,13 @@ import pytest
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.passes.fix_batch_reshape import FixBatchReshape
-from paramsurgery.passes.int_affine import Affine, NotAffine, evaluate
+from paramsurgery.analysis.int_affine import Affine, NotAffine, evaluate
 from paramsurgery.passes.lower import RULES, Lower
-from paramsurgery.runtime import Feed, Fetch, run
+from paramsurgery.runtime.child import Feed, Fetch, run
 
 from golden import check_golden
+from paramsurgery.formats.io import save
+from paramsurgery.formats.param_text import dumps
 
 
 def lowered(tmp_path, ncnn_text: str, pnnx_text: str, **kw):  # noqa: ANN201
@@ -45,7 +47,7 @@ pnnx.Output pnnx_output_0 1 0 3 #3=(1,?,8)f32
 
 def test_mrope_slices_golden_and_numbers(tmp_path) -> None:
     res = lowered(tmp_path, MROPE_NCNN, MROPE_PNNX)
-    text = res.graph.dumps()
+    text = dumps(res.graph)
     check_golden("rawfix/mrope_slices.param", text)
     check_golden("rawfix/mrope_slices.txt", res.format(explain=True) + "\n")
     x = np.random.default_rng(3).standard_normal((3, 1, 9, 8)).astype(np.float32)
@@ -72,7 +74,7 @@ pnnx.Output pnnx_output_0 1 0 2 #2=(1,4,?)f32
 
 def test_replicate_and_reflect_pads_become_padding(tmp_path) -> None:
     res = lowered(tmp_path, PAD_NCNN, PAD_PNNX)
-    text = res.graph.dumps()
+    text = dumps(res.graph)
     assert "Padding F.pad_0 1 1 in0 a 2=2 3=0 4=1 5=0.0" in " ".join(text.split())
     x = np.random.default_rng(4).standard_normal((1, 4, 11)).astype(np.float32)
     want = np.pad(np.pad(x, ((0, 0), (0, 0), (2, 0)), mode="edge"),
@@ -116,7 +118,7 @@ def fix_header(text: str) -> str:
 
 def test_computed_pad_proven_constant_is_lowered(tmp_path) -> None:
     res = lowered(tmp_path, fix_header(COMPUTED_NCNN), COMPUTED_PNNX)
-    text = res.graph.dumps()
+    text = dumps(res.graph)
     check_golden("rawfix/computed_pad.param", text)
     assert [lay.type for lay in res.graph] == ["Input", "Padding"]
     assert "removed unread" in res.format()
@@ -197,8 +199,8 @@ def test_arange_over_a_shape_extent(tmp_path) -> None:
     traced = tmp_path / "m.pnnx.param"
     traced.write_text(ARANGE_PNNX)
     res = Lower(traced=traced)(g)
-    check_golden("rawfix/arange.param", res.graph.dumps())
-    res.graph.save(tmp_path / "y.param", tmp_path / "y.bin")
+    check_golden("rawfix/arange.param", dumps(res.graph))
+    save(res.graph, tmp_path / "y.param", tmp_path / "y.bin")
     x = np.random.default_rng(5).standard_normal((1, 37)).astype(np.float32)
     got = run((tmp_path / "y.param").read_text(), tmp_path / "y.bin", {"in0": Feed(x, 0)},
               [Fetch("out0", 0)])["out0"]
@@ -238,9 +240,9 @@ ReLU relu 1 1 b out0
 def test_fix_batch_reshape_golden_numbers_and_skip() -> None:
     g = paramsurgery.loads(LOSSY, "m.param")
     res = FixBatchReshape()(g)
-    check_golden("rawfix/batch_reshape.param", res.graph.dumps())
+    check_golden("rawfix/batch_reshape.param", dumps(res.graph))
     x = np.arange(12, dtype=np.float32) - 3
-    got = run(res.graph.dumps(), None, {"in0": Feed(x, 233)}, [Fetch("out0", 233)])["out0"]
+    got = run(dumps(res.graph), None, {"in0": Feed(x, 233)}, [Fetch("out0", 233)])["out0"]
     assert np.array_equal(got.reshape(-1), np.maximum(x, 0))
     again = FixBatchReshape()(res.graph)
     assert not again.modified
@@ -274,9 +276,9 @@ def test_dynamize_pair_extends_a_position_table(tmp_path) -> None:
     g = _table_graph(tmp_path, 4, rows[:4], "a")
     pair = _table_graph(tmp_path, 6, rows, "b")
     res = Dynamize(4, pair=pair, pair_len=6)(g)
-    check_golden("rawfix/position_table.param", res.graph.dumps())
+    check_golden("rawfix/position_table.param", dumps(res.graph))
     assert "position table: the paired export's 6 rows (its first 4 equal these)" in res.format()
-    res.graph.save(tmp_path / "y.param", tmp_path / "y.bin")
+    save(res.graph, tmp_path / "y.param", tmp_path / "y.bin")
     x = np.random.default_rng(6).standard_normal((5, 2)).astype(np.float32)
     got = run((tmp_path / "y.param").read_text(), tmp_path / "y.bin", {"in0": Feed(x, 233)},
               [Fetch("out0", 233)])["out0"]

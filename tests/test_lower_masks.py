@@ -10,10 +10,12 @@ import pytest
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.passes.lower import RULES, Lower
-from paramsurgery.runtime import Feed, Fetch, run
+from paramsurgery.runtime.child import Feed, Fetch, run
 
 from golden import check_golden
 from test_lower_layout import fix_header
+from paramsurgery.formats.io import save
+from paramsurgery.formats.param_text import dumps
 
 
 def lower_with_bin(tmp_path, ncnn: str, pnnx: str, weights: bytes = b"", *,
@@ -29,7 +31,7 @@ def lower_with_bin(tmp_path, ncnn: str, pnnx: str, weights: bytes = b"", *,
 
 
 def run_saved(tmp_path, res, x: np.ndarray, batch: int = 0) -> np.ndarray:
-    res.graph.save(tmp_path / "y.param", tmp_path / "y.bin")
+    save(res.graph, tmp_path / "y.param", tmp_path / "y.bin")
     return run((tmp_path / "y.param").read_text(), tmp_path / "y.bin", {"in0": Feed(x, batch)},
                [Fetch("out0", batch)])["out0"]
 
@@ -66,7 +68,7 @@ def test_integer_comparison_against_a_constant(tmp_path, kind: str) -> None:
     res = lower_with_bin(tmp_path, CMP_NCNN.replace("OP", kind), CMP_PNNX.replace("OP", kind),
                          np.float32([4]).tobytes())
     if kind in ("lt", "eq"):
-        check_golden(f"lower_masks/compare_{kind}.param", res.graph.dumps())
+        check_golden(f"lower_masks/compare_{kind}.param", dumps(res.graph))
     x = np.random.default_rng(6).standard_normal((1, 9)).astype(np.float32)  # traced: none
     want = x * NUMPY_CMP[kind](np.arange(9), 4).astype(np.float32)
     got = run_saved(tmp_path, res, x)
@@ -115,7 +117,7 @@ pnnx.Output pnnx_output_0 1 0 7 #7=(1,?)f32
 
 def test_masked_fill_with_a_mask_false_at_every_length_is_the_identity(tmp_path) -> None:
     res = lower_with_bin(tmp_path, FILL_NCNN, FILL_PNNX)
-    text = res.graph.dumps()
+    text = dumps(res.graph)
     check_golden("lower_masks/masked_fill.param", text)
     assert "Tensor.masked_fill" not in text and "torch.eq" not in text  # unread: removed
     x = np.random.default_rng(7).standard_normal((1, 11)).astype(np.float32)
@@ -161,7 +163,7 @@ pnnx.Output pnnx_output_0 1 0 5 #5=(1,?)f32
 
 def test_expand_to_the_inputs_own_extent_is_the_identity(tmp_path) -> None:
     res = lower_with_bin(tmp_path, EXPAND_NCNN, EXPAND_PNNX)
-    text = res.graph.dumps()
+    text = dumps(res.graph)
     check_golden("lower_masks/expand.param", text)
     assert "reshape_0" not in text  # the lossy batch Reshape is looked through and removed
     x = np.random.default_rng(8).standard_normal((1, 13)).astype(np.float32)
@@ -199,7 +201,7 @@ pnnx.Output pnnx_output_0 1 0 4 #4=(1,4,?)f32
 
 def test_repeat_of_a_unit_dim_up_to_an_extent(tmp_path) -> None:
     res = lower_with_bin(tmp_path, REPEAT_NCNN, REPEAT_PNNX)
-    text = res.graph.dumps()
+    text = dumps(res.graph)
     check_golden("lower_masks/repeat.param", text)
     x = np.random.default_rng(9).standard_normal((1, 4, 10)).astype(np.float32)
     want = x - x.mean(2, keepdims=True)
@@ -240,7 +242,7 @@ def test_two_lowerings_share_one_table(tmp_path) -> None:
     """Each repeat's rule emits a 32768-float ones table; equal tables the pass added are
     merged into one (a Split feeds both crops), so the .bin grows by one table, not two."""
     res = lower_with_bin(tmp_path, REPEAT2_NCNN, REPEAT2_PNNX)
-    check_golden("lower_masks/repeat_shared_table.param", res.graph.dumps())
+    check_golden("lower_masks/repeat_shared_table.param", dumps(res.graph))
     tables = [lay for lay in res.graph.by_type("MemoryData")]
     assert [lay.name for lay in tables] == ["Tensor.repeat_0_ones"]
     shared = [c for c in res.changes if c.what.startswith("shared table")]
@@ -301,7 +303,7 @@ def test_inference():
 def test_a_constant_folded_at_the_traced_length_is_thawed(tmp_path) -> None:
     res = lower_with_bin(tmp_path, THAW_NCNN, THAW_PNNX, np.float32([12]).tobytes(),
                          script=THAW_SCRIPT)
-    text = res.graph.dumps()
+    text = dumps(res.graph)
     check_golden("lower_masks/thaw.param", text)
     check_golden("lower_masks/thaw.txt", res.format(explain=True) + "\n")
     x = np.random.default_rng(10).standard_normal((1, 7, 4)).astype(np.float32)

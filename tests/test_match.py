@@ -4,8 +4,15 @@ pass's --explain words a broken chain the same way."""
 import pytest
 
 import paramsurgery
-from paramsurgery.passes.match import (NoMatch, above_splits, chain_up, readers_through_splits,
-                                       single_reader, source_of, through_splits)
+from paramsurgery.patterns.match import (
+    NoMatch,
+    above_splits,
+    chain_up,
+    readers_through_splits,
+    single_reader,
+    source_of,
+    through_splits,
+)
 
 G = paramsurgery.loads("""7767517
 7 9
@@ -55,7 +62,7 @@ def test_chain_up_to_a_type_or_where_it_stopped():
 
 
 def test_walk_up_visits_each_blob_once_through_given_types():
-    from paramsurgery.passes.match import visit_once, walk_up
+    from paramsurgery.patterns.match import visit_once, walk_up
 
     # from z up through the given types (Permute, BinaryOp, ReLU, Split, Reshape): it reaches
     # Embed's output and stops there (Embed is not given), so the ids are never visited
@@ -75,7 +82,7 @@ def test_walk_up_visits_each_blob_once_through_given_types():
 
 
 def test_cone_stops_at_cut_blobs_and_stays_within():
-    from paramsurgery.cone import cone
+    from paramsurgery.ir.cone import cone
 
     ids = {layer.name: layer.id for layer in G}
     names = {v: k for k, v in ids.items()}

@@ -15,6 +15,6 @@ def test_every_subpackage_is_listed_in_pyproject():
 
 
 def test_fixtures_resolve():
-    from paramsurgery.resources import fixture
+    from paramsurgery.core.resources import fixture
 
     assert fixture("ncnn_corpus/squeezenet_v1.1.param").is_file()

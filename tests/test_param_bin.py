@@ -13,12 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paramsurgery.errors import ParamSyntaxError
-from paramsurgery.formats.param_bin import (encode_value, read_param_bin, vstr_to_float,
-                                             write_param_bin)
-from paramsurgery.io import load, loads
-from paramsurgery.layer_types import is_ncnn_layer
-from paramsurgery.values import Kind
+from paramsurgery.core.errors import ParamSyntaxError
+from paramsurgery.formats.param_bin import encode_value, read_param_bin, vstr_to_float, write_param_bin
+from paramsurgery.formats.io import load, loads
+from paramsurgery.core.layer_types import is_ncnn_layer
+from paramsurgery.core.values import Kind
+from paramsurgery.formats.io import save
+from paramsurgery.formats.param_text import dumps
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "fixtures" / "ncnn_corpus"
@@ -40,7 +41,7 @@ def test_squeezenet_param_bin_roundtrip(tmp_path):
     assert g.source.extra["names_from"].endswith("squeezenet_v1.1.param")
     assert g.layers[1].name == "conv1" and g.layers[1].inputs == ("data",)
     out = tmp_path / "x.param.bin"
-    g.save(out)
+    save(g, out)
     assert out.read_bytes() == data
     # a modified graph is rebuilt from its typed values: still the same bytes
     g.mark_modified()
@@ -156,7 +157,7 @@ def test_every_text_param_converts_and_loads_in_ncnn(tmp_path):
     """text → .param.bin → ncnn.load_param_bin: same layers and blob indexes as the text
     load; our reader reads it back to the same typed params; small nets with shaped inputs
     (synth-bin weights) give the same outputs from both."""
-    from paramsurgery.weights.synth import synth_size, write_synth_bin
+    from paramsurgery.formats.weights.synth import synth_size, write_synth_bin
 
     jobs = []
     for i, p in enumerate(text_params()):
@@ -220,7 +221,7 @@ def test_custom_layer_type_index(tmp_path):
     back = read_param_bin(data, None)
     assert back.layers[1].type == "Custom0" and back.layers[2].type == "Custom0"
     p = tmp_path / "m.param"
-    p.write_text(g.dumps())
+    p.write_text(dumps(g))
     (tmp_path / "m.param.bin").write_bytes(data)
     named = load(tmp_path / "m.param.bin")
     assert named.layers[1].type == "MyOp" and write_param_bin(named) == data
@@ -233,7 +234,7 @@ def test_long_arrays_in_param_bin_are_packed_and_exact(tmp_path, elems, kind):
     typed like a short one, written back byte for byte, and re-encoded exactly on edit."""
     import paramsurgery
     from paramsurgery.formats.param_bin import read_param_bin, write_param_bin
-    from paramsurgery.values import Packed
+    from paramsurgery.core.values import Packed
 
     text = paramsurgery.loads("7767517\n2 2\nInput in 0 1 a\nMemoryData m 0 1 b 0=3 "
                               f"-23301={len(elems)},{','.join(elems)}\n")

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import paramsurgery
-from paramsurgery.weights.synth import synth_size, write_synth_bin
+from paramsurgery.formats.weights.synth import synth_size, write_synth_bin
 
 from conftest import FIXTURES, REPO
 from golden import check_golden

@@ -20,11 +20,12 @@ import numpy as np
 import pytest
 
 from paramsurgery.cli import main
-from paramsurgery.io import load
-from paramsurgery.layer_types import is_ncnn_layer
-from paramsurgery.repro.reduce import (BuiltinCheck, Builder, ValueStore, harvest,
-                                       reduce_graph)
-from paramsurgery.runtime import Feed, Fetch, run_isolated
+from paramsurgery.formats.io import load
+from paramsurgery.core.layer_types import is_ncnn_layer
+from paramsurgery.repro.reduce import BuiltinCheck, Builder, ValueStore, harvest, reduce_graph
+from paramsurgery.runtime.child import Feed, Fetch, run_isolated
+from paramsurgery.analysis.validate import validate
+from paramsurgery.formats.io import save
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "qwen3_tts" / "real" / "talker_decoder.ported.ncnn.param"
@@ -70,8 +71,8 @@ def plant(src: Path, kind: str, out: Path, depth: float = 0.6) -> str:
         name = "planted_expr"
     else:
         raise ValueError(kind)
-    assert not [f for f in g.validate() if f.severity == "error"]
-    g.save(out)
+    assert not [f for f in validate(g) if f.severity == "error"]
+    save(g, out)
     return name
 
 
@@ -102,7 +103,7 @@ def run_cli(*argv: str) -> int:
 
 
 FOREIGN = textwrap.dedent("""\
-    from paramsurgery.layer_types import is_ncnn_layer
+    from paramsurgery.core.layer_types import is_ncnn_layer
 
     def has_foreign(candidate):
         return any(not is_ncnn_layer(layer.type) for layer in candidate.graph)
@@ -124,7 +125,7 @@ def test_cut_subgraph_computes_the_same_values_with_exact_weights(tmp_path: Path
     cand = b.build(window)
     assert cand.layers == 20 and cand.cut and not cand.missing
     sub = cand.graph
-    assert not [f for f in sub.validate() if f.severity == "error"]
+    assert not [f for f in validate(sub) if f.severity == "error"]
     for blob in cand.cut:
         layer = sub.producer(blob)
         assert layer.type == "Input" and layer.name == f"cut_{blob}"
@@ -192,8 +193,8 @@ CHECK_SCRIPT = textwrap.dedent("""\
     # crash kills this process (the reducer must survive and see the signal)
     import sys
     import numpy as np
-    from paramsurgery.io import load
-    from paramsurgery.runtime import Feed, run
+    from paramsurgery.formats.io import load
+    from paramsurgery.runtime.child import Feed, run
 
     param, binp, inputs = sys.argv[1:4]
     g = load(param)

@@ -14,11 +14,12 @@ import pytest
 import paramsurgery
 from paramsurgery import ParamSurgeryError
 from paramsurgery.cli import main
-from paramsurgery.io import Terminated
-from paramsurgery.ncnn_loader import load_verdicts
+from paramsurgery.core.fs import Terminated
+from paramsurgery.runtime.loader import load_verdicts
 
 from conftest import REPO
 from fuzz_harness import run_cli
+from paramsurgery.formats.param_text import dump_bytes
 
 SPLIT_CYCLE = b"7767517\n3 4\nInput in 0 1 a\nSplit s 1 1 x x\nBinaryOp add 2 1 a x y 0=0\n"
 SIMPLE = b"7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a b\n"
@@ -125,7 +126,7 @@ def test_reader_accepts_what_ncnn_loads_byte_exact(data):
     g = paramsurgery.loads(data, "m.param")
     for layer in g:
         layer.params.check()
-    assert g.dump_bytes() == data
+    assert dump_bytes(g) == data
 
 
 def test_first_layer_on_the_header_line_keeps_positions():
@@ -185,8 +186,8 @@ def test_no_false_error_past_the_header_count(tmp_path):
 RSS_SCRIPT = textwrap.dedent("""
     import os, resource, sys
     import paramsurgery
-    from paramsurgery.io import load
-    from paramsurgery.normalize import normalize
+    from paramsurgery.formats.io import load
+    from paramsurgery.formats.normalize import normalize
     path, count = sys.argv[1], int(sys.argv[2])
     size = os.path.getsize(path)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -195,11 +196,11 @@ RSS_SCRIPT = textwrap.dedent("""
         layer.params.check()
     assert len(g.layer("m").params.value(0)) == count
     loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    data = g.dump_bytes()
+    data = paramsurgery.dump_bytes(g)
     assert data == open(path, "rb").read()
     del data
     normalize(g)  # what `fmt` writes: every element respelled
-    data = g.dump_bytes()
+    data = paramsurgery.dump_bytes(g)
     written = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print((loaded - base) * 1024 / size, (written - base) * 1024 / size)
 """)
@@ -256,7 +257,7 @@ def test_write_failures_exit_2_naming_the_path(tmp_path, cmd, where):
 
 
 def test_disk_full_exits_2_and_leaves_no_temp_file(tmp_path, monkeypatch):
-    import paramsurgery.io as io
+    import paramsurgery.formats.io as io
 
     def full(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -273,7 +274,7 @@ def test_disk_full_exits_2_and_leaves_no_temp_file(tmp_path, monkeypatch):
 # 7 ------------------------------------------------------------------------ signals
 CHILD = textwrap.dedent("""
     import signal, sys, time
-    from paramsurgery.io import atomic_open
+    from paramsurgery.formats.io import atomic_open
     # a signal the parent ignores (nohup, some job runners: SIGHUP) stays ignored on purpose;
     # the test is about the default disposition
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -361,7 +362,7 @@ def test_layer_with_too_few_bottoms_is_no_internal_error(tmp_path):
 def test_loader_child_pins_crashes_and_hangs_to_their_file(monkeypatch):
     """One long-lived child answers every load; a file that kills it or hangs it gets its
     own verdict and the next file goes to a fresh child."""
-    from paramsurgery import ncnn_loader
+    from paramsurgery.runtime.child import loader as ncnn_loader
 
     fake = ncnn_loader._CHILD.replace("import ncnn\n", "import signal, time\n").replace(
         "    net = ncnn.Net()\n    rc = ",
@@ -437,7 +438,7 @@ def test_a_pass_that_cannot_prove_a_layer_refuses_on_its_line(tmp_path):
 
 
 def test_a_forked_copy_leaves_the_parents_loader_child_alone():
-    from paramsurgery import ncnn_loader
+    from paramsurgery.runtime.child import loader as ncnn_loader
 
     if not ncnn_loader.available():
         pytest.skip("ncnn not installed")

@@ -53,7 +53,7 @@ def _export_tools() -> str | None:
         import torch  # noqa: F401
     except ImportError:
         return "torch is not installed (the export extra)"
-    from paramsurgery.errors import MissingDependency
+    from paramsurgery.core.errors import MissingDependency
     from paramsurgery.repro.pnnx_export import find_pnnx
 
     try:

@@ -20,7 +20,7 @@ import pytest
 
 from paramsurgery.repro import cases as C
 from paramsurgery.repro.check import classify, load_reference, run_reference
-from paramsurgery.runtime import NO_BATCH, RunResult
+from paramsurgery.runtime.child import NO_BATCH, RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
 REPROS = ROOT / "fixtures" / "repros"
@@ -225,7 +225,7 @@ SLOW_CASES = ["dropped-negative-slice", "stack-sum-batch-axis"]
 @pytest.mark.parametrize("case_id", SLOW_CASES)
 def test_reexport_reproduces_recorded_status(case_id: str, tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from paramsurgery.errors import MissingDependency
+    from paramsurgery.core.errors import MissingDependency
     from paramsurgery.repro.pnnx_export import find_pnnx
 
     try:

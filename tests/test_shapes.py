@@ -11,11 +11,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from paramsurgery.cli import main
-from paramsurgery.errors import ParamSurgeryError
-from paramsurgery.io import load, loads
-from paramsurgery.shapes import Affine, infer_shapes, parse_inputshape
-from paramsurgery.shapes.hints import strip_hints, write_hints
-from paramsurgery.shapes.oracle import oracle_shapes
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.formats.io import load, loads
+from paramsurgery.analysis.shapes import Affine, infer_shapes, parse_inputshape
+from paramsurgery.analysis.shapes.hints import strip_hints, write_hints
+from paramsurgery.analysis.shapes.oracle import oracle_shapes
+from paramsurgery.formats.param_text import dump_bytes
+from paramsurgery.formats.param_text import dumps
 
 T = Affine.symbol("T")
 
@@ -58,7 +60,7 @@ Gemm             gm    1 1 in0 gm 5=1 8=8 9=1024 10=-1 4=0
 
 def test_static_symbolic_shapes():
     g = loads(SYMBOLIC)
-    sm = g.shapes(inputshape={"in0": ("T", 1024)})
+    sm = infer_shapes(g, inputshape={"in0": ("T", 1024)})
     want = {"in0": (T, 1024), "r0": (T, 16, 64), "p0": (16, T, 64), "a": (8, T, 64),
             "c0": (8, T, 128), "k0": (8, T - 3, 128), "at": (8, T - 3, 128), "gm": (T, 8)}
     for blob, shape in want.items():
@@ -67,7 +69,7 @@ def test_static_symbolic_shapes():
 
 def test_static_unknown_is_not_guessed():
     g = loads("7767517\n2 2\nInput in0 0 1 in0\nDetectionOutput d 1 1 in0 out\n")
-    sm = g.shapes(inputshape={"in0": (4, 8)})
+    sm = infer_shapes(g, inputshape={"in0": (4, 8)})
     assert sm.shape_of("out") is None
 
 
@@ -84,7 +86,7 @@ def test_write_hints_reproduces_ncnnoptimize(path):
         if layer.type != "Input" and layer.type not in data_dependent:
             strip_hints(layer)
     write_hints(g, infer_shapes(g))
-    out = g.dump_bytes()
+    out = dump_bytes(g)
     if g.source.declared_layers not in (None, len(g)):
         # a header whose counts are wrong is rewritten by any edit; compare the layers
         assert out.split(b"\n", 2)[2] == original.split(b"\n", 2)[2]
@@ -99,7 +101,7 @@ def test_static_matches_every_corpus_hint():
     for path in corpus_params():
         g = load(path)
         sm = infer_shapes(g, use_hints=False)
-        from paramsurgery.shapes.hints import read_hints
+        from paramsurgery.analysis.shapes.hints import read_hints
 
         for layer in g:
             hints = read_hints(layer)
@@ -122,7 +124,7 @@ def test_oracle_fits_affine_forms_and_flags_non_affine():
     text = text.replace("8 9", "9 10", 1)
     g = loads(text)
     sm = oracle_shapes(g, parse_inputshape("in0=[T,1024]"))
-    static = g.shapes(inputshape={"in0": ("T", 1024)})
+    static = infer_shapes(g, inputshape={"in0": ("T", 1024)})
     for blob in ("r0", "p0", "a", "b", "c0", "k0", "at", "gm"):
         assert sm.shape_of(blob) == static.shape_of(blob), blob
     # max pooling with stride 2 over T: (T-2)//2+1, not affine
@@ -258,11 +260,11 @@ def small_graphs(draw):
             continue
         lines.append(line)
         g = loads(_param(lines))
-        if op == "bcast" and g.shapes().known(out) is None:
+        if op == "bcast" and infer_shapes(g).known(out) is None:
             lines.pop()
             lines.pop()
             continue
-        sm = g.shapes()
+        sm = infer_shapes(g)
         tops = line.split()[4:4 + int(line.split()[3])]
         if any(sm.known(t) is None for t in tops):
             lines.pop()
@@ -318,11 +320,11 @@ def ncnn_shapes_forked(g) -> dict | None:  # noqa: ANN001
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(small_graphs())
 def test_random_graphs_static_equals_ncnn(g):
-    static = g.shapes()
+    static = infer_shapes(g)
     ncnn = ncnn_shapes_forked(g)
     assume(ncnn is not None)  # ncnn itself crashed: nothing to compare with
-    assert not ncnn["notes"], (g.dumps(), ncnn["notes"])
+    assert not ncnn["notes"], (dumps(g), ncnn["notes"])
     for blob in g.blob_names():
         s = static.known(blob)
         if s is not None:
-            assert tuple(ncnn["shapes"].get(blob, ())) == s, (blob, g.dumps())
+            assert tuple(ncnn["shapes"].get(blob, ())) == s, (blob, dumps(g))

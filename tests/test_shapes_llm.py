@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from paramsurgery.io import load
-from paramsurgery.shapes import parse_inputshape
-from paramsurgery.shapes.affine import evaluate
-from paramsurgery.shapes.feeds import make_feeds
-from paramsurgery.shapes.oracle import oracle_shapes, run_all_blobs
+from paramsurgery.formats.io import load
+from paramsurgery.analysis.shapes import parse_inputshape
+from paramsurgery.analysis.shapes.affine import evaluate
+from paramsurgery.analysis.shapes.feeds import make_feeds
+from paramsurgery.analysis.shapes.oracle import oracle_shapes, run_all_blobs
 
 from conftest import FIXTURES
+from paramsurgery.analysis.shapes import infer_shapes
 
 TALKER = FIXTURES / "qwen3_tts" / "{size}" / "talker_decoder.ported.ncnn.param"
 
@@ -20,7 +21,7 @@ def check_decoder(path, hidden: int, head_dim: int, bin=None) -> int:  # noqa: A
     g = load(path)
     spec = parse_inputshape(f"in0=[T,{hidden}] in1=[1,T,T] in2=[T,{head_dim}] "
                             f"in3=[T,{head_dim}]")
-    static = g.shapes(inputshape=spec)
+    static = infer_shapes(g, inputshape=spec)
     fitted = oracle_shapes(g, spec, bin=bin, values={"T": [16, 19, 23]})
     blobs = g.blob_names()
     assert not fitted.notes and not fitted.not_affine

@@ -10,13 +10,16 @@ import pytest
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.cli import main
-from paramsurgery.equivalence import verify_equivalent
+from paramsurgery.verify.equivalence import verify_equivalent
 from paramsurgery.passes.dynamize import Dynamize
 from paramsurgery.passes.fold_gqa import FoldGQA
-from paramsurgery.runtime import run
-from paramsurgery.shapes import parse_inputshape
-from paramsurgery.shapes.hints import read_hints, write_hints
-from paramsurgery.shapes.oracle import oracle_shapes
+from paramsurgery.runtime.child import run
+from paramsurgery.analysis.shapes import parse_inputshape
+from paramsurgery.analysis.shapes.hints import read_hints, write_hints
+from paramsurgery.analysis.shapes.oracle import oracle_shapes
+from paramsurgery.analysis.shapes import infer_shapes
+from paramsurgery.formats.io import save
+from paramsurgery.formats.param_text import dumps
 
 CROP = """7767517
 3 3
@@ -48,7 +51,7 @@ def test_dynamize_plain_crop_with_inputshape_runs_at_untried_lengths(tmp_path):
     res = Dynamize(20, inputshape=parse_inputshape("in0=[4,20]"))(paramsurgery.loads(CROP))
     assert res.graph.layer("c").params.get(10) == [-3]
     out = tmp_path / "d.param"
-    res.graph.save(out)
+    save(res.graph, out)
     rng = np.random.default_rng(0)
     for t in (9, 31):  # the trace used 20 only
         x = rng.standard_normal((4, t)).astype(np.float32)
@@ -91,7 +94,7 @@ def test_fold_gqa_behind_an_input_needs_shapes_then_folds(tmp_path):
     res = FoldGQA(inputshape=shapes)(paramsurgery.loads(GQA))
     assert res.modified and res.graph.layer("s").inputs == ("q", "k", "v")
     out = tmp_path / "f.param"
-    res.graph.save(out)
+    save(res.graph, out)
     rng = np.random.default_rng(3)
     for t in (5, 11):  # no length was ever traced
         q = rng.standard_normal((4, t, 8)).astype(np.float32)
@@ -118,7 +121,7 @@ def test_pass_refreshes_hints_to_ncnn_shapes(tmp_path):
     remaining hint equals the shape ncnn gives that blob."""
     shapes = parse_inputshape("q=[4,6,8] k=[2,6,8] v=[2,6,8]")
     g = paramsurgery.loads(GQA)
-    write_hints(g, g.shapes(inputshape=shapes))
+    write_hints(g, infer_shapes(g, inputshape=shapes))
     assert read_hints(g.layer("xk")) == [(4, 6, 8)]
     res = FoldGQA()(g)  # the Input's own hints give the shapes
     assert res.modified
@@ -130,13 +133,13 @@ def test_pass_refreshes_hints_to_ncnn_shapes(tmp_path):
             assert h == actual.shape_of(blob), (layer.name, blob)
             hinted += 1
     assert hinted == 4  # q, k, v and the SDPA output
-    assert paramsurgery.loads(folded.dumps()).dumps() == folded.dumps()
+    assert dumps(paramsurgery.loads(dumps(folded))) == dumps(folded)
 
 
 def test_refresh_after_an_edit_rewrites_downstream_hints_only():
     from conftest import CORPUS
 
-    from paramsurgery.shapes.hints import refresh_after, snapshot
+    from paramsurgery.analysis.shapes.hints import refresh_after, snapshot
 
     g = paramsurgery.load(CORPUS / "squeezenet.param")
     before = snapshot(g)
@@ -184,17 +187,17 @@ Gemm                     gemm_1                   1 1 o2 y 10=-1 2=0 3=1 4=0 5=1
 def test_verify_kvcache_generic_from_inputshape(tmp_path):
     """Blob names outside the decoder convention (x, m -> y): the input spec alone says how
     to slice each input per step (rows of x and m, columns of m up to the position)."""
-    from paramsurgery.kvcache_verify import verify_kvcache
+    from paramsurgery.verify.kvcache import verify_kvcache
     from paramsurgery.passes.kvcache import AddKVCache
-    from paramsurgery.weights import synth_weights
+    from paramsurgery.formats.weights import synth_weights
 
     g = synth_weights(paramsurgery.loads(SMALL_DEC), seed=1)
     src, srcbin = tmp_path / "d.param", tmp_path / "d.bin"
-    g.save(src, srcbin)
+    save(g, src, srcbin)
     kv = AddKVCache()(paramsurgery.load(src)).graph
     kvp = tmp_path / "kv.param"
-    kv.save(kvp)
-    from paramsurgery.kvcache_verify import DecoderIO
+    save(kv, kvp)
+    from paramsurgery.verify.kvcache import DecoderIO
 
     rep = verify_kvcache(kvp, srcbin, n=5, m=3, io=DecoderIO(output="y"),
                          inputshape={"x": ("T", 8), "m": ("T", "T")}, reference_param=src)

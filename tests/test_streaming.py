@@ -19,12 +19,19 @@ import paramsurgery
 from paramsurgery import ParamSurgeryError, PassRefused
 from paramsurgery.passes.conv_cache import AddConvCache
 from paramsurgery.passes.extract import extract_subgraph
-from paramsurgery.runtime import Feed, run
-from paramsurgery.streaming import (StreamingRunner, check_stream, convert, emitted_after,
-                                    random_frames, stream_compare)
+from paramsurgery.runtime.child import Feed, run
+from paramsurgery.streaming import (
+    StreamingRunner,
+    check_stream,
+    convert,
+    emitted_after,
+    random_frames,
+    stream_compare,
+)
 
 from conftest import FIXTURES, REPO
 from golden import check_golden
+from paramsurgery.formats.io import save
 
 STREAMING = FIXTURES / "streaming"
 CASES = json.loads((STREAMING / "cases.json").read_text())
@@ -110,7 +117,7 @@ def codec_conv(tmp_path_factory):
     sub = extract_subgraph(g, [CODEC_CUT], ["out0"])
     d = tmp_path_factory.mktemp("codec")
     p, b = str(d / "conv.param"), str(d / "conv.bin")
-    sub.save(p, bin=b)
+    save(sub, p, bin=b)
     conv = convert(p, b, str(d / "stream"))
     return p, b, conv
 
@@ -277,7 +284,7 @@ def test_fixtures_regenerate_and_stream(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_real_size_codec_conv_stack_streams(tmp_path):
     """The real 0.6B codec decoder's conv part (synthetic weights): a few chunkings."""
-    from paramsurgery.weights import synth_weights
+    from paramsurgery.formats.weights import synth_weights
 
     g = synth_weights(paramsurgery.load(str(REAL) + ".param"), seed=0)
     permute = g.producer(g.by_type("Deconvolution1D")[0].inputs[0])
@@ -285,7 +292,7 @@ def test_real_size_codec_conv_stack_streams(tmp_path):
     assert permute.type == "Permute" and g.producer(cut).type == "Gemm"
     sub = extract_subgraph(g, [cut], ["out0"])
     p, b = str(tmp_path / "conv.param"), str(tmp_path / "conv.bin")
-    sub.save(p, bin=b)
+    save(sub, p, bin=b)
     rep, man = check_stream(p, b, [1, 2, 1], num_threads=2, floor=True, tol=1e-3)
     assert rep.ok, rep.format()
     assert [c.emitted for c in rep.chunks] == [1920, 3840, 1920]

@@ -4,9 +4,21 @@ import numpy as np
 import pytest
 
 import paramsurgery
-from paramsurgery.values import Float, Int, Kind, Str, infer, pnnx_float, format_value, parse_value, Ints, Floats
-from paramsurgery import values
-from paramsurgery.values import Value
+from paramsurgery.core.values import (
+    Float,
+    Int,
+    Kind,
+    Str,
+    infer,
+    pnnx_float,
+    format_value,
+    parse_value,
+    Ints,
+    Floats,
+)
+from paramsurgery.core import values as values
+from paramsurgery.core.values import Value
+from paramsurgery.formats.param_text import dumps
 
 # spellings observed in pnnx 20261020 output (ncnn-format.md §7.1)
 PNNX_SPELLINGS = ["0.0", "100.0", "0.1", "2.5", "0.333333343", "3.14159274", "123456.789",
@@ -63,7 +75,7 @@ def test_editing_a_param_keeps_kind_and_other_tokens_text():
     layer = g.layer("b")
     layer.set(2, 3)  # int assigned to a float param stays a float
     assert layer.params.kind(2) is Kind.FLOAT
-    line = g.dumps().splitlines()[-1]
+    line = dumps(g).splitlines()[-1]
     assert line.endswith("0=2 1=1 2=3.0")
     assert line.startswith("BinaryOp                 b ")  # re-rendered in pnnx layout
 
@@ -71,10 +83,10 @@ def test_editing_a_param_keeps_kind_and_other_tokens_text():
 def test_new_params_take_the_kind_ncnn_reads_and_pnnx_order():
     g = paramsurgery.loads("7767517\n2 2\nInput in 0 1 in0\nBinaryOp b 1 1 in0 out0 0=2\n")
     g.layer("b").set(2, 1).set(1, 1)
-    assert g.dumps().splitlines()[-1].split()[-3:] == ["0=2", "1=1", "2=1.0"]
+    assert dumps(g).splitlines()[-1].split()[-3:] == ["0=2", "1=1", "2=1.0"]
     g2 = paramsurgery.loads("7767517\n2 2\nInput in 0 1 in0\nGemm g 1 1 in0 out0 2=0 3=1\n")
     g2.layer("g").set(10, 4).set(20, 1)
-    assert g2.dumps().splitlines()[-1].split()[-4:] == ["10=4", "2=0", "20=1", "3=1"]
+    assert dumps(g2).splitlines()[-1].split()[-4:] == ["10=4", "2=0", "20=1", "3=1"]
 
 
 def test_parse_value_forms():

@@ -13,7 +13,8 @@ import pytest
 
 ncnn = pytest.importorskip("ncnn")
 
-from paramsurgery.runtime import RunOptions, load_net, run_net  # noqa: E402
+from paramsurgery.runtime.child import RunOptions, load_net, run_net  # noqa: E402
+from paramsurgery.formats.io import save  # noqa: E402
 
 CHAIN = ("7767517\n4 4\nInput in0 0 1 in0\nGemm g0 1 1 in0 h0 10=-1 2=0 3=1 4=0 5=1 6=1 7=0 "
          "8=8 9=8\nReLU r 1 1 h0 h1\nGemm g1 1 1 h1 out0 10=-1 2=0 3=1 4=0 5=1 6=1 7=0 8=8 "
@@ -79,7 +80,7 @@ def test_hashing_weights_leaves_the_file_out_of_the_process(tmp_path) -> None:
     """`reduce` checks the written weights against the source by content hash: a pass over
     two multi-GB files, which kept both mapped in (2x the weight bytes, the reduce peak)."""
     import paramsurgery
-    from paramsurgery.weights.synth import write_synth_bin
+    from paramsurgery.formats.weights.synth import write_synth_bin
 
     rows = ["Input in0 0 1 in0"] + [
         f"Gemm g{i} 1 1 {'in0' if i == 0 else f'h{i - 1}'} h{i} 10=-1 2=0 3=1 4=0 5=1 6=1 7=0 "
@@ -116,7 +117,7 @@ def test_loading_weights_reads_the_tags_without_mapping_the_file_in(tmp_path) ->
     large folio around it (409 MB of the real talker's 1.76 GB resident in every command
     that loads it: the parent of each --verify)."""
     import paramsurgery
-    from paramsurgery.weights.synth import write_synth_bin
+    from paramsurgery.formats.weights.synth import write_synth_bin
 
     rows = ["Input in0 0 1 in0"] + [
         f"Gemm g{i} 1 1 {'in0' if i == 0 else f'h{i - 1}'} h{i} 10=-1 2=0 3=1 4=0 5=1 6=1 7=0 "
@@ -137,13 +138,13 @@ def test_extract_check_runs_each_graph_in_a_child(tmp_path, monkeypatch: pytest.
     (1.58x the weights of the real talker cut in half): each now runs in a child, one after
     the other; no net is loaded here."""
     import paramsurgery
-    import paramsurgery.runtime as runtime
+    import paramsurgery.runtime.child as runtime
     from paramsurgery.passes.extract import check_extract, extract_subgraph
 
     param = tmp_path / "g.param"
     param.write_text(CHAIN)
     g = paramsurgery.load(param)
-    extract_subgraph(g, ["h0"], ["out0"]).save(tmp_path / "head.param")
+    save(extract_subgraph(g, ["h0"], ["out0"]), tmp_path / "head.param")
 
     def no_net_here(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise AssertionError("a net was loaded in the verifying process")
@@ -182,15 +183,15 @@ def test_size_checked_pool_gives_a_plain_nets_numbers(tmp_path) -> None:
 
 
 def test_running_ncnn_in_a_child_leaves_the_ir_unimported() -> None:
-    """`python -m paramsurgery.runtime` (every isolated run) imports the package: with the IR
+    """`python -m paramsurgery.runtime.child` (every isolated run) imports the package: with the IR
     imported eagerly that was ~20 MB more next to the weights the child holds."""
     import subprocess
     import sys
 
-    from paramsurgery.runtime import child_env
+    from paramsurgery.runtime.child import child_env
 
-    code = ("import sys, paramsurgery.runtime\n"
-            "heavy = [m for m in ('networkx', 'paramsurgery.graph', 'paramsurgery.params') "
+    code = ("import sys, paramsurgery.runtime.child\n"
+            "heavy = [m for m in ('networkx', 'paramsurgery.ir.graph', 'paramsurgery.ir.params') "
             "if m in sys.modules]\n"
             "assert not heavy, heavy\n"
             "import paramsurgery\n"

@@ -229,7 +229,7 @@ def test_inputshape_labels_every_blob(tmp_path, capsys):
     assert set(labels) == {b for b in g.blob_names() if g.producer(b) is not None}
     assert labels["in0"] == "[T,64]" and labels["in1"] == "[1,T,T]"
     from paramsurgery.view.labels import blob_shapes
-    from paramsurgery.shapes import ShapeMap
+    from paramsurgery.analysis.shapes import ShapeMap
 
     traced = blob_shapes(g, analysis=ShapeMap())  # pnnx's trace only
     assert len(traced) == 41
@@ -284,8 +284,8 @@ def test_a_graph_out_of_order_is_drawn_with_the_fault_marked():
 def test_around_computes_shapes_of_the_neighbourhoods_ancestors_only(tmp_path, monkeypatch):
     """`view --around` on a large graph: the shape analysis visits the drawn layers and what
     they read from, not the whole graph, and labels them exactly as the full analysis."""
-    from paramsurgery.shapes import infer_shapes, static
-    from paramsurgery.shapes.static import ancestors
+    from paramsurgery.analysis.shapes import infer_shapes, static
+    from paramsurgery.analysis.shapes.static import ancestors
 
     g = paramsurgery.load(REAL_TALKER)
     ids = neighbourhood(g, "sdpa_564", 1)

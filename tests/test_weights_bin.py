@@ -12,12 +12,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paramsurgery.errors import BinLayoutError
-from paramsurgery.io import load, loads
-from paramsurgery.weights import (LayerWeights, attach_weights, replace_weight, set_weights,
-                                  weight_summary, weights_bytes, weights_fingerprint,
-                                  write_weights)
-from paramsurgery.weights.synth import synth_weights, write_synth_bin
+from paramsurgery.core.errors import BinLayoutError
+from paramsurgery.formats.io import load, loads
+from paramsurgery.formats.weights import (
+    LayerWeights,
+    attach_weights,
+    replace_weight,
+    set_weights,
+    weight_summary,
+    weights_bytes,
+    weights_fingerprint,
+    write_weights,
+)
+from paramsurgery.formats.weights.synth import synth_weights, write_synth_bin
+from paramsurgery.formats.io import save
 
 REPO = Path(__file__).resolve().parent.parent
 REPRO = REPO / "fixtures" / "repros"
@@ -62,7 +70,7 @@ def test_roundtrip_keeps_tags_and_pnnx_pad(model, tmp_path):
     assert emb.array().dtype == np.float16 and emb.array().shape == (5, 3)
     assert g.layer("conv").weights["weight"].shape == (3, 3, 1, 1)
     assert g.layer("conv").weights["bias"].dtype == "raw"
-    g.save(tmp_path / "o.param", bin=tmp_path / "o.bin")
+    save(g, tmp_path / "o.param", bin=tmp_path / "o.bin")
     assert (tmp_path / "o.bin").read_bytes() == b.read_bytes()
     assert (tmp_path / "o.param").read_bytes() == p.read_bytes()
 
@@ -73,7 +81,7 @@ def test_replace_changes_only_its_bytes(model, tmp_path):
     before = weights_fingerprint(g)
     old = g.layer("fc").weights["bias"]
     replace_weight(g.layer("fc"), "bias", np.array([5.0, 6.0], np.float32))
-    g.save(tmp_path / "o.param", bin=tmp_path / "o.bin")
+    save(g, tmp_path / "o.param", bin=tmp_path / "o.bin")
     a, c = b.read_bytes(), (tmp_path / "o.bin").read_bytes()
     assert len(a) == len(c)
     diff = [i for i in range(len(a)) if a[i] != c[i]]
@@ -104,10 +112,10 @@ def test_resize_needs_params_to_match(model, tmp_path):
     emb = g.layer("emb")
     replace_weight(emb, "weight", np.zeros((6, 3), np.float32), allow_resize=True)
     with pytest.raises(BinLayoutError, match="emb.*weight\\[15\\].*weight\\[18\\]"):
-        g.save(tmp_path / "o.param", bin=tmp_path / "o.bin")
+        save(g, tmp_path / "o.param", bin=tmp_path / "o.bin")
     assert not (tmp_path / "o.bin").exists()
     emb.set(1, 6).set(3, 18)
-    g.save(tmp_path / "o.param", bin=tmp_path / "o.bin")
+    save(g, tmp_path / "o.param", bin=tmp_path / "o.bin")
     g2 = load(tmp_path / "o.param", bin=tmp_path / "o.bin")
     assert g2.layer("emb").weights["weight"].shape == (6, 3)
 
@@ -213,7 +221,7 @@ def test_real_pnnx_bins_roundtrip_and_replace(tmp_path):
             continue
         w = layer.weights[0]
         replace_weight(layer, w.role, np.zeros(w.count, np.float32))
-        g.save(tmp_path / "o.param", bin=tmp_path / "o.bin")
+        save(g, tmp_path / "o.param", bin=tmp_path / "o.bin")
         new = (tmp_path / "o.bin").read_bytes()
         old = b.read_bytes()
         assert new[w.offset + w.nbytes:] == old[w.offset + w.nbytes:]
@@ -299,10 +307,10 @@ def test_save_in_place_over_the_source(model):
     p, b = model
     orig = b.read_bytes()
     g = load(p, bin=b)
-    g.save(p, bin=b)
+    save(g, p, bin=b)
     assert b.read_bytes() == orig
     replace_weight(g.layer("ln"), "beta", np.array([3.0, 4.0], np.float32))
-    g.save(p, bin=b)
+    save(g, p, bin=b)
     assert b.read_bytes()[:-8] == orig[:-8]
     assert np.frombuffer(b.read_bytes()[-8:], np.float32).tolist() == [3.0, 4.0]
 

@@ -23,14 +23,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paramsurgery.errors import ParamSurgeryError
-from paramsurgery.io import load, loads
-from paramsurgery.layer_types import is_ncnn_layer
-from paramsurgery.weights import attach_weights, weights_bytes
-from paramsurgery.weights.oracle import (compare, predicted_reads, record_many,
-                                         weights_only_param)
-from paramsurgery.weights.schema import layer_reads
-from paramsurgery.weights.synth import synth_size, synth_weights, write_synth_bin
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.formats.io import load, loads
+from paramsurgery.core.layer_types import is_ncnn_layer
+from paramsurgery.formats.weights import attach_weights, weights_bytes
+from paramsurgery.formats.weights.oracle import compare, predicted_reads, record_many, weights_only_param
+from paramsurgery.formats.weights.schema import layer_reads
+from paramsurgery.formats.weights.synth import synth_size, synth_weights, write_synth_bin
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -321,7 +320,7 @@ def test_synth_bin_weights_run_finite_big(tmp_path):
 def test_pnnx_export_bins(tmp_path, fp16):
     torch = pytest.importorskip("torch")
     from paramsurgery.repro.pnnx_export import export_with_pnnx
-    from paramsurgery.weights.oracle import check
+    from paramsurgery.formats.weights.oracle import check
 
     nn = torch.nn
 

@@ -13,15 +13,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from paramsurgery.io import loads
-from paramsurgery.layer_params import LAYER_PARAMS
-from paramsurgery.layer_types import NCNN_LAYER_TYPES
-from paramsurgery.weights import (NO_WEIGHTS, SCHEMAS, attach_weights, reads_for,
-                                  weights_bytes)
-from paramsurgery.weights import tags as T
-from paramsurgery.weights.oracle import predicted_reads, record_reads
-from paramsurgery.weights.schema import PACKED, TAGGED, SchemaError
-from paramsurgery.weights.synth import synth_weights
+from paramsurgery.formats.io import loads
+from paramsurgery.core.layer_params import LAYER_PARAMS
+from paramsurgery.core.layer_types import NCNN_LAYER_TYPES
+from paramsurgery.formats.weights import NO_WEIGHTS, SCHEMAS, attach_weights, reads_for, weights_bytes
+from paramsurgery.formats.weights import tags as T
+from paramsurgery.formats.weights.oracle import predicted_reads, record_reads
+from paramsurgery.formats.weights.schema import PACKED, TAGGED, SchemaError
+from paramsurgery.formats.weights.synth import synth_weights
 
 # (type, params, number of inputs)
 CASES = [
@@ -348,7 +347,7 @@ def test_weightless_types_read_nothing():
 def test_weightless_types_read_nothing_for_any_single_param(tmp_path):
     """The fuzz the schema table rests on: every weightless type with each param id set to
     one of a few values (on top of params that load) reads no byte."""
-    from paramsurgery.weights.oracle import record_many
+    from paramsurgery.formats.weights.oracle import record_many
 
     jobs = []
     for pid in range(32):

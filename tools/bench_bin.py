@@ -37,14 +37,14 @@ if {no_fsync!r}:
     os.fsync = lambda fd: None  # measure our work alone (paramsurgery's save fsyncs; cp does not)
 t0 = time.perf_counter()
 import numpy as np
-from paramsurgery.io import load
-from paramsurgery.weights import replace_weight
+from paramsurgery.formats.io import load, save
+from paramsurgery.formats.weights import replace_weight
 t1 = time.perf_counter()
 g = load({param!r}, bin={bin!r})
 layer = g.layer({name!r})
 w = layer.weights["weight"]
 replace_weight(layer, "weight", np.full(w.count, 0.5, np.float32))
-g.save({param2!r}, bin={bin2!r})
+save(g, {param2!r}, bin={bin2!r})
 t2 = time.perf_counter()
 print(t2 - t1, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, w.offset, w.nbytes)
 """
@@ -59,8 +59,8 @@ def main() -> int:
     args = ap.parse_args()
 
     sys.path.insert(0, str(REPO))
-    from paramsurgery.io import load
-    from paramsurgery.weights.synth import write_synth_bin
+    from paramsurgery.formats.io import load
+    from paramsurgery.formats.weights.synth import write_synth_bin
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_bin.", dir=args.dir))
     try:

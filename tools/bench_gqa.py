@@ -42,12 +42,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from paramsurgery.io import load  # noqa: E402
-from paramsurgery.kvcache_verify import causal_mask, rope_tables  # noqa: E402
+from paramsurgery.formats.io import load  # noqa: E402
+from paramsurgery.verify.kvcache import causal_mask, rope_tables  # noqa: E402
 from paramsurgery.passes.extract import extract_subgraph  # noqa: E402
 from paramsurgery.passes.fold_gqa import FoldGQA, expand_gqa  # noqa: E402
 from paramsurgery.passes.kvcache import AddKVCache, cache_slots  # noqa: E402
-from paramsurgery.weights.synth import write_synth_bin  # noqa: E402
+from paramsurgery.formats.weights.synth import write_synth_bin  # noqa: E402
+from paramsurgery.formats.io import save  # noqa: E402
 
 TALKER = ROOT / "fixtures" / "qwen3_tts" / "real" / "talker_decoder.ported.ncnn.param"
 HIDDEN, HEAD_DIM, THETA = 1024, 128, 1_000_000.0
@@ -77,8 +78,8 @@ def build(layers: int, scratch: Path) -> dict:
     assert len(folded_res.data["folded"]) == n == layers, folded_res.format()
     out = {"expanded": scratch / "expanded.param", "folded": scratch / "folded.param",
            "bin": scratch / "talker.bin"}
-    expanded_kv.save(out["expanded"])
-    folded_kv.save(out["folded"])
+    save(expanded_kv, out["expanded"])
+    save(folded_kv, out["folded"])
     t0 = time.monotonic()
     with open(out["bin"], "wb") as fh:
         write_synth_bin(folded_kv, fh, seed=0)

@@ -25,10 +25,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import paramsurgery  # noqa: E402
-from paramsurgery.kvcache_verify import (causal_mask, infer_head_dim, infer_hidden,  # noqa: E402
-                                         rope_tables)
+from paramsurgery.verify.kvcache import causal_mask, infer_head_dim, infer_hidden, rope_tables
 from paramsurgery.passes.kvcache import AddKVCache, cache_slots  # noqa: E402
-from paramsurgery.resources import fixture  # noqa: E402
+from paramsurgery.core.resources import fixture  # noqa: E402
+from paramsurgery.formats.io import save
 
 
 def load_net(param: Path, bin: Path, threads: int):
@@ -62,7 +62,7 @@ def main() -> int:
         if args.bin:
             bin_path = Path(args.bin)
         elif args.synth_bin:
-            from paramsurgery.weights.synth import write_synth_bin
+            from paramsurgery.formats.weights.synth import write_synth_bin
 
             bin_path = Path(tmp) / "synth.bin"
             with open(bin_path, "wb") as fh:
@@ -70,7 +70,7 @@ def main() -> int:
         else:
             bin_path = param.with_name(param.name.replace(".param", ".bin"))
         kv_param = Path(tmp) / "kv.param"
-        AddKVCache()(g).graph.save(kv_param)
+        save(AddKVCache()(g).graph, kv_param)
         slots = cache_slots(paramsurgery.load(kv_param))
         plain = load_net(param, bin_path, args.threads)
         cached = load_net(kv_param, bin_path, args.threads)

@@ -51,12 +51,13 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from peak_rss import Peak, measure  # noqa: E402
 
-from paramsurgery.io import load  # noqa: E402
-from paramsurgery.kvcache_verify import causal_mask, rope_tables  # noqa: E402
+from paramsurgery.formats.io import load  # noqa: E402
+from paramsurgery.verify.kvcache import causal_mask, rope_tables  # noqa: E402
 from paramsurgery.passes.extract import extract_subgraph  # noqa: E402
 from paramsurgery.passes.fold_gqa import expand_gqa  # noqa: E402
-from paramsurgery.npz import write_npz  # noqa: E402
+from paramsurgery.core.npz import write_npz  # noqa: E402
 from qwen3tts.assemble import codec_cut_blob  # noqa: E402
+from paramsurgery.formats.io import save  # noqa: E402
 
 # per fixture size: the talker's hidden size and RoPE table width, the conv stack's channels
 # and the wide conv stack's width and depth
@@ -119,7 +120,7 @@ def build_inputs(size: str, work: Path) -> dict[str, Path]:
     if not f["expanded"].exists():
         g = load(f["talker"])
         expand_gqa(g)
-        g.save(f["expanded"])
+        save(g, f["expanded"])
     if not f["bad"].exists():
         g = load(f["talker"])
         adds = [la for la in g.by_type("BinaryOp") if la.params.get(0) == 0
@@ -139,7 +140,7 @@ def build_inputs(size: str, work: Path) -> dict[str, Path]:
         write_raw_reference(f)
     if not f["stack"].exists():
         codec = load(fixtures / "codec_decoder.ported.ncnn.param")
-        extract_subgraph(codec, [codec_cut_blob(codec)], list(codec.outputs)).save(f["stack"])
+        save(extract_subgraph(codec, [codec_cut_blob(codec)], list(codec.outputs)), f["stack"])
     _synth(f["stack"], f["stack_bin"])
     if not f["wide"].exists():
         f["wide"].write_text(wide_stack(*dims["wide"]))
@@ -177,7 +178,7 @@ def write_raw_reference(f: dict[str, Path]) -> None:
     read one .bin; at tiny size their torch references are identical), on inputs in the
     raw export's layout (batch axes kept; M-RoPE tables: the same plain table for each of
     the 3 sections, text positions being equal in all three)."""
-    from paramsurgery.runtime import run_isolated
+    from paramsurgery.runtime.child import run_isolated
 
     with np.load(f["feeds"]) as z:
         feeds = {k: z[k] for k in z.files}

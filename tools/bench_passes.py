@@ -51,7 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import paramsurgery  # noqa: E402
 from bench_graphs import DECODER_BLOCK_LAYERS, decoder  # noqa: E402
-from paramsurgery.graph import Graph  # noqa: E402
+from paramsurgery.ir.graph import Graph  # noqa: E402
+from paramsurgery.formats.param_text import dumps
 
 
 def _text(rows: list[str]) -> str:
@@ -85,7 +86,7 @@ def gqa_expanded(sites: int) -> Graph:
 
     g = decoder_graph(sites)
     expand_gqa(g)
-    return paramsurgery.loads(g.dumps())
+    return paramsurgery.loads(dumps(g))
 
 
 def stacked_reductions(sites: int) -> Graph:
@@ -139,7 +140,7 @@ def static_crops(sites: int) -> Graph:
 
 def static_crops_traced(sites: int) -> list:
     """pnnx's traced ops for `static_crops` (what `X.pnnx.param` would give)."""
-    from paramsurgery.passes._traced import PnnxOp
+    from paramsurgery.formats.pnnx_traced import PnnxOp
 
     shape = ((1, 3, STATIC_LEN), "f32")
     ops = []
@@ -193,7 +194,7 @@ def graph_file(name: str, n: int, tmp: str) -> str:
     is what a user's command starts with; building in every child would cost more)."""
     path = Path(tmp) / f"{name.replace(' ', '_')}-{n}.param"
     if not path.exists():
-        path.write_text(cases()[name][0](n).dumps())
+        path.write_text(dumps(cases()[name][0](n)))
     return str(path)
 
 
@@ -288,7 +289,7 @@ class StaticShapes:
         self.inputshape = inputshape
 
     def __call__(self, g: Graph) -> SimpleNamespace:
-        from paramsurgery.shapes import infer_shapes
+        from paramsurgery.analysis.shapes import infer_shapes
 
         sm = infer_shapes(g, self.inputshape)
         return SimpleNamespace(modified=len(sm.shapes) >= len(g))

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import paramsurgery  # noqa: E402
 from bench import best, residual_chain  # noqa: E402
+from paramsurgery.analysis.shapes import infer_shapes  # noqa: E402
 
 
 def static_rows(sizes: list[int], repeat: int) -> list[dict]:
@@ -42,7 +43,7 @@ def static_rows(sizes: list[int], repeat: int) -> list[dict]:
             for _ in range(repeat):
                 g = paramsurgery.load(path)
                 t0 = time.perf_counter()
-                sm = g.shapes(inputshape={"in0": (16, 32, 32)})
+                sm = infer_shapes(g, inputshape={"in0": (16, 32, 32)})
                 times.append(time.perf_counter() - t0)
             known = sum(1 for b in g.blob_names() if sm.known(b) is not None)
 
@@ -58,14 +59,14 @@ def static_rows(sizes: list[int], repeat: int) -> list[dict]:
 
 
 def oracle_row() -> dict:
-    from paramsurgery.shapes import parse_inputshape
-    from paramsurgery.shapes.oracle import oracle_shapes
+    from paramsurgery.analysis.shapes import parse_inputshape
+    from paramsurgery.analysis.shapes.oracle import oracle_shapes
 
     path = ROOT / "fixtures/qwen3_tts/real/talker_decoder.ported.ncnn.param"
     g = paramsurgery.load(path)
     spec = parse_inputshape("in0=[T,1024] in1=[1,T,T] in2=[T,128] in3=[T,128]")
     t0 = time.perf_counter()
-    static = g.shapes(inputshape=spec)
+    static = infer_shapes(g, inputshape=spec)
     t_static = time.perf_counter() - t0
     t0 = time.perf_counter()
     fitted = oracle_shapes(g, spec, static=static)

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from paramsurgery.formats.io import save
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -41,7 +42,7 @@ def conv_stack(size: str, workdir: Path) -> tuple[str, str, str]:
     """Extract the conv part (param + synthetic .bin) into workdir; returns (param, bin, cut)."""
     import paramsurgery
     from paramsurgery.passes.extract import extract_subgraph
-    from paramsurgery.weights import synth_weights
+    from paramsurgery.formats.weights import synth_weights
 
     src = ROOT / "fixtures" / "qwen3_tts" / size / "codec_decoder.ported.ncnn.param"
     g = paramsurgery.load(src)
@@ -53,7 +54,7 @@ def conv_stack(size: str, workdir: Path) -> tuple[str, str, str]:
     synth_weights(sub, seed=0)
     p, b = workdir / f"{size}_conv.param", workdir / f"{size}_conv.bin"
     if not (p.exists() and b.exists()):
-        sub.save(p, bin=b)
+        save(sub, p, bin=b)
     return str(p), str(b), cut
 
 
@@ -78,7 +79,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
 
-    from paramsurgery.runtime import RunOptions, load_net, run_net
+    from paramsurgery.runtime.child import RunOptions, load_net, run_net
     from paramsurgery.streaming import StreamingRunner, convert
 
     work = Path(args.workdir)

@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 import tempfile
-import time
+import time  # noqa: F401
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

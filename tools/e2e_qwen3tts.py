@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from qwen3tts import assemble, configs
-from qwen3tts.ncnn_pipeline import Generator, Settings
+from qwen3tts import assemble, configs  # noqa: E402
+from qwen3tts.ncnn_pipeline import Generator, Settings  # noqa: E402
 
 REFERENCE = ROOT / "fixtures" / "qwen3_tts" / "tiny" / "e2e.ref.npz"
 SAMPLE_RATE = 24000
@@ -79,7 +79,7 @@ def real_settings(frames: int) -> Settings:
 def synth_bins(manifest: dict, work: Path, log: list[str]) -> dict[str, Path]:
     """synth-bin weights for every real-size source graph the pipeline reads."""
     from paramsurgery import load
-    from paramsurgery.weights.synth import write_synth_bin
+    from paramsurgery.formats.weights.synth import write_synth_bin
 
     bins: dict[str, Path] = {}
     for module, variant in assemble.SOURCES.values():

@@ -135,8 +135,8 @@ def export(name: str, out: Path) -> dict:
     import torch
 
     from paramsurgery.repro.pnnx_export import export_with_pnnx
-    from paramsurgery.layer_types import is_converter_leftover
-    from paramsurgery.npz import write_npz
+    from paramsurgery.core.layer_types import is_converter_leftover
+    from paramsurgery.core.npz import write_npz
 
     m = build_module(name)
     ins = tuple(torch.from_numpy(x) for x in make_inputs(name, TRACE[0]))

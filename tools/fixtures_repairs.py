@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from paramsurgery.npz import write_npz  # noqa: E402
+from paramsurgery.core.npz import write_npz  # noqa: E402
 
 OUT = ROOT / "fixtures" / "repairs"
 REF_LEN = 13

@@ -37,9 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from paramsurgery.errors import MissingDependency  # noqa: E402
+from paramsurgery.core.errors import MissingDependency  # noqa: E402
 from paramsurgery.repro import cases as C  # noqa: E402
-from paramsurgery.npz import write_npz  # noqa: E402
+from paramsurgery.core.npz import write_npz  # noqa: E402
 from paramsurgery.repro.check import rounded  # noqa: E402
 from paramsurgery.repro.observe import observe_variant  # noqa: E402
 

@@ -253,7 +253,7 @@ def export(name: str, make, channels: int, what: str, tmp: Path) -> dict:
         x = torch.tensor([[[1.0, 10.0, 100.0, 3.0, -2.0, 0.5, 7.0]]])
     with torch.no_grad():
         y = module(x)
-    from paramsurgery.npz import write_npz
+    from paramsurgery.core.npz import write_npz
 
     write_npz(OUT / f"{name}.ref.npz", {"input": x[0].numpy(), "output": y[0].numpy()})
     types = []

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from ..errors import ParamSurgeryError
+from paramsurgery.core.errors import ParamSurgeryError
 
 
 def add_format_arg(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +26,7 @@ def add_output_args(parser: argparse.ArgumentParser, what: str = "output .param"
 
 def add_report_arg(parser: argparse.ArgumentParser) -> None:
     """`--report PAGE` (the before/after page): every graph-writing command takes it."""
-    from ..view.report import add_report_arg as add
+    from paramsurgery.view.report import add_report_arg as add
 
     add(parser)
 
@@ -34,7 +34,7 @@ def add_report_arg(parser: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> int:
     """Run a parsed command; with `--report`, through the before/after page."""
     if getattr(args, "report", None):
-        from ..view.report import run_with_report
+        from paramsurgery.view.report import run_with_report
 
         return run_with_report(args, args.run)
     return args.run(args)
@@ -107,7 +107,7 @@ def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str,
     `verify(result)`, when given and the pass changed something, returns a report with
     `.ok`, `.format()` and `.to_json()`; a failed proof writes nothing (VerificationError).
     (The shared runner, `_runner.GraphCommand`, with nothing but the pass declared.)"""
-    from ._runner import GraphCommand
+    from paramsurgery.commands._runner import GraphCommand
 
     def check(run: Any, staged: Any) -> Any:
         return verify(run.result) if verify is not None and run.result.modified else None
@@ -119,7 +119,7 @@ def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str,
 
 def run_pass_located(pass_obj: Any, g: Any, path: str) -> Any:
     """Run a pass; a refusal that names no file names `path` (not `<input>`)."""
-    from ..errors import PassRefused
+    from paramsurgery.core.errors import PassRefused
 
     try:
         return pass_obj(g)
@@ -132,7 +132,7 @@ def run_pass_located(pass_obj: Any, g: Any, path: str) -> Any:
 def add_inputshape_args(parser: argparse.ArgumentParser, *, inputs: bool = True) -> None:
     """`--inputshape` (shapes of input blobs, symbolic dims allowed) and, for commands that
     run the graph, `--inputs inputs.npz` (arrays keyed by input blob name)."""
-    from ..shapes.spec import add_inputshape_arg
+    from paramsurgery.analysis.shapes.spec import add_inputshape_arg
 
     add_inputshape_arg(parser)
     if inputs:
@@ -143,7 +143,7 @@ def add_inputshape_args(parser: argparse.ArgumentParser, *, inputs: bool = True)
 
 def inputshape_of(args: argparse.Namespace, g: Any = None) -> dict:
     """The parsed `--inputshape` (checked against `g`'s blobs when given)."""
-    from ..shapes.spec import check_blobs, inputshape_from_args
+    from paramsurgery.analysis.shapes.spec import check_blobs, inputshape_from_args
 
     shapes = inputshape_from_args(args)
     if g is not None:
@@ -181,7 +181,8 @@ def add_input_arg(p: argparse.ArgumentParser, what: str = "input .param",
 def write_graph(g: Any, out: str, note: str) -> None:
     """Write `g`'s text to `out` (atomically; '-' = stdout); then `note` (a format string
     of `out`) on stderr says what was written."""
-    from ..io import atomic_write, param_bytes
+    from paramsurgery.core.fs import atomic_write
+    from paramsurgery.formats.io import param_bytes
 
     data = param_bytes(g, out)  # a .param.bin output stays binary
     if out == "-":

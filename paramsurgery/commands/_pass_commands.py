@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 from typing import Container
 
-from ._common import add_pass_args, run_param_pass
+from paramsurgery.commands._common import add_pass_args, run_param_pass
 
 
 def register_pass_commands(sub: argparse._SubParsersAction, taken: Container[str]) -> None:
-    from ..passes.base import Pass, all_passes
+    from paramsurgery.passes.base import Pass, all_passes
 
     for name, cls in all_passes().items():
         if cls.tag is None or name in taken:

@@ -28,12 +28,12 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Callable, Protocol
 
-from ..errors import ParamSurgeryError
-from ._common import derived_output, link_or_copy, output_path, print_json
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.commands._common import derived_output, link_or_copy, output_path, print_json
 
 if TYPE_CHECKING:
-    from ..graph import Graph
-    from ..passes.base import PassResult
+    from paramsurgery.ir.graph import Graph
+    from paramsurgery.passes.base import PassResult
 
 
 class PassLike(Protocol):
@@ -130,7 +130,7 @@ class GraphCommand:
         """The options every graph command ends with (`--explain`, `--format`, and
         `--report PAGE`, which `add_output_args` adds for single-file commands), and this
         runner as what the command runs."""
-        from ._common import add_format_arg, add_report_arg
+        from paramsurgery.commands._common import add_format_arg, add_report_arg
 
         if explain is not None:
             p.add_argument("--explain", action="store_true", help=explain)
@@ -166,7 +166,7 @@ class GraphCommand:
         return Outputs(param, bin_path_for(param) if bin_in else None)
 
     def _run(self, args: argparse.Namespace) -> int:
-        from ..io import load
+        from paramsurgery.formats.io import load
 
         bin_in = getattr(args, "bin", None)
         if not bin_in and (self.bin_required or
@@ -192,7 +192,7 @@ class GraphCommand:
                 print(line, file=sys.stderr)
             print(run.check.format(), file=sys.stderr)
             if self.raise_on_failed_check:
-                from ..errors import VerificationError
+                from paramsurgery.core.errors import VerificationError
 
                 raise VerificationError(self.refusal, file=args.param)
             print(f"{args.param}: refusing to write {out.param}: {self.refusal}",
@@ -203,12 +203,12 @@ class GraphCommand:
 
     def _writers(self, run: Run) -> dict[str, Writer]:
         """Role → writer of every file this run may write (`param`, `bin`, extras)."""
-        from ..io import param_bytes
+        from paramsurgery.formats.io import param_bytes
 
         data = param_bytes(run.graph, run.out.param)  # a .param.bin output stays binary
         writers: dict[str, Writer] = {"param": lambda fh: fh.write(data)}
         if run.weights_changed:
-            from ..weights import write_weights
+            from paramsurgery.formats.weights import write_weights
 
             writers["bin"] = lambda fh: write_weights(run.graph, fh)
         if self.extra_writers is not None:
@@ -216,7 +216,7 @@ class GraphCommand:
         return writers
 
     def _write(self, run: Run, writers: dict[str, Writer]) -> None:
-        from ..io import atomic_write_many
+        from paramsurgery.core.fs import atomic_write_many
 
         args, out = run.args, run.out
         if out.param == "-":
@@ -334,7 +334,7 @@ def add_pnnx_arg(p: argparse.ArgumentParser, what: str = "traced shapes") -> Non
 
 def traced_path(args: argparse.Namespace) -> str | None:
     """`--pnnx`, else pnnx's IR next to the input."""
-    from ..passes._traced import companion_pnnx
+    from paramsurgery.formats.pnnx_traced import companion_pnnx
 
     found = args.pnnx or companion_pnnx(args.param)
     return os.fspath(found) if found is not None else None

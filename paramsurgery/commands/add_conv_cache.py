@@ -17,10 +17,19 @@ import json
 import os
 import tempfile
 
-from ..errors import ParamSurgeryError
-from ._common import add_input_arg, command
-from ._runner import (Check, GraphCommand, Outputs, PassLike, Run, Writer, add_bin_arg,
-                      add_verify_args)
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.commands._common import add_input_arg, command
+from paramsurgery.commands._runner import (
+    Check,
+    GraphCommand,
+    Outputs,
+    PassLike,
+    Run,
+    Writer,
+    add_bin_arg,
+    add_verify_args,
+)
+from paramsurgery.formats.param_text import dump_bytes
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "graph", tol=1e-5)
     p.add_argument("--chunks", default="1,3,2,1", help="--verify: chunk sizes in frames "
                    "(default 1,3,2,1)")
-    from ._common import add_inputshape_args
+    from paramsurgery.commands._common import add_inputshape_args
 
     add_inputshape_args(p, inputs=False)
     run.finish(p, explain="list every change")
@@ -48,9 +57,9 @@ def default_output(param: str) -> str:
 
 
 def _make_pass(args: argparse.Namespace) -> PassLike:
-    from ..passes.conv_cache import AddConvCache
+    from paramsurgery.passes.conv_cache import AddConvCache
 
-    from ._common import inputshape_of
+    from paramsurgery.commands._common import inputshape_of
 
     return AddConvCache(args.time_axis, inputshape=inputshape_of(args) or None)
 
@@ -58,7 +67,7 @@ def _make_pass(args: argparse.Namespace) -> PassLike:
 def _before_write(run: Run) -> None:
     """The start graph exists only when the stream has start trims; the manifest names the
     files as written."""
-    from ..streaming import stream_manifest
+    from paramsurgery.streaming import stream_manifest
 
     out, args = run.out, run.args
     if run.result.data["start_graph"] is None:
@@ -74,14 +83,14 @@ def _extra_writers(run: Run) -> dict[str, Writer]:
     writers: dict[str, Writer] = {"json": lambda fh: fh.write(manifest)}
     start = run.result.data["start_graph"]
     if start is not None:
-        writers["start"] = lambda fh: fh.write(start.dump_bytes())
+        writers["start"] = lambda fh: fh.write(dump_bytes(start))
     return writers
 
 
 def _verify(run: Run, staged: Outputs) -> Check | None:
     """Streams random frames through a conversion of the input and compares with running
     the input once on all frames."""
-    from ..streaming import check_stream
+    from paramsurgery.streaming import check_stream
 
     args = run.args
     if not args.verify:

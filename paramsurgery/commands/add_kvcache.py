@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_output_args
-from ._runner import Check, GraphCommand, PassLike, Outputs, Run, add_bin_arg, add_verify_args
+from paramsurgery.commands._common import add_output_args
+from paramsurgery.commands._runner import (
+    Check,
+    GraphCommand,
+    PassLike,
+    Outputs,
+    Run,
+    add_bin_arg,
+    add_verify_args,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,10 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_verify_args(p, "prove parity through ncnn (needs --bin)", tol=1e-5)
     p.add_argument("--n", type=int, default=8, help="--verify: prefill length (default 8)")
     p.add_argument("--m", type=int, default=4, help="--verify: single-token steps (default 4)")
-    from .verify_kvcache import add_decoder_io_args
+    from paramsurgery.commands.verify_kvcache import add_decoder_io_args
 
     add_decoder_io_args(p)
-    from ._common import add_inputshape_args
+    from paramsurgery.commands._common import add_inputshape_args
 
     add_inputshape_args(p)
     run.finish(p, explain="say why layers were left alone")
@@ -42,9 +50,9 @@ def _verify(run: Run, staged: Outputs) -> Check | None:
     args = run.args
     if not args.verify:
         return None
-    from ..kvcache_verify import verify_kvcache
-    from ._common import inputshape_of
-    from .verify_kvcache import decoder_io_from_args
+    from paramsurgery.verify.kvcache import verify_kvcache
+    from paramsurgery.commands._common import inputshape_of
+    from paramsurgery.commands.verify_kvcache import decoder_io_from_args
 
     return verify_kvcache(staged.param, staged.bin, n=args.n, m=args.m, tol=args.tol,
                           io=decoder_io_from_args(args), seed=args.seed,
@@ -67,7 +75,7 @@ def _text(run: Run) -> list[str]:
 
 
 def _make_pass(args: argparse.Namespace) -> PassLike:
-    from ..passes.kvcache import AddKVCache
+    from paramsurgery.passes.kvcache import AddKVCache
 
     return AddKVCache(naming=args.naming, split_inputs=args.split_inputs, only=args.only,
                       skip=args.skip, dynamic_gemm=args.dynamic_gemm,

@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..errors import ParamSurgeryError
-from ._common import add_format_arg, add_input_arg, command, print_json
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.commands._common import add_format_arg, add_input_arg, command, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "allowed; batch_index_<blob> scalars optional); reference outputs "
                         "out0…/output_* in it are checked too (--pnnx). Default: random "
                         "arrays at pnnx's traced shapes (X_ncnn.py / X.pnnx.param)")
-    from ..shapes.spec import add_inputshape_arg
+    from paramsurgery.analysis.shapes.spec import add_inputshape_arg
 
     add_inputshape_arg(p)
     p.add_argument("--at", action="append", default=[], metavar="SYM=N",
@@ -77,20 +77,20 @@ def _existing(path: str | None, what: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..compare import NcnnSide
-    from ..compare.against_ncnn import compare_ncnn
-    from ..compare.against_torch import compare_torch
-    from ..compare.inputs import make_feeds
-    from ..compare.options import parse_options
-    from ..formats.pnnx_param import find_pnnx_param, read_pnnx_param
-    from ..io import load
+    from paramsurgery.verify.compare import NcnnSide
+    from paramsurgery.verify.compare.against_ncnn import compare_ncnn
+    from paramsurgery.verify.compare.against_torch import compare_torch
+    from paramsurgery.verify.compare.inputs import make_feeds
+    from paramsurgery.verify.compare.options import parse_options
+    from paramsurgery.formats.pnnx_param import find_pnnx_param, read_pnnx_param
+    from paramsurgery.formats.io import load
 
     _existing(args.param, "the graph")
     binp = _existing(args.bin, "weights") or _weights_next_to(args.param)
     _existing(args.inputs, "--inputs")
     _existing(args.reference, "--reference")
     if args.pnnx:
-        from ..compare.torch_run import export_files
+        from paramsurgery.verify.compare.torch_run import export_files
 
         export_files(args.pnnx)
     settings = parse_options(args.options)
@@ -137,8 +137,8 @@ SHAPE_MISMATCH_REL = 1e6
 
 def _write_html(path: str, graph, report) -> None:
     """The view page with the largest relative error of each layer's compared tops."""
-    from ..io import atomic_write
-    from ..view.page import values_page
+    from paramsurgery.core.fs import atomic_write
+    from paramsurgery.view.page import values_page
 
     per_layer: dict[str, float] = {}
     for row in report.compared:
@@ -155,9 +155,9 @@ def _write_html(path: str, graph, report) -> None:
 
 def _concrete_inputshape(args: argparse.Namespace, graph) -> dict | None:
     """`--inputshape` with its symbols bound by `--at` (default: the oracle's base value)."""
-    from ..shapes.affine import evaluate
-    from ..shapes.oracle import DEFAULT_VALUES
-    from ._common import inputshape_of
+    from paramsurgery.analysis.shapes.affine import evaluate
+    from paramsurgery.analysis.shapes.oracle import DEFAULT_VALUES
+    from paramsurgery.commands._common import inputshape_of
 
     shapes = inputshape_of(args, graph)
     if not shapes:
@@ -187,7 +187,7 @@ def _reference_outputs(npz: str | None, graph, pnnx):
         return None
     import numpy as np
 
-    from ..lint.conformance import Reference
+    from paramsurgery.lint.conformance import Reference
 
     ref = Reference.load(npz, graph, pnnx)
     if not ref.output_keys:

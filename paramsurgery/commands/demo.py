@@ -13,6 +13,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..demo import run_demo
+    from paramsurgery.demo import run_demo
 
     return run_demo(args.param)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_format_arg, add_input_arg, command, print_json
+from paramsurgery.commands._common import add_format_arg, add_input_arg, command, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,9 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import ParamSurgeryError
-    from ..io import atomic_write, load
-    from ..view.diff import diff_graphs
+    from paramsurgery.core.errors import ParamSurgeryError
+    from paramsurgery.core.fs import atomic_write
+    from paramsurgery.formats.io import load
+    from paramsurgery.view.diff import diff_graphs
 
     if bool(args.bin_a) != bool(args.bin_b):
         raise ParamSurgeryError("give both --bin-a and --bin-b (or neither)",
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     b = load(args.b, bin=args.bin_b)
     d = diff_graphs(a, b, a_path=args.a, b_path=args.b)
     if args.html:
-        from ..view.page import diff_page
+        from paramsurgery.view.page import diff_page
 
         atomic_write(args.html, diff_page(a, b, d))
     if args.format == "json":

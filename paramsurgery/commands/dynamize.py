@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_pass_args, run_param_pass
-from ._runner import add_bin_arg, add_pnnx_arg, traced_path
+from paramsurgery.commands._common import add_pass_args, run_param_pass
+from paramsurgery.commands._runner import add_bin_arg, add_pnnx_arg, traced_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,21 +37,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pair-bin", metavar="OTHER_BIN", help="the weights of --pair")
     p.add_argument("--pair-pnnx", metavar="OTHER_PNNX_PARAM",
                    help="pnnx's IR of --pair (default: next to it)")
-    from ._common import add_inputshape_args
+    from paramsurgery.commands._common import add_inputshape_args
 
     add_inputshape_args(p, inputs=False)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import ParamSurgeryError
-    from ..passes._traced import companion_pnnx
-    from ..passes.dynamize import Dynamize
+    from paramsurgery.core.errors import ParamSurgeryError
+    from paramsurgery.formats.pnnx_traced import companion_pnnx
+    from paramsurgery.passes.dynamize import Dynamize
 
     if args.traced_len is None and args.pair is None and args.reference is None:
         raise ParamSurgeryError("give --traced-len T, --pair OTHER.param or --reference "
                                 "REF.npz", file=args.param)
-    from ._common import inputshape_of
+    from paramsurgery.commands._common import inputshape_of
 
     traced = traced_path(args)
     shapes = inputshape_of(args)
@@ -60,14 +60,14 @@ def run(args: argparse.Namespace) -> int:
                                 "(e.g. in0=[4,20] for --traced-len 20)", file=args.param)
     pair = args.pair
     if args.pair_bin:
-        from ..io import load
+        from paramsurgery.formats.io import load
 
         if not (args.pair and args.bin):
             raise ParamSurgeryError("--pair-bin goes with --pair and --bin", file=args.param)
         pair = load(args.pair, bin=args.pair_bin)
     reference = None
     if args.reference is not None:
-        from ..passes.dynamize_shapes import reference_shapes
+        from paramsurgery.passes.dynamize_shapes import reference_shapes
 
         shapes_ref = reference_shapes(args.reference)
         if shapes_ref is None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import ParamSurgeryError
-from ._common import add_input_arg, command
-from ._runner import Check, GraphCommand, PassLike, Outputs, Run, add_bin_arg
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.commands._common import add_input_arg, command
+from paramsurgery.commands._runner import Check, GraphCommand, PassLike, Outputs, Run, add_bin_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,7 +40,7 @@ def _verify(run: Run, staged: Outputs) -> Check | None:
         return None
     import numpy as np
 
-    from ..passes.extract import check_extract
+    from paramsurgery.passes.extract import check_extract
 
     feeds = {}
     if args.feeds:
@@ -76,7 +76,7 @@ def _text(run: Run) -> list[str]:
 
 
 def _make_pass(args: argparse.Namespace) -> PassLike:
-    from ..passes.extract import Extract
+    from paramsurgery.passes.extract import Extract
 
     return Extract(args.inputs, args.outputs)
 
@@ -91,6 +91,6 @@ def _upstream_inputs(g, result) -> list[str]:
     cut = result.data["cut"]
     if not cut:
         return []
-    from ..passes.extract import plan_extract
+    from paramsurgery.passes.extract import plan_extract
 
     return plan_extract(g, None, cut).graph_inputs

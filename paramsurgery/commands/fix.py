@@ -26,14 +26,22 @@ import argparse
 import os
 from dataclasses import dataclass, field
 
-from ..errors import ParamSurgeryError
-from ..findings import ERROR, WARNING, Finding
-from ..formats.pnnx_param import PnnxGraph, read_pnnx_param
-from ..graph import Graph
-from ..passes.base import FixInput, Pass, PassManager, PassResult, RepairContext, repairs
-from ._common import add_output_args
-from ._runner import (Check, GraphCommand, Outputs, Run, add_bin_arg, add_pnnx_arg,
-                      add_verify_args, traced_path)
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.core.findings import ERROR, WARNING, Finding
+from paramsurgery.formats.pnnx_param import PnnxGraph, read_pnnx_param
+from paramsurgery.ir.graph import Graph
+from paramsurgery.passes.base import FixInput, Pass, PassManager, PassResult, RepairContext, repairs
+from paramsurgery.commands._common import add_output_args
+from paramsurgery.commands._runner import (
+    Check,
+    GraphCommand,
+    Outputs,
+    Run,
+    add_bin_arg,
+    add_pnnx_arg,
+    add_verify_args,
+    traced_path,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -72,8 +80,8 @@ def lint_findings(g: Graph, traced: str | PnnxGraph | None = None) -> list[Findi
     `.pnnx.param` (a path or its parsed IR), the repairable rules that read only it (no ncnn
     run; the first call skips them, lacking their input): PS016's frozen trace length leaves
     no layer ncnn lacks, so only pnnx's record of the trace shows it."""
-    from ..lint import lint_graph
-    from ..lint.registry import all_rules
+    from paramsurgery.lint import lint_graph
+    from paramsurgery.lint.registry import all_rules
 
     found = list(lint_graph(g))
     if traced is not None:
@@ -194,8 +202,8 @@ def _repaired_like(applied: list[type[Pass]], param: str, bin: str | None,
                    traced: str | None) -> Graph:
     """Another export of the same model after the repairs applied so far (each built for
     that file, as `fix` would): what a pass compares the input with, like for like."""
-    from ..errors import PassRefused
-    from ..io import load
+    from paramsurgery.core.errors import PassRefused
+    from paramsurgery.formats.io import load
 
     other = load(param, bin=bin)
     ctx = RepairContext(traced, weights=bin is not None, param=param, bin=bin)
@@ -220,7 +228,7 @@ class _FixAll:
         self.traced = traced_path(args)
 
     def __call__(self, g: Graph) -> PassResult:
-        from ..lint.conformance import find_reference
+        from paramsurgery.lint.conformance import find_reference
 
         args = self.args
         options = {inp.name: getattr(args, inp.name, None) for inp in fix_inputs().values()}
@@ -267,8 +275,8 @@ def _json(run: Run) -> dict:
 def _verify(run: Run, staged: Outputs) -> Check | None:
     """The repaired graph against the torch reference (a raw export may not load at all,
     so the reference is torch's numbers, not the input graph)."""
-    from ..lint.conformance import find_reference
-    from ..verify_reference import verify_against_reference
+    from paramsurgery.lint.conformance import find_reference
+    from paramsurgery.verify.reference import verify_against_reference
 
     args = run.args
     if not (args.verify and run.result.modified):
@@ -289,9 +297,9 @@ def _verify_other_length(run: Run, staged: Outputs, ref: str) -> Check:
     from the repaired graph) in a blob-keyed copy."""
     import tempfile
 
-    from ..npz import write_npz
-    from ..passes.dynamize_shapes import blob_keyed_reference
-    from ..verify_reference import verify_against_reference
+    from paramsurgery.core.npz import write_npz
+    from paramsurgery.passes.dynamize_shapes import blob_keyed_reference
+    from paramsurgery.verify.reference import verify_against_reference
 
     with tempfile.TemporaryDirectory(prefix="paramsurgery-fix-ref-") as tmp:
         keyed = os.path.join(tmp, "ref.npz")

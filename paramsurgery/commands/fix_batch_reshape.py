@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_pass_args
-from .set_param import run_located
+from paramsurgery.commands._common import add_pass_args
+from paramsurgery.commands.set_param import run_located
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,6 +18,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..passes.fix_batch_reshape import FixBatchReshape
+    from paramsurgery.passes.fix_batch_reshape import FixBatchReshape
 
     return run_located(args, FixBatchReshape, "batchfix")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_pass_args, run_param_pass
-from ._runner import add_partial_arg, add_pnnx_arg, traced_path
+from paramsurgery.commands._common import add_pass_args, run_param_pass
+from paramsurgery.commands._runner import add_partial_arg, add_pnnx_arg, traced_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..passes.fix_slice import FixSlice
+    from paramsurgery.passes.fix_slice import FixSlice
 
     return run_param_pass(args, FixSlice(traced=traced_path(args), partial=args.partial),
                           "fixslice")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..io import load
-from ._common import add_output_args, output_path, write_graph
+from paramsurgery.formats.io import load
+from paramsurgery.commands._common import add_output_args, output_path, write_graph
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     out = output_path(args, args.param)
     g = load(args.param)
-    from ..normalize import normalize
+    from paramsurgery.formats.normalize import normalize
 
     normalize(g)
     assert out is not None  # required

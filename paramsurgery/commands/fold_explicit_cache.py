@@ -6,10 +6,11 @@ import argparse
 import os
 import tempfile
 
-from ..errors import ParamSurgeryError
-from ..shapes.spec import add_inputshape_arg, inputshape_from_args
-from ._common import add_pass_args, run_param_pass
-from ._runner import add_bin_arg, add_verify_args
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.analysis.shapes.spec import add_inputshape_arg, inputshape_from_args
+from paramsurgery.commands._common import add_pass_args, run_param_pass
+from paramsurgery.commands._runner import add_bin_arg, add_verify_args
+from paramsurgery.formats.param_text import dump_bytes
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..passes.fold_explicit_cache import FoldExplicitCache
+    from paramsurgery.passes.fold_explicit_cache import FoldExplicitCache
 
     verify = None
     if args.verify:
@@ -46,7 +47,7 @@ def load_steps(path: str) -> list[dict]:
     """`<input>@<step>` arrays → one dict of feeds per step, in step order."""
     import numpy as np
 
-    from ..lint.conformance import REFERENCE_ERRORS
+    from paramsurgery.lint.conformance import REFERENCE_ERRORS
 
     try:
         with np.load(path) as z:
@@ -66,8 +67,8 @@ def load_steps(path: str) -> list[dict]:
 
 
 def _prove(args: argparse.Namespace, result, steps: list[dict] | None, shapes: dict):
-    from ..fold_verify import FoldedCache, decode_steps, verify_fold
-    from ..io import atomic_write
+    from paramsurgery.verify.fold import FoldedCache, decode_steps, verify_fold
+    from paramsurgery.core.fs import atomic_write
 
     caches = [FoldedCache(**c) for c in result.data["caches"]]
     if steps is None:  # generated: the folded graph keeps every input's name and reader
@@ -76,5 +77,5 @@ def _prove(args: argparse.Namespace, result, steps: list[dict] | None, shapes: d
     outputs = [b for b in result.graph.outputs if b not in cache_blobs]
     with tempfile.TemporaryDirectory(prefix="paramsurgery-fold-") as tmp:
         folded = os.path.join(tmp, "folded.param")
-        atomic_write(folded, result.graph.dump_bytes())
+        atomic_write(folded, dump_bytes(result.graph))
         return verify_fold(args.param, folded, args.bin, caches, steps, outputs, tol=args.tol)

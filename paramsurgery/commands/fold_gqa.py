@@ -11,10 +11,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..errors import ParamSurgeryError
-from ..graph import Graph
-from ._common import add_input_arg, add_output_args, command
-from ._runner import Check, GraphCommand, PassLike, Outputs, Run, add_bin_arg, add_verify_args
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.ir.graph import Graph
+from paramsurgery.commands._common import add_input_arg, add_output_args, command
+from paramsurgery.commands._runner import (
+    Check,
+    GraphCommand,
+    PassLike,
+    Outputs,
+    Run,
+    add_bin_arg,
+    add_verify_args,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,10 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "--reference-bin")
     p.add_argument("--reference-bin", help="weights of --reference")
     p.add_argument("--lengths", default="1,9,17", help="--verify: sequence lengths")
-    from .verify_kvcache import add_decoder_io_args
+    from paramsurgery.commands.verify_kvcache import add_decoder_io_args
 
     add_decoder_io_args(p)
-    from ._common import add_inputshape_args
+    from paramsurgery.commands._common import add_inputshape_args
 
     add_inputshape_args(p)
     run.finish(p, explain="say why SDPA layers were left alone")
@@ -45,15 +53,15 @@ def _verify(run: Run, staged: Outputs) -> Check | None:
     args = run.args
     if not (args.verify and run.result.modified):
         return None
-    from ..passes.fold_gqa import verify_fold
-    from ._common import inputshape_of
-    from .verify_kvcache import decoder_io_from_args
+    from paramsurgery.passes.fold_gqa import verify_fold
+    from paramsurgery.commands._common import inputshape_of
+    from paramsurgery.commands.verify_kvcache import decoder_io_from_args
 
     shapes = inputshape_of(args)
     lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
     check: Any
     if shapes or args.inputs:  # generic: any graph, from the input spec
-        from ..equivalence import verify_equivalent
+        from paramsurgery.verify.equivalence import verify_equivalent
 
         syms = {d.symbols[0] for s in shapes.values() for d in s
                 if getattr(d, "symbols", ())}
@@ -81,14 +89,14 @@ def _json(run: Run) -> dict:
 
 
 def _make_pass(args: argparse.Namespace) -> PassLike:
-    from ..passes.fold_gqa import FoldGQA
-    from ._common import inputshape_of
+    from paramsurgery.passes.fold_gqa import FoldGQA
+    from paramsurgery.commands._common import inputshape_of
 
     return FoldGQA(only=args.only, skip=args.skip, inputshape=inputshape_of(args))
 
 
 def _prepare(args: argparse.Namespace, g: Graph) -> None:
-    from ._common import inputshape_of
+    from paramsurgery.commands._common import inputshape_of
 
     inputshape_of(args, g)  # --inputshape names blobs of this graph
 

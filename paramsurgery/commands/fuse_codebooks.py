@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..errors import VerificationError
-from ..graph import Graph
-from ._common import add_input_arg, command
-from ._runner import Check, GraphCommand, PassLike, Outputs, Run, Writer, add_bin_arg
+from paramsurgery.core.errors import VerificationError
+from paramsurgery.ir.graph import Graph
+from paramsurgery.commands._common import add_input_arg, command
+from paramsurgery.commands._runner import Check, GraphCommand, PassLike, Outputs, Run, Writer, add_bin_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default 1,7,13)")
     p.add_argument("--tol", type=float, default=1e-6, help="relative tolerance (default 1e-6)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random codes")
-    from ._common import add_inputshape_args
+    from paramsurgery.commands._common import add_inputshape_args
 
     add_inputshape_args(p, inputs=False)
     run.finish(p, explain="say why candidates were left alone")
@@ -53,7 +53,7 @@ def default_prefix(param: str) -> str:
 def untouched_weights(before, after) -> tuple[int, list[str]]:
     """(layers whose weights are identical by sha256, names whose weights differ) over the
     layers present in both graphs."""
-    from ..weights import weights_fingerprint
+    from paramsurgery.formats.weights import weights_fingerprint
 
     a = {k.split("#")[0]: v for k, v in weights_fingerprint(before).items()}
     b = {k.split("#")[0]: v for k, v in weights_fingerprint(after).items()}
@@ -82,7 +82,7 @@ def _manifest_writer(run: Run) -> dict[str, Writer]:
 
 
 def _verify(run: Run, staged: Outputs) -> Check | None:
-    from ..passes.fuse_codebooks import verify_fusion
+    from paramsurgery.passes.fuse_codebooks import verify_fusion
 
     args = run.args
     if not args.bin or args.no_verify:
@@ -116,9 +116,9 @@ def _text(run: Run) -> list[str]:
 
 
 def _make_pass(args: argparse.Namespace) -> PassLike:
-    from ..passes.fuse_codebooks import FuseCodebooks
+    from paramsurgery.passes.fuse_codebooks import FuseCodebooks
 
-    from ._common import inputshape_of
+    from paramsurgery.commands._common import inputshape_of
 
     return FuseCodebooks(mode="split" if args.split else "sum", embeds=args.embeds,
                          input_name=args.input_name, name=args.name,
@@ -126,7 +126,7 @@ def _make_pass(args: argparse.Namespace) -> PassLike:
 
 
 def _prepare(args: argparse.Namespace, g: Graph) -> None:
-    from ._common import inputshape_of
+    from paramsurgery.commands._common import inputshape_of
 
     inputshape_of(args, g)  # --inputshape names blobs of this graph
 

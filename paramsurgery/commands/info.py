@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..io import load
-from ._common import add_format_arg, print_json
+from paramsurgery.formats.io import load
+from paramsurgery.commands._common import add_format_arg, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,14 +17,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..summary import format_summary, summarize
+    from paramsurgery.analysis.summary import format_summary, summarize
 
     results = []
     for path in args.param:
         g = load(path, bin=args.bin if len(args.param) == 1 else None)
         s = summarize(g)
         if args.bin and g.weights is not None:
-            from ..weights import weight_summary
+            from paramsurgery.formats.weights import weight_summary
 
             s["weights"] = weight_summary(g)
         results.append(s)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_pass_args
-from .set_param import intermixed, run_located, take_assignments
+from paramsurgery.commands._common import add_pass_args
+from paramsurgery.commands.set_param import intermixed, run_located, take_assignments
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..passes.insert import InsertLayer
+    from paramsurgery.passes.insert import InsertLayer
 
     take_assignments(args, "before", "after")
     return run_located(args, lambda: InsertLayer(args.layer_type, args.name,

@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import ParamSurgeryError
-from ..findings import ERROR, INFO, WARNING, Finding
-from ._common import add_format_arg, command, print_json
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.core.findings import ERROR, INFO, WARNING, Finding
+from paramsurgery.commands._common import add_format_arg, command, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--input-shape", metavar="SHAPES",
                    help="traced input shapes in pnnx syntax with optional batch axis, e.g. "
                         "'[1,4,10]f32@0,[7]i32@233' (default: pnnx's X_ncnn.py next to FILE)")
-    from ._common import add_inputshape_args
+    from paramsurgery.commands._common import add_inputshape_args
 
     add_inputshape_args(p, inputs=False)
     run = p.add_mutually_exclusive_group()
@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_cmd(args: argparse.Namespace) -> int:
-    from ..lint import all_rules, get_rule
+    from paramsurgery.lint import all_rules, get_rule
 
     if args.explain:
         r = get_rule(args.explain)
@@ -89,16 +89,16 @@ def run_cmd(args: argparse.Namespace) -> int:
 
 
 def lint_paths(args: argparse.Namespace) -> int:
-    from ..lint import lint_file, summarize
-    from ..shapes.spec import inputshape_from_args
-    from ..lint.registry import select_rules
+    from paramsurgery.lint import lint_file, summarize
+    from paramsurgery.analysis.shapes.spec import inputshape_from_args
+    from paramsurgery.lint.registry import select_rules
 
     try:
         select_rules(args.select, args.ignore)
     except ValueError as exc:
         raise ParamSurgeryError(str(exc)) from None
     if args.run_ncnn is not False:  # PS112 will ask ncnn: its child starts while we parse
-        from ..ncnn_loader import prestart
+        from paramsurgery.runtime.loader import prestart
 
         prestart()
     results: list[tuple[str, list[Finding] | None, str | None]] = []
@@ -148,7 +148,7 @@ def _summary_line(counts: dict, files: int, unreadable: int) -> str:
 
 
 def _json_report(results: list, counts: dict) -> dict:
-    from ..lint import fix_pass_of
+    from paramsurgery.lint import fix_pass_of
 
     entries = []
     passing: list[str] = []

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_pass_args
-from ._runner import add_bin_arg, add_partial_arg, add_pnnx_arg, traced_path
-from .set_param import run_located
+from paramsurgery.commands._common import add_pass_args
+from paramsurgery.commands._runner import add_bin_arg, add_partial_arg, add_pnnx_arg, traced_path
+from paramsurgery.commands.set_param import run_located
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..passes.lower import RULES, Lower
+    from paramsurgery.passes.lower import RULES, Lower
 
     rules = RULES
     if args.rules:

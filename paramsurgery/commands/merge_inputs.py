@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_pass_args
-from .set_param import run_located
+from paramsurgery.commands._common import add_pass_args
+from paramsurgery.commands.set_param import run_located
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..passes.io_edits import MergeInputs
+    from paramsurgery.passes.io_edits import MergeInputs
 
     inputs = [b.strip() for b in args.inputs.split(",") if b.strip()] if args.inputs else None
     return run_located(args, lambda: MergeInputs(inputs, layer_name=args.name,

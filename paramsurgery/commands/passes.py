@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_format_arg, print_json
+from paramsurgery.commands._common import add_format_arg, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..passes.base import all_passes
+    from paramsurgery.passes.base import all_passes
 
     passes = all_passes()
     if args.format == "json":

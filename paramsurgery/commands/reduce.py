@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from ._common import add_format_arg, print_json
+from paramsurgery.commands._common import add_format_arg, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,9 +70,16 @@ exit: 0 reduced, 1 the source graph does not fail, 2 usage or input error.""")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import ParamSurgeryError
-    from ..repro.reduce import (BuiltinCheck, Check, CommandCheck, SourcePasses, Step,
-                                load_predicate, reduce_graph)
+    from paramsurgery.core.errors import ParamSurgeryError
+    from paramsurgery.repro.reduce import (
+        BuiltinCheck,
+        Check,
+        CommandCheck,
+        SourcePasses,
+        Step,
+        load_predicate,
+        reduce_graph,
+    )
 
     check: Check
     if args.check is not None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_pass_args
-from ._runner import add_partial_arg, add_pnnx_arg, traced_path
-from .set_param import run_located
+from paramsurgery.commands._common import add_pass_args
+from paramsurgery.commands._runner import add_partial_arg, add_pnnx_arg, traced_path
+from paramsurgery.commands.set_param import run_located
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..passes.passthrough import RemovePassthrough
+    from paramsurgery.passes.passthrough import RemovePassthrough
 
     traced = traced_path(args)
     return run_located(args, lambda: RemovePassthrough(args.type, traced=traced,

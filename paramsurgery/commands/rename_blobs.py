@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_pass_args
-from .set_param import intermixed, run_located
+from paramsurgery.commands._common import add_pass_args
+from paramsurgery.commands.set_param import intermixed, run_located
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..passes.io_edits import RenameBlobs
+    from paramsurgery.passes.io_edits import RenameBlobs
 
     return run_located(args, lambda: RenameBlobs(args.renames, cache_naming=args.cache_naming),
                        "renamed")

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._common import add_format_arg, command, print_json
+from paramsurgery.commands._common import add_format_arg, command, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_list(args: argparse.Namespace) -> int:
     """`paramsurgery repro list`: the catalogue with the statuses recorded in the fixtures"""
-    from ..repro.catalogue import format_rows, rows
+    from paramsurgery.repro.catalogue import format_rows, rows
 
     table = rows()
     if args.format == "json":
@@ -65,13 +65,13 @@ def run_check(args: argparse.Namespace) -> int:
     Exit 1 when any status differs from the one recorded in the fixtures, 2 when torch or
     pnnx is missing.
     """
-    from ..repro.catalogue import resolve_ids
-    from ..repro.observe import check_cases, environment, format_table, to_json
+    from paramsurgery.repro.catalogue import resolve_ids
+    from paramsurgery.repro.observe import check_cases, environment, format_table, to_json
 
     try:
         cases = resolve_ids(args.ids)
     except KeyError as exc:
-        from ..errors import ParamSurgeryError
+        from paramsurgery.core.errors import ParamSurgeryError
 
         raise ParamSurgeryError(str(exc.args[0])) from None
 
@@ -104,8 +104,8 @@ def run_issue(args: argparse.Namespace) -> int:
     workaround, related issues), test_<id>.py in the shape of pnnx's tests/ncnn tests,
     model.py and the files pnnx wrote. Uses the committed fixture unless --fresh.
     """
-    from ..errors import ParamSurgeryError
-    from ..repro.issue import write_issue
+    from paramsurgery.core.errors import ParamSurgeryError
+    from paramsurgery.repro.issue import write_issue
 
     try:
         written = write_issue(args.id, args.output, use_fresh=args.fresh, lint=not args.no_lint)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from ._common import add_pass_args
+from paramsurgery.commands._common import add_pass_args
 
 # a token that is an assignment, not a layer name / type: `0=1`, `-23300=2,1,2`, `axis=-1`
 _ASSIGN_RE = re.compile(r"^(-?[0-9]+|[a-z_][a-z0-9_]*)=")
@@ -43,7 +43,7 @@ def take_assignments(args: argparse.Namespace, *names: str) -> None:
 def run_located(args: argparse.Namespace, make_pass, tag: str) -> int:
     """Run the pass `make_pass()` builds through the shared runner (refusals that name no
     file are located at the input .param)."""
-    from ._runner import GraphCommand
+    from paramsurgery.commands._runner import GraphCommand
 
     return GraphCommand(tag, lambda _args: make_pass())(args)
 
@@ -72,7 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..passes.set_param import SetParam
+    from paramsurgery.passes.set_param import SetParam
 
     take_assignments(args, "layer", "type", "unset")
     return run_located(args, lambda: SetParam(args.assignments, layers=args.layer or (),

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_format_arg, add_report_arg, output_path, print_json, write_graph
+from paramsurgery.commands._common import add_format_arg, add_report_arg, output_path, print_json, write_graph
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ..shapes.spec import add_inputshape_arg
+    from paramsurgery.analysis.shapes.spec import add_inputshape_arg
 
     p = sub.add_parser("shapes", help="every blob's shape (numpy order of the ncnn.Mat), "
                        "symbolic in the input sizes; --write-hints writes -23330 hints")
@@ -38,10 +38,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import ParamSurgeryError
-    from ..io import load
-    from ..shapes import infer_shapes
-    from ..shapes.spec import check_blobs, inputshape_from_args
+    from paramsurgery.core.errors import ParamSurgeryError
+    from paramsurgery.formats.io import load
+    from paramsurgery.analysis.shapes import infer_shapes
+    from paramsurgery.analysis.shapes.spec import check_blobs, inputshape_from_args
 
     shapes_in = inputshape_from_args(args)
     g = load(args.param)
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     sm = infer_shapes(g, shapes_in, oracle=args.oracle, bin=args.bin,
                       use_hints=not args.no_hints, values=values)
     if args.write_hints:
-        from ..shapes.hints import write_hints
+        from paramsurgery.analysis.shapes.hints import write_hints
 
         out = output_path(args, args.param)
         if sm.symbols():
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _parse_values(specs: list[str] | None) -> dict[str, list[int]]:
-    from ..errors import ParamSurgeryError
+    from paramsurgery.core.errors import ParamSurgeryError
 
     out: dict[str, list[int]] = {}
     for spec in specs or ():

@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..errors import ParamSurgeryError
-from ._common import add_format_arg, add_input_arg, command, print_json
-from .add_conv_cache import parse_chunks
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.commands._common import add_format_arg, add_input_arg, command, print_json
+from paramsurgery.commands.add_conv_cache import parse_chunks
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -66,7 +66,7 @@ def _shapes(items: list[str]) -> dict[str, list[int]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..streaming import check_stream
+    from paramsurgery.streaming import check_stream
 
     chunks = chunk_plan(parse_chunks(args.chunks), args.frames)
     if args.keep:

@@ -6,8 +6,9 @@ import argparse
 import os
 import sys
 
-from ..errors import ParamSurgeryError
-from ..io import atomic_open, load
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.core.fs import atomic_open
+from paramsurgery.formats.io import load
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..weights.synth import write_synth_bin
+    from paramsurgery.formats.weights.synth import write_synth_bin
 
     g = load(args.param)
     if os.path.exists(args.output) and os.path.samefile(args.output, args.param):
@@ -55,7 +56,7 @@ def _read_values(path: str) -> dict:
 
     import numpy as np
 
-    from ..errors import cannot_open
+    from paramsurgery.core.errors import cannot_open
 
     try:
         with np.load(path, allow_pickle=False) as npz:

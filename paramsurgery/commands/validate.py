@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..findings import ERROR
-from ..io import load
-from ._common import add_format_arg, print_json
+from paramsurgery.core.findings import ERROR
+from paramsurgery.formats.io import load
+from paramsurgery.commands._common import add_format_arg, print_json
+from paramsurgery.analysis.validate import validate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     report = []
     for path in args.param:
         g = load(path)
-        findings = g.validate()
+        findings = validate(g)
         if any(f.severity == ERROR for f in findings):
             status = 1
         if args.format == "json":

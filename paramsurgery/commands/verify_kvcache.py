@@ -6,10 +6,10 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from ._common import add_format_arg, print_json
+from paramsurgery.commands._common import add_format_arg, print_json
 
 if TYPE_CHECKING:  # imported when the command runs: registering it stays cheap (CLI start)
-    from ..kvcache_verify import DecoderIO
+    from paramsurgery.verify.kvcache import DecoderIO
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reference", help="the same decoder without cache: also compare the full "
                    "prefill with it")
     add_decoder_io_args(p)
-    from ._common import add_inputshape_args
+    from paramsurgery.commands._common import add_inputshape_args
 
     add_inputshape_args(p)
     add_format_arg(p)
@@ -44,7 +44,7 @@ def add_decoder_io_args(p: argparse.ArgumentParser) -> None:
 
 
 def decoder_io_from_args(args: argparse.Namespace) -> "DecoderIO":
-    from ..kvcache_verify import DecoderIO
+    from paramsurgery.verify.kvcache import DecoderIO
 
     io = DecoderIO()
     if args.manifest:
@@ -61,10 +61,10 @@ def decoder_io_from_args(args: argparse.Namespace) -> "DecoderIO":
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..kvcache_verify import verify_kvcache
+    from paramsurgery.verify.kvcache import verify_kvcache
 
     io = decoder_io_from_args(args)
-    from ._common import inputshape_of
+    from paramsurgery.commands._common import inputshape_of
 
     report = verify_kvcache(args.param, args.bin, n=args.n, m=args.m, io=io, tol=args.tol,
                             seed=args.seed, reference_param=args.reference,

@@ -13,13 +13,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import ParamSurgeryError
-from ..view.scene import MAX_LAYERS
-from ._common import add_input_arg, command
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.view.scene import MAX_LAYERS
+from paramsurgery.commands._common import add_input_arg, command
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ..shapes.spec import add_inputshape_arg
+    from paramsurgery.analysis.shapes.spec import add_inputshape_arg
 
     p = command(sub, __doc__, run)
     add_input_arg(p, "the .param (or .param.bin)")
@@ -47,10 +47,11 @@ def default_page(param: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..io import atomic_write, load
-    from ..view.labels import blob_shapes
-    from ..view.page import graph_page
-    from ..view.scene import neighbourhood
+    from paramsurgery.core.fs import atomic_write
+    from paramsurgery.formats.io import load
+    from paramsurgery.view.labels import blob_shapes
+    from paramsurgery.view.page import graph_page
+    from paramsurgery.view.scene import neighbourhood
 
     out = args.output or default_page(args.param)
     g = load(args.param, bin=args.bin)
@@ -71,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
             f"{what} {n} layers, too many to draw readably (limit {args.max_layers}): draw a "
             f"part with --around LAYER --depth N (e.g. --around {hint} --depth 20), or raise "
             f"--max-layers", file=args.param)
-    from ..shapes import infer_shapes
-    from ..shapes.spec import check_blobs, inputshape_from_args
+    from paramsurgery.analysis.shapes import infer_shapes
+    from paramsurgery.analysis.shapes.spec import check_blobs, inputshape_from_args
 
     given = inputshape_from_args(args)
     check_blobs(g, given, args.param)

@@ -33,13 +33,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ParamSyntaxError
-from ..graph import Graph, Source
-from ..layer import Layer
-from ..layer_params import param_kind
-from ..layer_types import NCNN_LAYER_TYPES, TYPE_INDEX
-from ..params import Params, _Entry
-from ..values import LONG_ARRAY, Kind, Packed, Value, format_value, is_mixed
+from paramsurgery.core.errors import ParamSyntaxError
+from paramsurgery.ir.graph import Graph, Source
+from paramsurgery.ir.layer import Layer
+from paramsurgery.core.layer_params import param_kind
+from paramsurgery.core.layer_types import NCNN_LAYER_TYPES, TYPE_INDEX
+from paramsurgery.ir.params import Params, _Entry
+from paramsurgery.core.values import LONG_ARRAY, Kind, Packed, Value, format_value, is_mixed
 
 MAGIC = 7767517
 EOP = -233
@@ -177,7 +177,7 @@ def read_param_bin(data: bytes, path: str | None = None, *,
                    names: str | os.PathLike | None = None) -> Graph:
     """Parse `.param.bin` bytes. Names come from `names` (a text `.param` or an `.id.h`),
     else from `x.param` / `x.id.h` next to `x.param.bin` when their structure matches."""
-    from .._gc import paused_gc
+    from paramsurgery.core.collector import paused_gc
 
     cur = _Cursor(data, path)
     magic = cur.i32("the magic number")
@@ -288,7 +288,7 @@ def _restore_names(path, names, records, layer_names, blob_names,
 
 
 def _names_from_param(cand, records, layer_names, blob_names, type_names) -> bool:
-    from .param_text import read_param
+    from paramsurgery.formats.param_text import read_param
 
     data = Path(cand).read_bytes()
     if data[:4] == b"\xdd\x85\x76\x00":

@@ -20,11 +20,11 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from .._gc import paused_gc
-from ..errors import ParamSyntaxError
-from ..graph import Graph, Source, count_ncnn_blobs
-from ..layer import Layer
-from ..params import Params
+from paramsurgery.core.collector import paused_gc
+from paramsurgery.core.errors import ParamSyntaxError
+from paramsurgery.ir.graph import Graph, Source, count_ncnn_blobs
+from paramsurgery.ir.layer import Layer
+from paramsurgery.ir.params import Params
 
 MAGIC = 7767517
 BINARY_MAGIC = b"\xdd\x85\x76\x00"  # 7767517 as little-endian int32: a .param.bin
@@ -74,13 +74,8 @@ _NONWS = re.compile(r"[^ \t\n\v\f\r]+")
 
 def read_param(data: bytes, path: str | None = None) -> Graph:
     """Parse text `.param` bytes into a Graph. Raises ParamSyntaxError with file:line:col."""
-    if data[:4] == BINARY_MAGIC:
-        try:
-            from .param_bin import read_param_bin
-        except ImportError:  # pragma: no cover - the binary reader ships with the weights code
-            raise ParamSyntaxError("binary .param.bin files are not supported by this build",
-                                   file=path) from None
-        return read_param_bin(data, path)
+    if data[:4] == BINARY_MAGIC:  # formats.io.read_graph reads those
+        raise ParamSyntaxError("a binary .param.bin, not text", file=path)
     text = data.decode("utf-8", "surrogateescape")
     del data  # a long file is held once, as lines, while it is parsed
     with paused_gc():
@@ -375,6 +370,16 @@ def _c_split(line: str) -> list[str]:
 
 
 # =========================================================================== writer
+
+def dump_bytes(g: Graph) -> bytes:
+    """The graph as `.param` text bytes (see `write_param`)."""
+    return write_param(g)
+
+
+def dumps(g: Graph) -> str:
+    """The graph as `.param` text."""
+    return write_param(g).decode("utf-8", "surrogateescape")
+
 
 def write_param(g: Graph) -> bytes:
     """Serialise a graph. Unedited layers are written exactly as read; edited and new layers

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from ..errors import ParamSyntaxError
+from paramsurgery.core.errors import ParamSyntaxError
 
 MAGIC = "7767517"
 
@@ -332,6 +332,6 @@ def _parse(text: str, path: str | None) -> PnnxGraph:
 def find_pnnx_param(param_path: str | os.PathLike) -> str | None:
     """The `.pnnx.param` pnnx wrote next to an `.ncnn.param` (`m.ncnn.param` →
     `m.pnnx.param`; `m.param` → `m.pnnx.param`), if it exists."""
-    from ..io import companion
+    from paramsurgery.core.fs import companion
 
     return companion(param_path, (".ncnn.param", ".pnnx.param"), (".param", ".pnnx.param"))

@@ -19,16 +19,21 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from .._gc import paused_gc
-from ..findings import ERROR, INFO, WARNING, Finding
-from .conformance import (REFERENCE_ERRORS, InputSpec, Reference, find_reference,
-                          parse_input_shapes)
-from .context import LintContext, LintOptions
-from .registry import RULES, Hit, Rule, all_rules, get_rule, select_rules
+from paramsurgery.core.collector import paused_gc
+from paramsurgery.core.findings import ERROR, INFO, WARNING, Finding
+from paramsurgery.lint.conformance import (
+    REFERENCE_ERRORS,
+    InputSpec,
+    Reference,
+    find_reference,
+    parse_input_shapes,
+)
+from paramsurgery.lint.context import LintContext, LintOptions
+from paramsurgery.lint.registry import RULES, Hit, Rule, all_rules, get_rule, select_rules
 
 if TYPE_CHECKING:
-    from ..formats.pnnx_param import PnnxGraph
-    from ..graph import Graph
+    from paramsurgery.formats.pnnx_param import PnnxGraph
+    from paramsurgery.ir.graph import Graph
 
 __all__ = ["lint_graph", "lint_file", "Rule", "RULES", "all_rules", "get_rule", "fix_pass_of",
            "fixable", "LintOptions", "InputSpec", "Reference", "parse_input_shapes",
@@ -55,7 +60,7 @@ def lint_graph(graph: "Graph", *, bin: str | os.PathLike | None = None,
     pnnx syntax `[1,4,10]f32@0,...`). `run`: run through ncnn for PS4xx (None = when there is
     something to compare with). `run_bin`: weights used only for running (not linted).
     `select`/`ignore`: code prefixes. Rules whose inputs are missing are skipped."""
-    from ..formats.pnnx_param import PnnxGraph, read_pnnx_param
+    from paramsurgery.formats.pnnx_param import PnnxGraph, read_pnnx_param
 
     opts = options or LintOptions()
     if run is not None:
@@ -78,7 +83,7 @@ def lint_graph(graph: "Graph", *, bin: str | os.PathLike | None = None,
                       pnnx=pn, reference=ref, input_shapes=specs,
                       run_bin=os.fspath(run_bin) if run_bin is not None else None, options=opts)
     if inputshape:
-        from ..shapes import normalize_inputshape
+        from paramsurgery.analysis.shapes import normalize_inputshape
 
         ctx.inputshape = normalize_inputshape(inputshape)
     if ref_error:
@@ -165,10 +170,10 @@ def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
     files next to it are used when not given: `X.pnnx.param`, `X_ncnn.py` (traced input
     shapes), `X.ref.npz`/`ref.npz` (a reference), and `X.ncnn.bin`/`X.bin` to run with.
     Unreadable input raises a ParamSurgeryError with file:line:col."""
-    from ..formats.pnnx_param import find_pnnx_param
-    from ..io import load
+    from paramsurgery.formats.pnnx_param import find_pnnx_param
+    from paramsurgery.formats.io import load
 
-    from ..errors import ParamSurgeryError
+    from paramsurgery.core.errors import ParamSurgeryError
 
     p = os.fspath(path)
     if p.endswith(".pnnx.param"):
@@ -184,7 +189,7 @@ def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
     if reference is not None and not isinstance(reference, Reference):  # read here: a bad
         # reference is an input error
         try:
-            from ..formats.pnnx_param import read_pnnx_param
+            from paramsurgery.formats.pnnx_param import read_pnnx_param
 
             found = pnnx_param if pnnx_param is not None else \
                 find_pnnx_param(p) if discover else None
@@ -207,7 +212,7 @@ def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
 
 
 def _bin_next_to(p: str) -> str | None:
-    from ..io import companion
+    from paramsurgery.core.fs import companion
 
     return companion(p, (".param", ".bin"), (".param.bin", ".bin"))
 

@@ -10,10 +10,10 @@ Sources of truth, each optional:
   `input_shapes` given by the caller;
 - a reference (`ref.npz` / `X.ref.npz`): inputs and torch outputs at some length.
 
-Runs go through `paramsurgery.runtime.run_isolated` (a child process, fp32 options,
+Runs go through `paramsurgery.runtime.child.run_isolated` (a child process, fp32 options,
 light mode off so intermediates can be extracted) with the real weights when they are
 next to the file, else synthetic weights of exactly the right layout
-(`paramsurgery.weights.synth`), else none for weightless graphs.
+(`paramsurgery.formats.weights.synth`), else none for weightless graphs.
 
 Blob ↔ operand mapping: pnnx renumbers operands when it writes the ncnn graph, so blobs
 are paired with operands by structure: graph inputs (`in0` ↔ first `pnnx.Input`), graph
@@ -40,14 +40,18 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..compare.mapping import input_key as _in_key, ordered_outputs as _ordered_outputs, map_blobs
-from ..layer_types import is_ncnn_layer
+from paramsurgery.formats.pnnx_mapping import (
+    input_key as _in_key,
+    ordered_outputs as _ordered_outputs,
+    map_blobs,
+)
+from paramsurgery.core.layer_types import is_ncnn_layer
 
 if TYPE_CHECKING:
-    from ..formats.pnnx_param import Operand, PnnxGraph
-    from ..graph import Graph
-    from ..layer import Layer
-    from .context import LintContext
+    from paramsurgery.formats.pnnx_param import Operand, PnnxGraph
+    from paramsurgery.ir.graph import Graph
+    from paramsurgery.ir.layer import Layer
+    from paramsurgery.lint.context import LintContext
 
 NO_BATCH = 233
 
@@ -306,7 +310,7 @@ def write_io_sidefile(reference: str, io: Mapping[str, Any]) -> str:
     reference's side file, atomically; returns its path."""
     import json
 
-    from ..io import atomic_write
+    from paramsurgery.core.fs import atomic_write
 
     side = io_sidefile(os.fspath(reference))
     record = {part: [{k: e[k] for k in ("blob", "key", "batch_index", "name") if k in e}
@@ -417,7 +421,7 @@ class Conformance:
 
     # ------------------------------------------------------------------ planning
     def _traced_specs(self) -> tuple[list[InputSpec] | None, str]:
-        from ..compare.inputs import traced_input_specs
+        from paramsurgery.verify.compare.inputs import traced_input_specs
 
         ctx = self.ctx
         return traced_input_specs(ctx.graph, ctx.path, ctx.pnnx, ctx.input_shapes)
@@ -429,7 +433,7 @@ class Conformance:
             if cand and os.path.isfile(cand):
                 if _bin_fits(ctx.graph, cand):
                     return cand, None
-        from ..weights import layer_reads
+        from paramsurgery.formats.weights import layer_reads
 
         total = 0
         try:
@@ -445,7 +449,7 @@ class Conformance:
             return None, (f"the graph needs {total / 2**20:.0f} MB of weights and none were "
                           f"given (synthetic weights are made up to "
                           f"{ctx.options.max_synth_bytes / 2**20:.0f} MB; pass --bin)")
-        from ..weights.synth import write_synth_bin
+        from paramsurgery.formats.weights.synth import write_synth_bin
 
         path = os.path.join(tmp, "synth.bin")
         with open(path, "wb") as fh:
@@ -453,13 +457,15 @@ class Conformance:
         return path, None
 
     def _param_source(self, tmp: str) -> str:
+        from paramsurgery.formats.param_text import dump_bytes
+
         ctx = self.ctx
         if ctx.path and os.path.isfile(ctx.path) and not ctx.graph.modified and \
                 ctx.graph.source.format == "param":
             return ctx.path
         path = os.path.join(tmp, "graph.param")
         with open(path, "wb") as fh:
-            fh.write(ctx.graph.dump_bytes())
+            fh.write(dump_bytes(ctx.graph))
         return path
 
     def _blobs_to_fetch(self) -> list[str]:
@@ -546,7 +552,7 @@ class Conformance:
              fetch: list[str]) -> Run:
         """One child-process run; blobs come back in ncnn's own layout (torch order of
         the Mat dims, `n` leading when it is not 1)."""
-        from ..runtime import Feed, Fetch, RunOptions, run_isolated
+        from paramsurgery.runtime.child import Feed, Fetch, RunOptions, run_isolated
 
         run = Run(kind, list(specs))
         fetches = [Fetch(b, NO_BATCH) for b in fetch]
@@ -611,8 +617,8 @@ def _layouts(specs: list[InputSpec]) -> list[list[int]]:
 
 
 def _bin_fits(graph: "Graph", path: str) -> bool:
-    from ..errors import BinLayoutError
-    from ..weights import attach_weights
+    from paramsurgery.core.errors import BinLayoutError
+    from paramsurgery.formats.weights import attach_weights
 
     try:
         attach_weights(graph.copy(), path, allow_trailing=True)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from ..layer import Layer
-    from .context import LintContext
+    from paramsurgery.ir.layer import Layer
+    from paramsurgery.lint.context import LintContext
 
 
 @dataclass(frozen=True)

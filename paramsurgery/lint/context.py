@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..findings import Finding
+from paramsurgery.core.findings import Finding
 
 if TYPE_CHECKING:
-    from ..formats.pnnx_param import PnnxGraph
-    from ..shapes import ShapeMap
-    from ..graph import Graph
-    from ..layer import Layer
-    from .conformance import Conformance, InputSpec, Reference
+    from paramsurgery.formats.pnnx_param import PnnxGraph
+    from paramsurgery.analysis.shapes import ShapeMap
+    from paramsurgery.ir.graph import Graph
+    from paramsurgery.ir.layer import Layer
+    from paramsurgery.lint.conformance import Conformance, InputSpec, Reference
 
 
 @dataclass
@@ -82,32 +82,34 @@ class LintContext:
 
     def through_splits(self, blob: str) -> list["Layer"]:
         """The layers reading `blob`, looking through `Split` copies."""
-        from ..passes.match import through_splits
+        from paramsurgery.patterns.match import through_splits
 
         return through_splits(self.graph, blob)
 
     def source_of(self, blob: str) -> "Layer | None":
         """The producer of `blob`, looking back through `Split` copies."""
-        from ..passes.match import source_of
+        from paramsurgery.patterns.match import source_of
 
         return source_of(self.graph, blob)
 
     # ------------------------------------------------------------------ shared analyses
     @cached_property
     def shapes(self) -> "ShapeMap":
-        """Every blob's static shape (paramsurgery.shapes), computed once per lint, from
+        """Every blob's static shape (paramsurgery.analysis.shapes), computed once per lint, from
         `--inputshape` when given, else the Input layers and the file's hints."""
-        from ..shapes import infer_shapes
+        from paramsurgery.analysis.shapes import infer_shapes
 
         return infer_shapes(self.graph, self.inputshape or None)
 
     @cached_property
     def validate_findings(self) -> list[Finding]:
-        return self.graph.validate()  # cached on the graph: free after the caller's validate
+        from paramsurgery.analysis.validate import validate
+
+        return validate(self.graph)  # cached on the graph: free after the caller's validate
 
     @cached_property
     def conformance(self) -> "Conformance":
-        from .conformance import Conformance
+        from paramsurgery.lint.conformance import Conformance
 
         return Conformance(self)
 

@@ -9,7 +9,7 @@ A check takes the `LintContext` and yields `Hit`s (a layer and a message; the ru
 them `Finding`s with the rule's code, severity and fix) or ready `Finding`s.
 
 Code ranges: PS0xx converter / layer problems, PS1xx graph structure (shared with
-`Graph.validate()`), PS2xx weights (`--bin`), PS3xx scale hazards, PS4xx traced-shape
+`validate(g)`), PS2xx weights (`--bin`), PS3xx scale hazards, PS4xx traced-shape
 conformance (pnnx's `.pnnx.param`, a reference run).
 """
 
@@ -20,11 +20,11 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence, Union
 
-from ..findings import ERROR, INFO, SEVERITIES, WARNING, Finding
+from paramsurgery.core.findings import ERROR, INFO, SEVERITIES, WARNING, Finding
 
 if TYPE_CHECKING:
-    from ..layer import Layer
-    from .context import LintContext
+    from paramsurgery.ir.layer import Layer
+    from paramsurgery.lint.context import LintContext
 
 __all__ = ["Rule", "Hit", "RULES", "rule", "get_rule", "select_rules", "CATEGORIES",
            "ERROR", "WARNING", "INFO"]
@@ -129,8 +129,14 @@ def rule(code: str, name: str, severity: str, summary: str, *, fix: str | None =
 
 
 def _load_rules() -> None:
-    from . import (rules_layers, rules_loader, rules_scale, rules_shapes,  # noqa: F401
-                   rules_structure, rules_weights)
+    from paramsurgery.lint import (
+        rules_layers,  # noqa: F401
+        rules_loader,  # noqa: F401
+        rules_scale,  # noqa: F401
+        rules_shapes,  # noqa: F401
+        rules_structure,  # noqa: F401
+        rules_weights,  # noqa: F401
+    )
 
 
 def all_rules() -> dict[str, Rule]:

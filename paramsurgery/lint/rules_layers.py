@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from ..layer_params import LAYER_PARAMS, param_info
-from ..layer_types import is_converter_leftover, is_ncnn_layer
-from ..values import Kind, is_mixed
-from .constructs import explain_leftover
-from .registry import ERROR, INFO, WARNING, Hit, rule
+from paramsurgery.core.layer_params import LAYER_PARAMS, param_info
+from paramsurgery.core.layer_types import is_converter_leftover, is_ncnn_layer
+from paramsurgery.core.values import Kind, is_mixed
+from paramsurgery.lint.constructs import explain_leftover
+from paramsurgery.lint.registry import ERROR, INFO, WARNING, Hit, rule
 
 if TYPE_CHECKING:
-    from ..layer import Layer
-    from .context import LintContext
+    from paramsurgery.ir.layer import Layer
+    from paramsurgery.lint.context import LintContext
 
 BATCH = -233  # pnnx's placeholder for "the batch axis" (and ncnn's "auto" size)
 NO_BATCH = 233
@@ -144,7 +144,7 @@ def not_ncnn_layer(ctx: "LintContext") -> Iterator[Hit]:
     `F.scaled_dot_product_attention` ← `is_causal=True`; `Tensor.slice`/`Tensor.slice_copy`
     ← interleaved M-RoPE slicing; `F.pad` ← shape-derived or replicate padding;
     `torch.arange`/`torch.full`/`aten::triu` ← masks built from the dynamic length; …"""
-    from ..passes.base import repair_for
+    from paramsurgery.passes.base import repair_for
 
     for t in ctx.graph.types():
         if is_ncnn_layer(t) or not is_converter_leftover(t):
@@ -250,7 +250,7 @@ def float_math_on_ids(ctx: "LintContext") -> Iterator[Hit]:
     (Split, Reshape, Permute, Crop, Slice, Concat, …); each blob is visited once.
     Workaround: do the index arithmetic on the host (pre-offset the ids and concatenate
     the tables into one Embed), or use one Embedding per codebook."""
-    from ..passes.match import walk_up
+    from paramsurgery.patterns.match import walk_up
 
     g = ctx.graph
     seen: set[str] = set()
@@ -656,7 +656,7 @@ def frozen_trace_length(ctx: "LintContext") -> Iterator[Hit]:
     traced extent of a dynamic input dim (pnnx's `X_ncnn.py` records it), read together with
     a tensor of a dynamic length, is that length frozen: the dynamic graph is wrong at every
     other length. `paramsurgery lower` computes it from the input instead (needs `--bin`)."""
-    from ..passes.frozen_extent import folded_value, frozen_lengths, is_folded, trace_evidence
+    from paramsurgery.analysis.frozen_extent import folded_value, frozen_lengths, is_folded, trace_evidence
 
     folds = [lay for lay in ctx.graph.by_type("MemoryData") if is_folded(lay)]
     if not folds or ctx.pnnx is None:
@@ -666,7 +666,7 @@ def frozen_trace_length(ctx: "LintContext") -> Iterator[Hit]:
         return
     values: dict[str, float | None] = {}
     if not any(lay.weights for lay in folds) and ctx.run_bin:
-        from ..io import load
+        from paramsurgery.formats.io import load
 
         weighted = load(ctx.path, bin=ctx.run_bin) if ctx.path else None
         for lay in folds:
@@ -692,7 +692,7 @@ def lossy_batch_reshape(ctx: "LintContext") -> Iterator[Hit]:
     `Reshape 12=k 13=233 6="0n,..."` to read the elements back from n. ncnn keeps one
     element (n is 1): every value after it is the first one (Mimi's RoPE positions all 0,
     output NaN). `paramsurgery fix-batch-reshape` merges the pair into one Reshape."""
-    from ..passes.fix_batch_reshape import find_lossy_pairs
+    from paramsurgery.passes.fix_batch_reshape import find_lossy_pairs
 
     for r1, r2 in find_lossy_pairs(ctx.graph):
         yield Hit(r1, f"Reshape {r1.name!r} keeps one element ({r1.params}); {r2.name!r} "

@@ -13,13 +13,14 @@ import os
 import re
 from typing import TYPE_CHECKING, Iterator
 
-from .. import ncnn_loader
-from .registry import ERROR, Hit, rule
+from paramsurgery.runtime import loader as ncnn_loader
+from paramsurgery.lint.registry import ERROR, Hit, rule
+from paramsurgery.formats.param_text import dump_bytes
 
 if TYPE_CHECKING:
-    from ..graph import Graph
-    from ..layer import Layer
-    from .context import LintContext
+    from paramsurgery.ir.graph import Graph
+    from paramsurgery.ir.layer import Layer
+    from paramsurgery.lint.context import LintContext
 
 _UNKNOWN_TYPE = re.compile(r"layer (.+) not exists or registered")
 
@@ -63,14 +64,14 @@ def _file_bytes(ctx: "LintContext") -> bytes:
     g = ctx.graph
     path = ctx.path
     if path and not g.modified and os.path.isfile(path):
-        from ..io import read_bytes
+        from paramsurgery.core.fs import read_bytes
 
         return read_bytes(path)
     if g.source is not None and g.source.format == "param.bin":
-        from ..formats.param_bin import write_param_bin
+        from paramsurgery.formats.param_bin import write_param_bin
 
         return write_param_bin(g)
-    return g.dump_bytes()
+    return dump_bytes(g)
 
 
 def _layer_named_by(g: "Graph", message: str) -> "Layer | None":

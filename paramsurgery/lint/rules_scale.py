@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from .registry import WARNING, Hit, rule
+from paramsurgery.lint.registry import WARNING, Hit, rule
 
 if TYPE_CHECKING:
-    from .context import LintContext
+    from paramsurgery.lint.context import LintContext
 
 
 @rule("PS301", "deep-graph", WARNING, "dependency chain longer than 30000 layers")

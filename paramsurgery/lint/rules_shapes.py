@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from ..findings import Finding
-from .conformance import fmt_shape, shape_matches, torch_parts, uneven_split
-from .registry import ERROR, INFO, WARNING, Hit, rule
+from paramsurgery.core.findings import Finding
+from paramsurgery.lint.conformance import fmt_shape, shape_matches, torch_parts, uneven_split
+from paramsurgery.lint.registry import ERROR, INFO, WARNING, Hit, rule
 
 if TYPE_CHECKING:
-    from ..layer import Layer
-    from ..formats.pnnx_param import Op
-    from .conformance import Run
-    from .context import LintContext
+    from paramsurgery.ir.layer import Layer
+    from paramsurgery.formats.pnnx_param import Op
+    from paramsurgery.lint.conformance import Run
+    from paramsurgery.lint.context import LintContext
 
 
 # run statuses that say something about the graph (not about the harness or the machine)
@@ -334,8 +334,8 @@ def stale_shape_hint(ctx: "LintContext") -> Iterator[Hit]:
     refreshing the hints (by hand, or a tool that does not know them) leaves them stale.
     Checked against the static shape analysis from the Input layers' own shapes (or
     `--inputshape`). Fix: `paramsurgery shapes FILE --write-hints --in-place`."""
-    from ..shapes.hints import has_hints
-    from ..shapes.shapemap import ShapeMap
+    from paramsurgery.analysis.shapes.hints import has_hints
+    from paramsurgery.analysis.shapes.shapemap import ShapeMap
 
     if not has_hints(ctx.graph):  # a text scan: no analysis for the (many) unhinted files
         return

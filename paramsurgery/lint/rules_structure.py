@@ -1,4 +1,4 @@
-"""PS1xx: graph structure. PS101-PS110 are `Graph.validate()`'s checks
+"""PS1xx: graph structure. PS101-PS110 are `validate(g)`'s checks
 (paramsurgery/validate.py), run once per lint and split by code here so each has its own
 `--explain` text and can be selected or ignored; PS111 is lint's own."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Iterator
 
-from .. import validate as V
-from ..findings import Finding
-from .registry import ERROR, INFO, WARNING, Hit, rule
+from paramsurgery.analysis import validate as V
+from paramsurgery.core.findings import Finding
+from paramsurgery.lint.registry import ERROR, INFO, WARNING, Hit, rule
 
 if TYPE_CHECKING:
-    from .context import LintContext
+    from paramsurgery.lint.context import LintContext
 
 
 def _from_validate(code: str):

@@ -1,5 +1,5 @@
 """PS2xx: weights. With `--bin` the `.bin` is cut into per-layer blobs with the weight
-schemas of `paramsurgery.weights` (exact byte accounting); `weight_data_size` checks need
+schemas of `paramsurgery.formats.weights` (exact byte accounting); `weight_data_size` checks need
 only the `.param`."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from collections.abc import Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from ..errors import BinLayoutError
-from .registry import ERROR, WARNING, Hit, rule
-from .rules_layers import _int
+from paramsurgery.core.errors import BinLayoutError
+from paramsurgery.lint.registry import ERROR, WARNING, Hit, rule
+from paramsurgery.lint.rules_layers import _int
 
 if TYPE_CHECKING:
-    from ..graph import Graph
-    from ..layer import Layer
-    from .context import LintContext
+    from paramsurgery.ir.graph import Graph
+    from paramsurgery.ir.layer import Layer
+    from paramsurgery.lint.context import LintContext
 
 
 class _BinCheck:
@@ -31,7 +31,7 @@ class _BinCheck:
 
     @cached_property
     def done(self) -> _BinCheck:
-        from ..weights import attach_weights
+        from paramsurgery.formats.weights import attach_weights
 
         g = self.ctx.graph.copy()
         try:
@@ -96,7 +96,7 @@ def no_weight_schema(ctx: LintContext) -> Iterator[Hit]:
     """A `.bin` has no index: it can only be cut by knowing how many bytes each layer reads.
     Layers of types paramsurgery has no schema for (custom layers, converter leftovers) are
     taken to read nothing; when weighted layers follow, their offsets depend on that
-    assumption. Register a schema (`paramsurgery.weights.register_schema`) for custom
+    assumption. Register a schema (`paramsurgery.formats.weights.register_schema`) for custom
     types that have weights."""
     b = _bin(ctx)
     g = b.graph

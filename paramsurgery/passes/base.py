@@ -20,15 +20,16 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Sequence
 
-from ..errors import PassRefused
-from ..findings import ERROR, Finding
-from ..graph import Graph
+from paramsurgery.core.errors import PassRefused
+from paramsurgery.core.findings import ERROR, Finding
+from paramsurgery.ir.graph import Graph
+from paramsurgery.analysis.validate import validate
 
 if TYPE_CHECKING:
     import argparse
 
-    from ..layer import Layer
-    from ._traced import PnnxOp
+    from paramsurgery.ir.layer import Layer
+    from paramsurgery.formats.pnnx_traced import PnnxOp
 
 PASSES: dict[str, type["Pass"]] = {}
 
@@ -49,7 +50,7 @@ def all_passes() -> dict[str, type["Pass"]]:
     import importlib
     import pkgutil
 
-    from .. import passes
+    from paramsurgery import passes
 
     for info in pkgutil.iter_modules(passes.__path__):
         if info.name not in ("base", "match") and not info.name.startswith("_"):
@@ -182,7 +183,7 @@ class RepairContext:
     @cached_property
     def traced_ops(self) -> "list[PnnxOp] | None":
         """pnnx's ops, parsed once for every pass that reads them."""
-        from ._traced import load_traced
+        from paramsurgery.formats.pnnx_traced import load_traced
 
         return load_traced(self.traced)
 
@@ -230,7 +231,7 @@ class Pass:
 
     def ensures(self, g: Graph, before: list[Finding]) -> None:
         """Postcondition: the pass introduced no structural error (validate())."""
-        new = new_errors(before, g.validate())
+        new = new_errors(before, validate(g))
         if new:
             detail = "; ".join(f.format() for f in new[:5])
             # located on the first finding's line (of the input file) so the refusal reads
@@ -239,14 +240,14 @@ class Pass:
                               line=next((f.line for f in new if f.line), None))
 
     def __call__(self, g: Graph, *, in_place: bool = False) -> PassResult:
-        from .._gc import paused_gc
-        from ..shapes.hints import refresh_after, snapshot
+        from paramsurgery.core.collector import paused_gc
+        from paramsurgery.analysis.shapes.hints import refresh_after, snapshot
 
         # a pass allocates per site while the whole graph is live: with the collector on,
         # its full collections rescan the graph again and again (superlinear in the sites)
         with paused_gc():
             work = g if in_place else g.copy()
-            before = work.validate()
+            before = validate(work)
             self.requires(work)
             lines = snapshot(work)
             result = self.run(work)

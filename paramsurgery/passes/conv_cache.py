@@ -40,12 +40,19 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import PassRefused
-from ..graph import Graph
-from ..layer import Layer
-from ._timeflow import (ConvStage, DeconvStage, Refusal, TimeBlob, TimeFlow, infer_layouts,
-                        value_of)
-from .base import Change, Pass, PassResult, register
+from paramsurgery.core.errors import PassRefused
+from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer
+from paramsurgery.analysis.timeflow import (
+    ConvStage,
+    DeconvStage,
+    Refusal,
+    TimeBlob,
+    TimeFlow,
+    infer_layouts,
+    value_of,
+)
+from paramsurgery.passes.base import Change, Pass, PassResult, register
 
 MANIFEST_FORMAT = "paramsurgery-streaming"
 MANIFEST_VERSION = 1
@@ -241,7 +248,7 @@ class AddConvCache(Pass):
         if st.bias:
             dec.set(5, 0)
             if dec.weights is not None:
-                from ..weights import set_weights
+                from paramsurgery.formats.weights import set_weights
 
                 bias = np.array(dec.weights["bias"].array(), dtype=np.float32).reshape(-1)
                 set_weights(dec, weight=dec.weights["weight"])
@@ -272,7 +279,7 @@ class AddConvCache(Pass):
             bname = u(f"{n}_bias")
             md = add("MemoryData", f"{n}_bias", [], [bname], {0: 1, 1: st.channels})
             if bias is not None:
-                from ..weights import set_weights
+                from paramsurgery.formats.weights import set_weights
 
                 set_weights(md, data=bias.reshape(-1, 1))  # (channels, 1)
             chain.append(("BinaryOp", {0: 0}, bname))

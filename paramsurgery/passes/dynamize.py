@@ -28,15 +28,25 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import PassRefused
-from ..graph import Graph
-from ..layer import Layer
-from ..values import Kind, Value
-from . import _traced
-from .base import TRACED_LEN, Change, FixInput, Pass, PassResult, RepairContext, Skip, register
+from paramsurgery.core.errors import PassRefused
+from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer
+from paramsurgery.core.values import Kind, Value
+from paramsurgery.formats import pnnx_traced as _traced
+from paramsurgery.passes.base import (
+    TRACED_LEN,
+    Change,
+    FixInput,
+    Pass,
+    PassResult,
+    RepairContext,
+    Skip,
+    register,
+)
+from paramsurgery.analysis.shapes import infer_shapes
 
 if TYPE_CHECKING:
-    from .dynamize_shapes import LengthSpec
+    from paramsurgery.passes.dynamize_shapes import LengthSpec
 
 RESHAPE_DIMS = {0: "w", 1: "h", 11: "d", 2: "c"}
 AXIS_PARAM = {"w": 0, "h": 1, "d": 11, "c": 2}
@@ -105,7 +115,7 @@ class Dynamize(Pass):
         static trace (pnnx's IR next to the file) in the traced length's places, then the
         traced length is a symbol of the shape analysis; `--traced-len`; `--pair` (also the
         fallback of the single-trace rewrite)."""
-        from .dynamize_shapes import length_change, reference_shapes
+        from paramsurgery.passes.dynamize_shapes import length_change, reference_shapes
 
         traced_len, pair_path = ctx.option("traced_len"), ctx.option("pair")
         reference = None
@@ -138,7 +148,7 @@ class Dynamize(Pass):
         pnnx = os.fspath(pnnx) if pnnx is not None else None
         if ctx.repaired_like is not None:
             return ctx.repaired_like(os.fspath(path), bin_path, pnnx)
-        from ..io import load
+        from paramsurgery.formats.io import load
 
         return load(path, bin=bin_path)
 
@@ -163,7 +173,7 @@ class Dynamize(Pass):
             self._pair_loader = pair
             pair = None
         if pair is not None and not isinstance(pair, Graph):
-            from ..io import load
+            from paramsurgery.formats.io import load
 
             self.pair_path = pair
             pair = load(pair)
@@ -330,13 +340,13 @@ class Dynamize(Pass):
         """(traced extent, whether it follows the length) of the Crop's input along the axis
         of its `index`-th start/end, from the shape analysis at `--inputshape` (and again with
         the traced length as a symbol, which tells the length axis apart)."""
-        from ..shapes.affine import Affine
+        from paramsurgery.analysis.shapes.affine import Affine
 
         if self._shapes is None:
             symbolic = {b: tuple(Affine.symbol("T") if self._is_length(s, i) else d
                                  for i, d in enumerate(s)) for b, s in self.inputshape.items()}
-            self._shapes = (g.shapes(inputshape=self.inputshape),
-                            g.shapes(inputshape=symbolic))
+            self._shapes = (infer_shapes(g, inputshape=self.inputshape),
+                            infer_shapes(g, inputshape=symbolic))
         traced, sym = self._shapes
         blob = layer.inputs[0]
         shape, sshape = traced.shape_of(blob), sym.shape_of(blob)
@@ -385,7 +395,7 @@ class Dynamize(Pass):
             self._pair_loader = None
         spec = self.spec
         if spec is None and self.reference is not None and self.traced is not None:
-            from .dynamize_shapes import spec_from_reference, traced_input_shapes
+            from paramsurgery.passes.dynamize_shapes import spec_from_reference, traced_input_shapes
 
             ins = traced_input_shapes(self.traced, g)
             if ins is not None:
@@ -402,7 +412,7 @@ class Dynamize(Pass):
     def _run_shapes(self, g: Graph, spec: "LengthSpec") -> PassResult:
         """One trace and the shape analysis; with a pair as well, the pair proves what the
         single trace cannot (the refusal is kept in the notes)."""
-        from .dynamize_shapes import ShapeDynamize
+        from paramsurgery.passes.dynamize_shapes import ShapeDynamize
 
         fallback = f"--pair {self.pair_path}" if self.pair_path else "--pair OTHER.param"
         if self.pair is not None:  # a trial on a copy: the pass rewrites `g` in place
@@ -553,7 +563,7 @@ class Dynamize(Pass):
         return g.above_splits(blob)
 
     def _apply_table(self, g: Graph, layer: Layer, ss: list[_Site], result: PassResult) -> None:
-        from ..weights import set_weights
+        from paramsurgery.formats.weights import set_weights
 
         other, ax, letter, ref = self._tables[layer.id]
         s = ss[0]

@@ -4,7 +4,7 @@ A static export bakes its traced length T0 into params. With pnnx's IR next to t
 (the traced input shapes) and a length to run at (a reference whose inputs differ from the
 traced ones only in T0's places), the inputs' length dims become the
 symbol `T` and one walk over the layers in file order (the static shape rules of
-`paramsurgery.shapes`, no rescans) proves each baked value shape-derived before rewriting
+`paramsurgery.analysis.shapes`, no rescans) proves each baked value shape-derived before rewriting
 it, so the layers after it see the symbolic shapes too:
 
 - Gemm `7/8/9` (constantM/N/K) of an operand whose extent is `a·T+b` → `0` (runtime size;
@@ -29,14 +29,14 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import PassRefused
-from ..graph import Graph
-from ..layer import Layer
-from ..shapes.affine import Affine, MaybeDim, div, evaluate, product
-from ..shapes.exprs import eval_shape_expr
-from ..shapes.rules import infer_layer
-from .base import Change, PassResult
-from .dynamize import int_params
+from paramsurgery.core.errors import PassRefused
+from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer
+from paramsurgery.analysis.shapes.affine import Affine, MaybeDim, div, evaluate, product
+from paramsurgery.analysis.shapes.exprs import eval_shape_expr
+from paramsurgery.analysis.shapes.rules import infer_layer
+from paramsurgery.passes.base import Change, PassResult
+from paramsurgery.passes.dynamize import int_params
 
 SYMBOL = "T"
 RESHAPE_DIMS = {0: "w", 1: "h", 11: "d", 2: "c"}
@@ -239,7 +239,7 @@ class ShapeDynamize:
 
     # ------------------------------------------------------------------ Reshape
     def _reshape(self, layer: Layer, ins: list) -> None:
-        from ..shapes.rules import _ncnn_axes
+        from paramsurgery.analysis.shapes.rules import _ncnn_axes
 
         x = ins[0] if ins else None
         if x is None or layer.params.get(6) not in (None, ""):
@@ -309,7 +309,7 @@ class ShapeDynamize:
     def _check_outputs(self, g: Graph) -> None:
         """The Crop ends were taken at their distance from the end (one trace cannot tell a
         literal): the outputs must then measure what the reference measures."""
-        from ..lint.conformance import shape_matches
+        from paramsurgery.lint.conformance import shape_matches
 
         if not self.crops:
             return
@@ -400,7 +400,7 @@ class ShapeDynamize:
     def _longer_table(self, layer: Layer, letter: str) -> int | None:
         """Take the pair's table when it is longer and starts with this one's rows (its
         row count), else None."""
-        from ..weights import set_weights
+        from paramsurgery.formats.weights import set_weights
 
         if self.pair is None:
             return None

@@ -1,7 +1,7 @@
 """Cut a subgraph out of a graph, with exactly its weights (`paramsurgery extract`).
 
     sub = extract_subgraph(g, inputs=["52"], outputs=["out0"])    # e.g. an lm_head
-    sub.save("head.param", bin="head.bin")                          # only its weights
+    save(sub, "head.param", bin="head.bin")                         # only its weights
 
 The subgraph holds the layers that compute `outputs` from `inputs` and nothing else, in the
 original file order. A cut blob (an intermediate blob named in `inputs`) becomes the top of a
@@ -25,13 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from ..errors import PassRefused
-from ..graph import Graph
-from ..layer import Layer
-from .base import Change, Pass, PassResult, register
+from paramsurgery.core.errors import PassRefused
+from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer
+from paramsurgery.passes.base import Change, Pass, PassResult, register
+from paramsurgery.analysis.validate import validate
 
 if TYPE_CHECKING:
-    from ..runtime import FeedLike
+    from paramsurgery.runtime.child import FeedLike
 
 
 @dataclass
@@ -84,7 +85,7 @@ def plan_extract(g: Graph, inputs: Sequence[str] | None, outputs: Sequence[str])
     if both:
         raise PassRefused(f"{', '.join(both)} named as both input and output", file=where)
 
-    from ..cone import cone
+    from paramsurgery.ir.cone import cone
 
     input_set = set(inputs)
     keep: set[int] = set()
@@ -173,7 +174,7 @@ class Extract(Pass):
         self.outputs = _split_names(outputs) or []
 
     def __call__(self, g: Graph, *, in_place: bool = False) -> PassResult:
-        from .._gc import paused_gc
+        from paramsurgery.core.collector import paused_gc
 
         # the plan is made on the caller's graph (layer ids), the edit on a copy whose ids
         # are renumbered in file order: map through positions. The collector is paused as
@@ -183,7 +184,7 @@ class Extract(Pass):
             plan = plan_extract(g, self.inputs, self.outputs)
             pos = g.position()
             keep_pos = {pos[i] for i in plan.keep}
-            before = g.validate()
+            before = validate(g)
             work = g if in_place else g.copy()
             self.plan = plan
             result = self._apply(work, keep_pos, plan, len(g))
@@ -305,7 +306,7 @@ def check_extract(full_param: str, full_bin: str | None, sub_param: str, sub_bin
     once (both in this process was twice the weights for a cut through the middle)."""
     import numpy as np
 
-    from ..runtime import run_isolated
+    from paramsurgery.runtime.child import run_isolated
 
     outputs = list(outputs)
     cut = list(cut)
@@ -332,6 +333,6 @@ def check_extract(full_param: str, full_bin: str | None, sub_param: str, sub_bin
 
 
 def _input_names(param: str) -> set[str]:
-    from ..io import load
+    from paramsurgery.formats.io import load
 
     return set(load(param).inputs)

@@ -20,11 +20,11 @@ one `0n`. Anything else is left alone with the reason (`--explain`).
 
 from __future__ import annotations
 
-from ..graph import Graph
-from ..layer import Layer
-from .base import Change, Pass, PassResult, Skip, register
-from .match import Match, fail, matched
-from .shape_expr import split_top_level
+from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer
+from paramsurgery.passes.base import Change, Pass, PassResult, Skip, register
+from paramsurgery.patterns.match import Match, fail, matched
+from paramsurgery.analysis.shape_expr import split_top_level
 
 _DIM_PARAMS = (0, 1, 11, 2)  # w, h, d, c
 

@@ -31,12 +31,12 @@ import argparse
 import os
 from typing import Sequence
 
-from ..graph import Graph
-from ..layer import Layer
-from ..values import Floats
-from . import _traced
-from .base import Change, Pass, PassResult, RepairContext, Skip, keep_or_refuse, register
-from .match import Match, NoMatch, fail, matched
+from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer
+from paramsurgery.core.values import Floats
+from paramsurgery.formats import pnnx_traced as _traced
+from paramsurgery.passes.base import Change, Pass, PassResult, RepairContext, Skip, keep_or_refuse, register
+from paramsurgery.patterns.match import Match, NoMatch, fail, matched
 
 OP_NAMES = {0: "SUM", 1: "ASUM", 2: "SUMSQ", 3: "MEAN", 4: "MAX", 5: "MIN", 6: "PROD", 7: "L1",
             8: "L2", 9: "LogSum", 10: "LogSumExp"}
@@ -75,7 +75,7 @@ class FixReduction(Pass):
 
     @classmethod
     def add_args(cls, p: argparse.ArgumentParser) -> None:
-        from ..commands._runner import add_partial_arg, add_pnnx_arg
+        from paramsurgery.commands._runner import add_partial_arg, add_pnnx_arg
 
         p.add_argument("--style", choices=("eltwise", "binaryop"), default="eltwise",
                        help="write one Eltwise (default) or a chain of BinaryOps")
@@ -84,7 +84,7 @@ class FixReduction(Pass):
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "FixReduction":
-        from ..commands._runner import traced_path
+        from paramsurgery.commands._runner import traced_path
 
         return cls(style=args.style, traced=traced_path(args), partial=args.partial)
 

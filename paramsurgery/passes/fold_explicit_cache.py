@@ -13,16 +13,16 @@ The present blobs keep their names; a Concat consumed only by SDPA gets new pres
 `<past>_out`. The past inputs keep their names too, but not their meaning: they now take
 the opaque cache ncnn returned on the previous call (extract type 1; an empty Mat to
 prefill), not plain past arrays. The result says so (`contract_changes`, and the caches in
-`data["caches"]`), and `paramsurgery.fold_verify` proves the rewrite with that protocol.
+`data["caches"]`), and `paramsurgery.verify.fold` proves the rewrite with that protocol.
 """
 
 from __future__ import annotations
 
-from ..errors import PassRefused
-from ..graph import Graph
-from ..layer import Layer
-from .base import Change, Pass, PassResult, Skip, register
-from .match import Match, fail, matched
+from paramsurgery.core.errors import PassRefused
+from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer
+from paramsurgery.passes.base import Change, Pass, PassResult, Skip, register
+from paramsurgery.patterns.match import Match, fail, matched
 
 SEQ_AXES = (1, -2)  # SDPA k/v are [w=D, h=seq, c=heads]: seq is axis 1 of 3
 
@@ -108,7 +108,7 @@ class FoldExplicitCache(Pass):
         g.set_inputs(sdpa, ins + [mk["past"], mv["past"]])
         g.set_outputs(sdpa, [sdpa.outputs[0]] + presents)
         sdpa.set(7, 1)
-        from ..fold_verify import FoldedCache
+        from paramsurgery.verify.fold import FoldedCache
 
         result.data.setdefault("caches", []).append(FoldedCache(
             mk["past"], mv["past"], mk["concat"].outputs[0], mv["concat"].outputs[0],

@@ -39,15 +39,16 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
-from ..errors import PassRefused
-from ..graph import Graph
-from ..layer import Layer
-from .base import Change, Pass, PassResult, Skip, check_selection, register
-from .match import NoMatch, above_splits, readers_through_splits
-from .shape_expr import int_or_none, reshape_dims
+from paramsurgery.core.errors import PassRefused
+from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer
+from paramsurgery.passes.base import Change, Pass, PassResult, Skip, check_selection, register
+from paramsurgery.patterns.match import NoMatch, above_splits, readers_through_splits
+from paramsurgery.analysis.shape_expr import int_or_none, reshape_dims
+from paramsurgery.analysis.shapes import infer_shapes
 
 if TYPE_CHECKING:
-    from ..shapes import ShapeMap
+    from paramsurgery.analysis.shapes import ShapeMap
 
 PASS_THROUGH_LAYOUT = ("Split", "RotaryEmbed", "RMSNorm", "LayerNorm")
 
@@ -274,7 +275,7 @@ class FoldGQA(Pass):
         sdpas = g.by_type("SDPA")
         check_selection(sdpas, self.only | self.skip, "SDPA")
         result = PassResult(g, False)
-        self.shapes = g.shapes(inputshape=self.inputshape)  # once per run, for kv_layout
+        self.shapes = infer_shapes(g, inputshape=self.inputshape)  # once per run, for kv_layout
         todo: list[tuple[Layer, KVExpansion, KVExpansion]] = []
         already = 0
         for sdpa in sdpas:
@@ -338,7 +339,7 @@ class FoldGQA(Pass):
         return True
 
     def _report_unloadable(self, g: Graph, result: PassResult) -> None:
-        from ..layer_types import is_ncnn_layer
+        from paramsurgery.core.layer_types import is_ncnn_layer
 
         left: dict[str, int] = {}
         for layer in g:
@@ -437,7 +438,7 @@ class FoldCheck:
                                                              for v in self.rel.values())
 
     def format(self) -> str:
-        from ..equivalence import format_parity
+        from paramsurgery.verify.equivalence import format_parity
 
         return format_parity(f"fold-gqa check: folded vs {self.reference} through ncnn (random "
                              f"embeds, causal mask, RoPE tables; tolerance rel {self.tol:g})",
@@ -451,8 +452,8 @@ def decoder_feeds(g: Graph, io, length: int, seed: int) -> dict:
     caches for every cache input of a kv-cache graph."""
     import numpy as np
 
-    from ..kvcache_verify import causal_mask, infer_head_dim, infer_hidden, rope_tables
-    from .kvcache import cache_slots
+    from paramsurgery.verify.kvcache import causal_mask, infer_head_dim, infer_hidden, rope_tables
+    from paramsurgery.passes.kvcache import cache_slots
 
     hidden = io.hidden or infer_hidden(g, io.embeds)
     if not hidden:
@@ -478,9 +479,9 @@ def verify_fold(folded_param: str, bin: str, reference_param: str, *,
     """Run the folded decoder and a reference (the unfolded graph, or a twin such as the
     ported export) on the same random decoder inputs at each length and compare the
     output. Both run in child processes (an unloadable reference is reported)."""
-    from ..io import load
-    from ..equivalence import run_side_by_side
-    from ..kvcache_verify import DecoderIO
+    from paramsurgery.formats.io import load
+    from paramsurgery.verify.equivalence import run_side_by_side
+    from paramsurgery.verify.kvcache import DecoderIO
 
     io = io or DecoderIO()
     check = FoldCheck(str(reference_param), list(lengths), tol=tol)

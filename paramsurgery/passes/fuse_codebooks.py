@@ -46,19 +46,26 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import PassRefused
-from ..graph import Graph
-from ..layer import Layer
-from .base import Change, Pass, PassResult, Skip, register
-from .match import NoMatch, chain_up
-from .shape_expr import int_or_none, reshape_dims
+from paramsurgery.core.errors import PassRefused
+from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer
+from paramsurgery.passes.base import Change, Pass, PassResult, Skip, register
+from paramsurgery.patterns.match import NoMatch, chain_up
+from paramsurgery.analysis.shape_expr import int_or_none, reshape_dims
 
 # the manifest API and the proof live in their own modules; importable from here as before
-from ..codebooks import MANIFEST_FORMAT, MANIFEST_VERSION, CodebookGroup, FusedManifest, Fusion  # noqa: F401
-from ..codebooks_verify import FusionCheck, verify_fusion  # noqa: F401
+from paramsurgery.formats.codebooks import (
+    MANIFEST_FORMAT,  # noqa: F401
+    MANIFEST_VERSION,  # noqa: F401
+    CodebookGroup,
+    FusedManifest,
+    Fusion,
+)  # noqa: F401
+from paramsurgery.verify.codebooks import FusionCheck, verify_fusion  # noqa: F401
+from paramsurgery.analysis.shapes import infer_shapes
 
 if TYPE_CHECKING:
-    from ..shapes import ShapeMap
+    from paramsurgery.analysis.shapes import ShapeMap
 
 LAYOUT_TYPES = ("Reshape", "Permute", "ExpandDims", "Squeeze", "Flatten")
 # ============================================================================ matching
@@ -199,7 +206,7 @@ class FuseCodebooks(Pass):
         """Whether a failed candidate is worth an --explain line (an Embed feeds it)."""
         from itertools import islice
 
-        from .match import walk_up
+        from paramsurgery.patterns.match import walk_up
 
         near = walk_up(g, layer.inputs, LAYOUT_TYPES + ("BinaryOp", "Concat", "Eltwise", "Split"))
         return any(p is not None and p.type == "Embed" for _, p in islice(near, 64))
@@ -451,7 +458,7 @@ class FuseCodebooks(Pass):
         result = PassResult(g, False)
         if not g.by_type("Embed"):
             raise PassRefused("the graph has no Embed layer")
-        self.shapes = g.shapes(inputshape=self.inputshape)
+        self.shapes = infer_shapes(g, inputshape=self.inputshape)
         fusions: list[Fusion] = []
         if self.mode == "sum":
             matches = self._match_sums(g, result)
@@ -499,7 +506,7 @@ class FuseCodebooks(Pass):
                     t = (t.astype(np.float32) + b).astype(np.float32)
                 tables.append(t)
             table = np.concatenate(tables, axis=0)
-            from ..weights import set_weights
+            from paramsurgery.formats.weights import set_weights
 
             set_weights(fused, weight=table)
             dtype = "fp16" if fp16 else "fp32"

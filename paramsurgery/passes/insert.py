@@ -23,13 +23,13 @@ from __future__ import annotations
 import difflib
 from typing import Sequence
 
-from ..errors import PassRefused
-from ..graph import Graph
-from ..layer import Layer, _check_token
-from ..layer_types import NCNN_LAYER_TYPES, is_ncnn_layer
-from ..params import Params
-from .base import Change, Pass, PassResult, Skip, register
-from .set_param import apply_params, check_loads
+from paramsurgery.core.errors import PassRefused
+from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer, _check_token
+from paramsurgery.core.layer_types import NCNN_LAYER_TYPES, is_ncnn_layer
+from paramsurgery.ir.params import Params
+from paramsurgery.passes.base import Change, Pass, PassResult, Skip, register
+from paramsurgery.passes.set_param import apply_params, check_loads
 
 
 # types whose forward reads more than one bottom (with these params): not 1 -> 1
@@ -78,7 +78,7 @@ class InsertLayer(Pass):
 
     def _check_params(self) -> None:
         """Params typed, no weights, accepted by ncnn's load_param (checked on a probe)."""
-        from ..weights.schema import SchemaError, reads_for
+        from paramsurgery.formats.weights.schema import SchemaError, reads_for
 
         probe = Layer(self.layer_type, "probe", ["x"], ["y"], Params())
         apply_params(probe, self.assignments, force=self.force)

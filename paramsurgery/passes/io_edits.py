@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..errors import PassRefused
-from ..graph import Graph
-from ..layer import Layer, _check_token
-from .base import Change, Pass, PassResult, register
-from .kvcache import NAMINGS, cache_slots
+from paramsurgery.core.errors import PassRefused
+from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer, _check_token
+from paramsurgery.passes.base import Change, Pass, PassResult, register
+from paramsurgery.passes.kvcache import NAMINGS, cache_slots
 
 
 def _token(value: str, what: str) -> None:

@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..errors import PassRefused
-from ..graph import Graph
-from ..layer import Layer
-from .base import Change, Pass, PassResult, Skip, check_selection, register
-from .match import InputAncestry, Match, fail, matched
+from paramsurgery.core.errors import PassRefused
+from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer
+from paramsurgery.passes.base import Change, Pass, PassResult, Skip, check_selection, register
+from paramsurgery.patterns.match import InputAncestry, Match, fail, matched
 
 ATTENTION_TYPES = ("SDPA", "MultiHeadAttention")
 

@@ -32,18 +32,18 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence, TypeGuard
 
 import numpy as np
 
-from ..errors import PassRefused
-from ..graph import Graph
-from ..layer import Layer
-from ..layer_types import is_converter_leftover
-from ..values import FLT_MAX
-from .shared_tables import share_added_tables
-from .base import TRACED_LEN, Change, Pass, PassResult, RepairContext, Skip, register
-from ._traced import Op, op_named
-from .match import NoMatch
+from paramsurgery.core.errors import PassRefused
+from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer
+from paramsurgery.core.layer_types import is_converter_leftover
+from paramsurgery.core.values import FLT_MAX
+from paramsurgery.passes.shared_tables import share_added_tables
+from paramsurgery.passes.base import TRACED_LEN, Change, Pass, PassResult, RepairContext, Skip, register
+from paramsurgery.formats.pnnx_traced import Op, op_named
+from paramsurgery.patterns.match import NoMatch
 
 if TYPE_CHECKING:
-    from ..formats.pnnx_param import PnnxGraph
+    from paramsurgery.formats.pnnx_param import PnnxGraph
 
 # ncnn BinaryOp 0= / UnaryOp 0= op types (src/layer/binaryop.h, unaryop.h)
 ADD, SUB, MUL, DIV, MAX, MIN = 0, 1, 2, 3, 4, 5
@@ -113,7 +113,7 @@ class Site:
         if self.pnnx is None:
             raise Declined(f"bottom {slot} is the constant pnnx.Expression {prod.name!r}, "
                            f"whose value pnnx keeps only in X.pnnx.param (--pnnx)")
-        from ..formats.pnnx_param import parse_value
+        from paramsurgery.formats.pnnx_param import parse_value
 
         op = self.pnnx.op_by_name(prod.name)
         if op is not None and op.type == "pnnx.Expression":
@@ -451,9 +451,9 @@ def default_rules() -> Rules:
     masked_fill, expand, repeat). Composed on first use, so a rule module can import this
     one first."""
     if not _DEFAULT:
-        from .lower_layout import LAYOUT_RULES
-        from .lower_masks import MASK_RULES
-        from .lower_values import VALUE_RULES
+        from paramsurgery.passes.lower_layout import LAYOUT_RULES
+        from paramsurgery.passes.lower_masks import MASK_RULES
+        from paramsurgery.passes.lower_values import VALUE_RULES
 
         _DEFAULT.append(_BASE_RULES + LAYOUT_RULES + VALUE_RULES + MASK_RULES)
     return _DEFAULT[0]
@@ -497,7 +497,7 @@ class Lower(Pass):
     def run(self, g: Graph) -> PassResult:
         pnnx = None
         if self.traced is not None:
-            from ..formats.pnnx_param import read_pnnx_param
+            from paramsurgery.formats.pnnx_param import read_pnnx_param
 
             pnnx = read_pnnx_param(self.traced)
         result = PassResult(g, False)
@@ -558,8 +558,8 @@ class Lower(Pass):
     def _thaw(self, g: Graph, pnnx: object, shared: dict, result: PassResult) -> int:
         """Constants pnnx folded at the first trace that are the traced length: computed
         from the input instead (`frozen_extent`), before any rule reads them."""
-        from .frozen_extent import thaw, trace_evidence
-        from .lower_values import ARANGE_TABLE
+        from paramsurgery.analysis.frozen_extent import thaw, trace_evidence
+        from paramsurgery.passes.lower_values import ARANGE_TABLE
 
         ev = trace_evidence(pnnx, self.traced, self.traced_len)
         shared["evidence"] = ev
@@ -636,7 +636,7 @@ class Lower(Pass):
                 new = g.add_layer(st.type, g.unique_layer_name(f"{layer.name}_{st.hint}"), ins,
                                   [out], st.params, before=layer)
                 if st.weights is not None and g.weights is not None:
-                    from ..weights import set_weights
+                    from paramsurgery.formats.weights import set_weights
 
                     set_weights(new, st.weights)
                 names[st.out] = out

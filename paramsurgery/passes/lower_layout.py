@@ -25,9 +25,9 @@ and moves a real axis into ncnn's `n` only with an explicit `Reshape 12=/13=`
 
 from __future__ import annotations
 
-from ..graph import Graph
-from .int_affine import Affine, NotAffine, ShapeArith
-from .lower import Declined, Rule, Rules, Site, checked_dim, rule
+from paramsurgery.ir.graph import Graph
+from paramsurgery.analysis.int_affine import Affine, NotAffine, ShapeArith
+from paramsurgery.passes.lower import Declined, Rule, Rules, Site, checked_dim, rule
 
 _LAYOUT: list[Rule] = []
 INT_MAX = 2**31 - 1  # pnnx's "no select" / "to the end"

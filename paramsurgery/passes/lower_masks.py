@@ -38,13 +38,27 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..shapes.affine import Affine as Sym
-from ..values import FLT_MAX
-from .frozen_extent import folded_value, is_folded
-from .int_affine import Affine, NotAffine, ShapeArith
-from .lower import (ABS, ADD, MAX, MIN, MUL, NEG, SUB, TABLE, TRUNC, Declined, Rule, Rules,
-                    Site, rule)
-from .lower_layout import ncnn_axis
+from paramsurgery.analysis.shapes.affine import Affine as Sym
+from paramsurgery.core.values import FLT_MAX
+from paramsurgery.analysis.frozen_extent import folded_value, is_folded
+from paramsurgery.analysis.int_affine import Affine, NotAffine, ShapeArith
+from paramsurgery.passes.lower import (
+    ABS,
+    ADD,
+    MAX,
+    MIN,
+    MUL,
+    NEG,
+    SUB,
+    TABLE,
+    TRUNC,
+    Declined,
+    Rule,
+    Rules,
+    Site,
+    rule,
+)
+from paramsurgery.passes.lower_layout import ncnn_axis
 
 _MASKS: list[Rule] = []
 RSUB = 7          # ncnn BinaryOp: b - a
@@ -72,7 +86,7 @@ def shape_map(s: Site):  # noqa: ANN201 - ShapeMap
     """The static shape analysis of the graph with the inputs' dynamic dims as symbols
     (computed once per run, on first use)."""
     if "shapes" not in s.shared:
-        from ..shapes import infer_shapes
+        from paramsurgery.analysis.shapes import infer_shapes
 
         ev = s.shared.get("evidence")
         s.shared["shapes"] = infer_shapes(s.g, ev.inputshape if ev is not None else None)

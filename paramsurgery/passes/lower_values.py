@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Graph
-from .int_affine import Affine, NotAffine, ShapeArith
-from .lower import TABLE, Declined, Rule, Rules, Site, rule
-from .lower_layout import ncnn_axis
-from .lower_masks import COMPARISONS, record_positions
+from paramsurgery.ir.graph import Graph
+from paramsurgery.analysis.int_affine import Affine, NotAffine, ShapeArith
+from paramsurgery.passes.lower import TABLE, Declined, Rule, Rules, Site, rule
+from paramsurgery.passes.lower_layout import ncnn_axis
+from paramsurgery.passes.lower_masks import COMPARISONS, record_positions
 
 _VALUES: list[Rule] = []
 ARANGE_TABLE = TABLE  # positions a lowered arange can produce
@@ -122,7 +122,7 @@ def int_cast(s: Site) -> str:
 
 def _graph_input_source(g: Graph, blob: str) -> str | None:
     """The graph input `blob` is a layout-only view of, if any (worklist over producers)."""
-    from .match import walk_up
+    from paramsurgery.patterns.match import walk_up
 
     return next((b for b, prod in walk_up(g, [blob], _LAYOUT_ONLY)
                  if prod is not None and prod.type == "Input"), None)

@@ -28,13 +28,13 @@ from __future__ import annotations
 import os
 from typing import Callable, Sequence
 
-from ..errors import PassRefused
-from ..graph import Graph
-from ..layer import Layer
-from ..formats.pnnx_param import Op, PnnxGraph
-from ..layer_types import is_converter_leftover
-from .base import Change, Pass, PassResult, RepairContext, Skip, register
-from .match import NoMatch
+from paramsurgery.core.errors import PassRefused
+from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer
+from paramsurgery.formats.pnnx_param import Op, PnnxGraph
+from paramsurgery.core.layer_types import is_converter_leftover
+from paramsurgery.passes.base import Change, Pass, PassResult, RepairContext, Skip, register
+from paramsurgery.patterns.match import NoMatch
 
 CAST_TYPES = ("Tensor.to", "Tensor.type", "Tensor.float", "Tensor.double", "Tensor.half",
               "Tensor.long", "Tensor.int", "Tensor.bfloat16", "aten::to")
@@ -83,7 +83,7 @@ class _Ctx:
     @property
     def pnnx(self) -> "PnnxGraph | None":
         if self._pnnx is None and self.traced_path is not None:
-            from ..formats.pnnx_param import read_pnnx_param
+            from paramsurgery.formats.pnnx_param import read_pnnx_param
 
             self._pnnx = read_pnnx_param(self.traced_path)
         return self._pnnx

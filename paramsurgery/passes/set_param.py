@@ -28,15 +28,26 @@ import os
 import tempfile
 from typing import Any, Sequence, cast
 
-from ..errors import PassRefused
-from ..graph import Graph
-from ..layer import Layer
-from ..params import Params
-from ..layer_params import LAYER_PARAMS, param_default, param_info, param_name
-from ..layer_types import is_ncnn_layer
-from ..values import (ARRAY_KEY_BASE, Float, Floats, Int, Ints, Kind, Str, Value, ValueError_,
-                      parse_value, pnnx_float)
-from .base import Change, Pass, PassResult, Skip, register
+from paramsurgery.core.errors import PassRefused
+from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer
+from paramsurgery.ir.params import Params
+from paramsurgery.core.layer_params import LAYER_PARAMS, param_default, param_info, param_name
+from paramsurgery.core.layer_types import is_ncnn_layer
+from paramsurgery.core.values import (
+    ARRAY_KEY_BASE,
+    Float,
+    Floats,
+    Int,
+    Ints,
+    Kind,
+    Str,
+    Value,
+    ValueError_,
+    parse_value,
+    pnnx_float,
+)
+from paramsurgery.passes.base import Change, Pass, PassResult, Skip, register
 
 
 # ============================================================================ assignments
@@ -255,7 +266,7 @@ def arity_error(layer: Layer) -> str | None:
 
 def _reads(layer_type: str, params: "Params") -> "str | list[tuple[str, int, str]] | None":
     """What the weight schema reads for these params, an error text, or None (no weights)."""
-    from ..weights.schema import SchemaError, reads_for
+    from paramsurgery.formats.weights.schema import SchemaError, reads_for
 
     try:
         reads = reads_for(layer_type, params)

@@ -12,9 +12,9 @@ touched (a model may keep equal tables apart on purpose, and they are the input'
 
 from __future__ import annotations
 
-from ..graph import Graph
-from ..layer import Layer
-from .base import Change
+from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer
+from paramsurgery.passes.base import Change
 
 
 def share_added_tables(g: Graph, existing: set[int]) -> list[Change]:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from paramsurgery.runtime import NO_BATCH, Feed, Fetch
+from paramsurgery.runtime.child import NO_BATCH, Feed, Fetch
 
 STATUSES = ("right", "wrong", "load_fail", "crash", "export_fail")
 

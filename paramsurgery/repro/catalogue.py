@@ -15,7 +15,7 @@ from paramsurgery.repro import cases as C
 def repros_dir() -> Path | None:
     """fixtures/repros of the source tree or of the installed package, if present."""
     try:
-        from paramsurgery.resources import fixtures_dir
+        from paramsurgery.core.resources import fixtures_dir
 
         path = fixtures_dir() / "repros"
     except FileNotFoundError:

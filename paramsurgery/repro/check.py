@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from paramsurgery.repro.cases import compare_outputs, ncnn_feeds, ncnn_fetches
-from paramsurgery.runtime import NO_BATCH, RunResult, run_isolated
+from paramsurgery.runtime.child import NO_BATCH, RunResult, run_isolated
 
 
 @dataclass

@@ -23,8 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from paramsurgery.errors import ParamSurgeryError
-from paramsurgery.io import atomic_write
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.core.fs import atomic_write
 from paramsurgery.repro import cases as C
 from paramsurgery.repro.catalogue import recorded, variant_dir
 from paramsurgery.repro.observe import MODEL_FILES, environment, evidence

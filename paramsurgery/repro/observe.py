@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paramsurgery.errors import MissingDependency
+from paramsurgery.core.errors import MissingDependency
 from paramsurgery.repro import cases as C
 from paramsurgery.repro.catalogue import recorded
 from paramsurgery.repro.check import Reference, classify, rounded, run_reference, signal_name

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from paramsurgery.errors import MissingDependency
+from paramsurgery.core.errors import MissingDependency
+from paramsurgery.formats.io import save
 
 NO_BATCH = 233
 
@@ -208,7 +209,7 @@ def export_with_pnnx(module: Any, example_inputs: tuple, out_dir: Path, name: st
         if msg not in trace_msgs:
             trace_msgs.append(msg)
     pt = out_dir / f"{name}.pt"
-    traced.save(str(pt))
+    save(traced, str(pt))
 
     cmd = [exe, pt.name, f"inputshape={shape_arg(example_inputs)}"]
     if example_inputs2 is not None:

@@ -8,8 +8,8 @@ graph-writing command, and the per-layer values page `compare --html` draws.
   written in each box and drawn as its fill.
 """
 
-from .diff import GraphDiff, LayerChange, diff_graphs
-from .page import diff_page, graph_page, render_page, values_page
+from paramsurgery.view.diff import GraphDiff, LayerChange, diff_graphs
+from paramsurgery.view.page import diff_page, graph_page, render_page, values_page
 
 __all__ = ["GraphDiff", "LayerChange", "diff_graphs", "diff_page", "graph_page", "render_page",
            "values_page"]

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..graph import Graph
-    from ..layer import Layer
+    from paramsurgery.ir.graph import Graph
+    from paramsurgery.ir.layer import Layer
 
 
 @dataclass
@@ -54,7 +54,7 @@ class LayerChange:
         if self.type_change:
             lines.append(f"    type: {self.type_change[0]} -> {self.type_change[1]}")
         if self.params:
-            from ..layer_params import param_name
+            from paramsurgery.core.layer_params import param_name
 
             lines.append("    params: " + ", ".join(
                 f"{param_name(self.type, k)}: {_show(b)} -> {_show(a)}"

@@ -1,6 +1,6 @@
 """What a picture says about a layer and a blob: the box text (type, name, the params that
 differ from ncnn's defaults, weight bytes and dtype) and the shape of each blob when it is
-known (the shapes analysis, `paramsurgery.shapes`, then pnnx's traced shapes from the
+known (the shapes analysis, `paramsurgery.analysis.shapes`, then pnnx's traced shapes from the
 `X.pnnx.param` beside the graph)."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from ..layer_params import param_default, param_info
-from ..layer_types import is_converter_leftover, is_ncnn_layer
+from paramsurgery.core.layer_params import param_default, param_info
+from paramsurgery.core.layer_types import is_converter_leftover, is_ncnn_layer
 
 if TYPE_CHECKING:
-    from ..graph import Graph
-    from ..layer import Layer
-    from ..shapes import ShapeMap
+    from paramsurgery.ir.graph import Graph
+    from paramsurgery.ir.layer import Layer
+    from paramsurgery.analysis.shapes import ShapeMap
 
 SHAPE_HINTS = 30  # the generic `-23330=` param: top shape hints (net.cpp)
 MAX_LINE = 40  # characters of a box line; the full text is in the tooltip
@@ -84,8 +84,8 @@ def blob_shapes(graph: "Graph", pnnx_param: str | None = None, *,
     Input layers' params, `-23330=` hints and the per-layer rules), then pnnx's traced torch
     shapes `(1,?,64)` for the blobs it leaves unknown (`pnnx_param`, default: the
     `.pnnx.param` beside the graph file, if any)."""
-    from ..shapes import infer_shapes
-    from ..shapes.affine import dim_str
+    from paramsurgery.analysis.shapes import infer_shapes
+    from paramsurgery.analysis.shapes.affine import dim_str
 
     sm = analysis if analysis is not None else infer_shapes(graph)
     shapes = {blob: "[" + ",".join(dim_str(d) for d in shape) + "]"
@@ -93,12 +93,12 @@ def blob_shapes(graph: "Graph", pnnx_param: str | None = None, *,
               if shape is not None and any(d is not None for d in shape)}
     path = pnnx_param
     if path is None and graph.source.path:
-        from ..formats.pnnx_param import find_pnnx_param
+        from paramsurgery.formats.pnnx_param import find_pnnx_param
 
         path = find_pnnx_param(graph.source.path)
     if path and os.path.isfile(path):
-        from ..formats.pnnx_param import read_pnnx_param
-        from ..lint.conformance import map_blobs
+        from paramsurgery.formats.pnnx_param import read_pnnx_param
+        from paramsurgery.lint.conformance import map_blobs
 
         try:
             traced = read_pnnx_param(path)

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from .labels import blob_shapes
-from .scene import MAX_LAYERS, Scene, around_layers, build_scene
-from .svg import render_svg
+from paramsurgery.view.labels import blob_shapes
+from paramsurgery.view.scene import MAX_LAYERS, Scene, around_layers, build_scene
+from paramsurgery.view.svg import render_svg
 
 if TYPE_CHECKING:
-    from ..graph import Graph
-    from .diff import GraphDiff
+    from paramsurgery.ir.graph import Graph
+    from paramsurgery.view.diff import GraphDiff
 
 CONTEXT = 3  # hops drawn around each change when a diff's graphs are too large to draw
 

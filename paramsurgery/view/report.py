@@ -4,7 +4,7 @@ One mechanism for all commands: `add_report_arg` (called where the output argume
 added) declares the flag, and the CLI runs a command given `--report` through
 `run_with_report`, which keeps the input graph as it was before the command ran (so
 `--in-place` is covered), watches which `.param` files the command writes (every output
-goes through `paramsurgery.io`'s atomic writers, which tell the watchers; the first graph is
+goes through `paramsurgery.formats.io`'s atomic writers, which tell the watchers; the first graph is
 read as soon as it is written, so outputs staged and moved later count too), and afterwards
 draws the input and that graph side by side with the semantic diff. A command
 that fails writes no report; a report is written atomically like every output.
@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Callable
 
-from ..errors import ParamSurgeryError
+from paramsurgery.core.errors import ParamSurgeryError
 
 GRAPH_SUFFIXES = (".param", ".param.bin")
 
@@ -29,10 +29,11 @@ def add_report_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def run_with_report(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
-    from .. import io
-    from ..io import atomic_write, load
-    from .diff import diff_graphs
-    from .page import diff_page
+    from paramsurgery.core import fs
+    from paramsurgery.core.fs import atomic_write
+    from paramsurgery.formats.io import load, loads
+    from paramsurgery.view.diff import diff_graphs
+    from paramsurgery.view.page import diff_page
 
     report = args.report
     source = getattr(args, "param", None)
@@ -53,20 +54,20 @@ def run_with_report(args: argparse.Namespace, run: Callable[[argparse.Namespace]
     def keep_graph(path: str) -> None:
         # read at once: a command may stage its outputs and move them afterwards
         if not graphs and path.endswith(GRAPH_SUFFIXES):
-            graphs.append((path, io.read_bytes(path)))
+            graphs.append((path, fs.read_bytes(path)))
 
-    io.WRITE_WATCHERS.append(keep_graph)
+    fs.WRITE_WATCHERS.append(keep_graph)
     try:
         code = run(args)
     finally:
-        io.WRITE_WATCHERS.remove(keep_graph)
+        fs.WRITE_WATCHERS.remove(keep_graph)
     if code != 0:
         return code
     if graphs:
         path, data = graphs[0]
         if not os.path.exists(path):  # staged: name it by its file name
             path = os.path.basename(path)
-        after = io.loads(data, path)
+        after = loads(data, path)
     else:
         path, after = "(nothing written)", before
     d = diff_graphs(before, after, a_path=source, b_path=path)

@@ -9,12 +9,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
-from ..errors import ParamSurgeryError
-from .labels import clip, layer_kind, layer_lines
-from .layout import Placed, layered_layout
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.view.labels import clip, layer_kind, layer_lines
+from paramsurgery.view.layout import Placed, layered_layout
 
 if TYPE_CHECKING:
-    from ..graph import Graph
+    from paramsurgery.ir.graph import Graph
 
 CHAR_W = 6.6  # width of one character of the 11px monospace box font
 LINE_H = 14.0

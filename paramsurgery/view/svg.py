@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from html import escape
 
-from .scene import LINE_H, MAX_STUB_LABELS, PAD, Scene
+from paramsurgery.view.scene import LINE_H, MAX_STUB_LABELS, PAD, Scene
 
 Point = tuple[float, float]
 TOP_RANKS = 3  # the page opens centred on the boxes of the first ranks

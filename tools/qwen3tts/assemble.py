@@ -33,13 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from paramsurgery import load
-from paramsurgery.errors import PassRefused
-from paramsurgery.graph import Graph
+from paramsurgery.core.errors import PassRefused
+from paramsurgery.ir.graph import Graph
 from paramsurgery.passes.extract import extract_subgraph
 from paramsurgery.passes.fold_gqa import FoldGQA
 from paramsurgery.passes.fuse_codebooks import FuseCodebooks, FusedManifest
 from paramsurgery.passes.kvcache import AddKVCache, cache_slots
-from paramsurgery.runtime import run_isolated
+from paramsurgery.runtime.child import run_isolated
+from paramsurgery.formats.io import save
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
@@ -115,9 +116,9 @@ def _save(g: Graph, work: Path, stem: str, with_bin: bool) -> tuple[Path, Path |
     param = work / f"{stem}.param"
     if with_bin:
         binp = work / f"{stem}.bin"
-        g.save(param, bin=binp)
+        save(g, param, bin=binp)
         return param, binp
-    g.save(param)
+    save(g, param)
     return param, None
 
 
@@ -163,7 +164,7 @@ def front_context(front: Graph, window: int) -> int:
 
 def _left_types(fix_output: str, g: Graph) -> str:
     """What keeps a graph from loading, briefly: the non-ncnn layer types left, counted."""
-    from paramsurgery.layer_types import is_ncnn_layer
+    from paramsurgery.core.layer_types import is_ncnn_layer
 
     counts: dict[str, int] = {}
     for layer in g:

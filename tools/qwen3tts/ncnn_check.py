@@ -9,7 +9,7 @@ Statuses (the manifest's `status.kind`):
 - `crashes`: the child process dies from a signal (SIGSEGV, SIGFPE, ...);
 - `loads`: only load_param was tried (real-size params without their `.bin`).
 
-The run is always isolated in a child process (`paramsurgery.runtime.run_isolated`), so a
+The run is always isolated in a child process (`paramsurgery.runtime.child.run_isolated`), so a
 crash in ncnn is a result, not a dead generator or test session.
 """
 
@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from paramsurgery.runtime import NO_BATCH, Feed, Fetch, RunOptions, run_isolated
+from paramsurgery.runtime.child import NO_BATCH, Feed, Fetch, RunOptions, run_isolated
 
 REL_TOL = 1e-4
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from paramsurgery.kvcache_verify import causal_mask, rope_tables
-from paramsurgery.runtime import Feed, Fetch, RunOptions, load_net, run_net
+from paramsurgery.verify.kvcache import causal_mask, rope_tables
+from paramsurgery.runtime.child import Feed, Fetch, RunOptions, load_net, run_net
 
 from .assemble import Part, Pipeline
 

@@ -8,7 +8,7 @@ from typing import Mapping
 
 import numpy as np
 
-from paramsurgery.npz import write_npz
+from paramsurgery.core.npz import write_npz
 
 
 def save_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> None:

@@ -95,7 +95,7 @@ def folded_constants(param: Path, bin_path: Path) -> dict[str, np.ndarray]:
     """The small constants pnnx folded from its trace (`MemoryData pnnx_fold_*` of at most
     `FOLDED_MAX_ELEMENTS` elements), by layer name, read from the export's weights."""
     import paramsurgery
-    from paramsurgery.passes.frozen_extent import is_folded
+    from paramsurgery.analysis.frozen_extent import is_folded
 
     g = paramsurgery.load(param, bin_path)
     out: dict[str, np.ndarray] = {}

@@ -73,7 +73,7 @@ def repairs_run(fix_output: str) -> str:
 def left_types(param: Path) -> str:
     """The layer types ncnn does not have that a graph still holds, counted."""
     import paramsurgery
-    from paramsurgery.layer_types import is_ncnn_layer
+    from paramsurgery.core.layer_types import is_ncnn_layer
 
     counts: dict[str, int] = {}
     for layer in paramsurgery.load(param):

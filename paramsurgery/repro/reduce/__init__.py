@@ -15,7 +15,7 @@ The idea is Polygraphy's `debug reduce` (bisect, then linear), on ncnn graphs:
 `mode="linear"` replaces the halving of phases 1 and 2 by one layer at a time (slower,
 robust when the failure is not monotone). Weights stay exact: a candidate is the source
 graph minus layers, and every kept layer's weight blobs are copied byte for byte from the
-source `.bin` (paramsurgery.weights); the result is checked against the source afterwards.
+source `.bin` (paramsurgery.formats.weights); the result is checked against the source afterwards.
 
 What "fails" means is a check:
 - `CommandCheck`: a shell-free command template, `{param}` `{bin}` `{inputs}` `{expected}`
@@ -37,12 +37,24 @@ The replay log (replay.json) records every candidate tried (kept layers, verdict
 seconds) keyed by the sha256 of its .param; `replay=` reuses recorded verdicts.
 """
 
-from .algorithm import (ReduceOutput, ReduceResult, Reducer, SourcePasses, Step,
-                        reduce_graph)
-from .builder import Builder, Candidate, Verdict
-from .checks import (BuiltinCheck, Check, CommandCheck, PredicateCheck, compare_values,
-                     load_predicate)
-from .values import FAIL, KINDS, OTHER, PASS, UNKNOWN, Harvest, ValueStore, harvest
+from paramsurgery.repro.reduce.algorithm import (
+    ReduceOutput,
+    ReduceResult,
+    Reducer,
+    SourcePasses,
+    Step,
+    reduce_graph,
+)
+from paramsurgery.repro.reduce.builder import Builder, Candidate, Verdict
+from paramsurgery.repro.reduce.checks import (
+    BuiltinCheck,
+    Check,
+    CommandCheck,
+    PredicateCheck,
+    compare_values,
+    load_predicate,
+)
+from paramsurgery.repro.reduce.values import FAIL, KINDS, OTHER, PASS, UNKNOWN, Harvest, ValueStore, harvest
 
 __all__ = ["BuiltinCheck", "Builder", "Candidate", "Check", "CommandCheck", "FAIL", "Harvest",
            "KINDS", "OTHER", "PASS", "PredicateCheck", "ReduceOutput", "ReduceResult",

@@ -2,6 +2,6 @@
 
 import sys
 
-from .child import main
+from paramsurgery.repro.reduce.child import main
 
 sys.exit(main(sys.argv[1:]))

@@ -15,13 +15,16 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from paramsurgery.errors import ParamSurgeryError
-from paramsurgery.graph import Graph
-from paramsurgery.io import atomic_open, atomic_write, load
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.ir.graph import Graph
+from paramsurgery.core.fs import atomic_open, atomic_write
+from paramsurgery.formats.io import load
 
-from .builder import Builder, Candidate, Verdict
-from .checks import Check, compare_values
-from .values import PASS, Harvest, ValueStore, harvest
+from paramsurgery.repro.reduce.builder import Builder, Candidate, Verdict
+from paramsurgery.repro.reduce.checks import Check, compare_values
+from paramsurgery.repro.reduce.values import PASS, Harvest, ValueStore, harvest
+from paramsurgery.formats.io import save
+from paramsurgery.formats.param_text import dump_bytes
 
 
 
@@ -391,10 +394,10 @@ def _write_outputs(out: Path, result: ReduceResult, values: ValueStore,
                 p.unlink(missing_ok=True)     # stale files of an earlier run would mislead
             continue
         if has_bin:
-            cand.graph.save(paramp, binp)
+            save(cand.graph, paramp, binp)
             files[f"{tag}_bin"] = binp
         else:
-            atomic_write(paramp, cand.graph.dump_bytes())
+            atomic_write(paramp, dump_bytes(cand.graph))
             binp.unlink(missing_ok=True)
         files[f"{tag}_param"] = paramp
         with atomic_open(npz) as fh:

@@ -11,11 +11,13 @@ from typing import Iterable
 
 import numpy as np
 
-from paramsurgery.graph import Graph
+from paramsurgery.ir.graph import Graph
 from paramsurgery.passes.extract import inputs_for_cut
-from paramsurgery.runtime import Feed
+from paramsurgery.runtime.child import Feed
 
-from .values import FAIL, ValueStore
+from paramsurgery.repro.reduce.values import FAIL, ValueStore
+from paramsurgery.formats.io import save
+from paramsurgery.formats.param_text import dump_bytes
 
 
 # =========================================================================== candidates
@@ -81,8 +83,8 @@ class Builder:
 
     def cone(self, sink: int, within: Iterable[int]) -> list[int]:
         """`sink` and its ancestors among `within` (Input layers excluded), in file order:
-        the shared cut (`paramsurgery.cone`) restricted to those layers."""
-        from ...cone import cone
+        the shared cut (`paramsurgery.ir.cone`) restricted to those layers."""
+        from paramsurgery.ir.cone import cone
 
         allowed = {self.layers[i].id for i in within if self.layers[i].type != "Input"}
         return sorted(self.pos[i] for i in cone(self.graph, [self.layers[sink].id],
@@ -120,9 +122,9 @@ class Builder:
         d.mkdir(parents=True)
         param = d / "model.param"
         binp = d / "model.bin" if self.has_bin else None
-        data = g.dump_bytes()
+        data = dump_bytes(g)
         if binp is not None:
-            g.save(param, binp)
+            save(g, param, binp)
         else:
             param.write_bytes(data)
         inputs = g.inputs

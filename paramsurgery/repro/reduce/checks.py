@@ -14,11 +14,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from paramsurgery.errors import ParamSurgeryError
-from paramsurgery.runtime import (Fetch, RunOptions, RunResult, run_isolated)
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.runtime.child import Fetch, RunOptions, RunResult, run_isolated
 
-from .builder import Candidate, Verdict
-from .values import FAIL, KINDS, OTHER, PASS, UNKNOWN
+from paramsurgery.repro.reduce.builder import Candidate, Verdict
+from paramsurgery.repro.reduce.values import FAIL, KINDS, OTHER, PASS, UNKNOWN
 
 
 # =========================================================================== checks

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
-from paramsurgery.runtime import (NO_BATCH, Feed)
+from paramsurgery.runtime.child import NO_BATCH, Feed
 
 
 
 
 def _harvest_child(d: Path) -> int:
-    from paramsurgery.runtime import NcnnRunError, RunOptions, _to_mat, load_net
+    from paramsurgery.runtime.child import NcnnRunError, RunOptions, _to_mat, load_net
 
     spec = json.loads((d / "spec.json").read_text())
     try:

@@ -15,10 +15,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ...npz import save_arrays
+from paramsurgery.core.npz import save_arrays
 
-from paramsurgery.errors import ParamSurgeryError
-from paramsurgery.runtime import (NO_BATCH, Feed, child_env)
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.runtime.child import NO_BATCH, Feed, child_env
 
 
 FAIL, PASS, OTHER, UNKNOWN = "fail", "pass", "other", "unknown"

@@ -1,0 +1,65 @@
+"""Loading and saving graphs: the file formats chosen by a file's magic or name."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from paramsurgery.core.fs import atomic_write, atomic_write_many, read_bytes
+
+if TYPE_CHECKING:
+    from paramsurgery.ir.graph import Graph
+
+
+def read_graph(data: bytes, path: str | None = None) -> "Graph":
+    """A `.param` (text) or `.param.bin` (binary, recognised by its magic) from its bytes."""
+    from paramsurgery.formats.param_bin import read_param_bin
+    from paramsurgery.formats.param_text import BINARY_MAGIC, read_param
+
+    if data[:4] == BINARY_MAGIC:
+        return read_param_bin(data, path)
+    return read_param(data, path)
+
+
+def load(path: str | os.PathLike, bin: str | os.PathLike | None = None) -> "Graph":
+    """Load a `.param` (text) or `.param.bin` (binary, recognised by its magic) and, when
+    `bin` is given, its weights with exact byte accounting."""
+    path_s = os.fspath(path)
+    g = read_graph(read_bytes(path_s), path_s)
+    if bin is not None:
+        from paramsurgery.formats.weights import attach_weights
+
+        attach_weights(g, bin)
+    return g
+
+
+def loads(text: str | bytes, name: str | None = None) -> "Graph":
+    """Parse `.param` text given as a string (or bytes)."""
+    data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
+    return read_graph(data, name)
+
+
+def param_bytes(g: "Graph", path: str | os.PathLike) -> bytes:
+    """The graph as the file `path` names: binary for `.param.bin` (what ncnn's
+    `load_param_bin` reads), else text (also for `-`, stdout)."""
+    if os.fspath(path).endswith(".param.bin"):
+        from paramsurgery.formats.param_bin import write_param_bin
+
+        return write_param_bin(g)
+    from paramsurgery.formats.param_text import dump_bytes
+
+    return dump_bytes(g)
+
+
+def save(g: "Graph", path: str | os.PathLike, bin: str | os.PathLike | None = None) -> None:
+    """Write the `.param` (text, or binary if the path ends in `.param.bin`) atomically,
+    and the `.bin` too when a path is given and weights are loaded."""
+    path_s = os.fspath(path)
+    data = param_bytes(g, path_s)
+    if bin is None:
+        atomic_write(path_s, data)
+        return
+    from paramsurgery.formats.weights import write_weights
+
+    atomic_write_many({path_s: lambda fh: fh.write(data),
+                       os.fspath(bin): lambda fh: write_weights(g, fh)})

@@ -1,0 +1,139 @@
+"""ncnn against torch: the graph pnnx wrote against pnnx's own torch export of the same
+trace (`X_pnnx.py` + `X.pnnx.bin`), every operand captured, every blob compared with the
+operand `mapping.Aligner` pairs it with.
+
+The torch run goes first, in a child writing every operand to a scratch file (memory-
+mapped here); the ncnn run streams its blobs one at a time. With a reference `.npz` that
+holds torch outputs of the original model (pnnx's fixtures, the repro catalogue), the
+graph outputs are also held against those: when pnnx's own export already disagrees with
+the model, the bug is in pnnx's trace, before any ncnn layer, and the output layer is
+where compare can see it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Mapping
+
+import numpy as np
+
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.formats.pnnx_param import Op, read_pnnx_param
+from paramsurgery.formats.io import load
+from paramsurgery.runtime.child import Feed
+from paramsurgery.verify.compare.expression import conv_padding_terms, subterm_values
+from paramsurgery.verify.compare.frames import FrameFile
+from paramsurgery.verify.compare.inputs import input_order, largest_batch
+from paramsurgery.verify.compare.layout import Error, measure
+from paramsurgery.formats.pnnx_mapping import Aligner
+from paramsurgery.verify.compare.ncnn_run import NcnnSide, Outcome, extractable_blobs, stream_blobs
+from paramsurgery.verify.compare.report import DIFFERS, FAILED, OK, Report
+from paramsurgery.verify.compare.rows import blank_report
+from paramsurgery.verify.compare.torch_run import export_files, python_name, run_torch
+
+
+def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], *,
+                  reference_outputs: Mapping[str, np.ndarray] | None = None,
+                  atol: float = 1e-4, rtol: float = 1e-3, timeout: float = 600.0) -> Report:
+    graph = load(target.param)
+    pn = read_pnnx_param(pnnx_param)
+    script, _ = export_files(pnnx_param)
+    report, rows = blank_report(graph, target.param, f"{pnnx_param} (torch)", "torch", atol, rtol)
+    p_ins = pn.inputs
+    ins = input_order(graph)[: len(p_ins)]
+    dtypes = [o.dtype for o in p_ins]
+    fed = largest_batch(feeds)
+    report.batch_fed = fed
+    producer = {b: (layer, i) for layer in graph for i, b in enumerate(layer.outputs)}
+    outputs = set(graph.outputs)
+
+    def ok(err: Error) -> bool:
+        return err.within(atol, rtol)
+
+    with tempfile.TemporaryDirectory(prefix="paramsurgery-compare-") as tmp:
+        scratch = os.path.join(tmp, "torch.frames")
+        status, message = run_torch(script, {b: feeds[b] for b in ins}, dtypes, scratch, timeout)
+        report.reference_status = status
+        if status != "ok":
+            # nothing to compare with (pnnx writes `self.0 = ...` for a bare nn.Sequential,
+            # which does not even parse)
+            raise ParamSurgeryError(f"pnnx's torch export did not run ({status}): {message}",
+                                    file=script)
+        outcome = Outcome()
+        with FrameFile(scratch) as torch_values:
+            virtual: dict[str, np.ndarray] = {}
+            expanded: dict[int, list[str]] = {}
+
+            def value_of(operand: str) -> np.ndarray | None:
+                if "#" in operand:
+                    return virtual.get(operand)
+                return torch_values.get(python_name(operand))
+
+            def terms(op: Op) -> list[str]:
+                """Values inside one pnnx op that ncnn computes as a layer of their own,
+                evaluated once from the torch values: an expression's inner terms, a
+                conv's non-zero padding."""
+                if id(op) not in expanded:
+                    names = []
+                    inputs = [value_of(i) for i in op.inputs]
+                    if op.type == "pnnx.Expression":
+                        found = subterm_values(op.params.get("expr", ""), inputs)
+                    else:
+                        found = conv_padding_terms(op, inputs)
+                    for text, value in found:
+                        name = f"{op.name}#{text}"
+                        virtual[name] = value
+                        names.append(name)
+                    expanded[id(op)] = names
+                return expanded[id(op)]
+
+            aligner = Aligner(graph, pn, ok, terms)
+            for ev in stream_blobs(target, feeds, extractable_blobs(graph), outcome, timeout):
+                row = rows.get(ev.name)
+                if row is None or ev.name not in producer:
+                    continue
+                if ev.error is not None:
+                    row.status, row.note = FAILED, ev.error
+                    continue
+                arr = ev.array
+                assert arr is not None
+                row.shape = tuple(arr.shape)
+                n = int(ev.header.get("n", 1))
+                row.batch_n = n
+
+                def judge(operand: str, flat: bool, arr: np.ndarray = arr,
+                          n: int = n) -> Error | None:
+                    value = value_of(operand)
+                    if value is None:
+                        return None
+                    return measure(arr, value, batch_n=n, flat=flat)
+
+                layer, slot = producer[ev.name]
+                placed = aligner.place(layer, slot, judge)
+                if placed.operand is None or placed.error is None:
+                    continue
+                row.against, row.how, row.error = placed.operand, placed.how, placed.error
+                row.status = OK if ok(placed.error) else DIFFERS
+                if reference_outputs is not None and ev.name in outputs and \
+                        ev.name in reference_outputs:
+                    _against_model(row, arr, n, reference_outputs[ev.name], ok)
+    report.status, report.message = outcome.status, outcome.message
+    if outcome.status != "ok" and outcome.computing and outcome.computing in rows:
+        row = rows[outcome.computing]
+        row.status, row.note = FAILED, outcome.message
+    return report
+
+
+def _against_model(row, arr: np.ndarray, n: int, model_out: np.ndarray,
+                   ok) -> None:
+    """Hold a graph output against the original model's output too."""
+    err = measure(arr, model_out, batch_n=n)
+    if ok(err):
+        return
+    pnnx_agrees = row.status == OK
+    row.error, row.status = err, DIFFERS
+    row.against = f"{row.against} / reference output"
+    if pnnx_agrees:
+        row.note = ("pnnx's own torch export computes this output differently from the "
+                    "model: pnnx lost or changed an op while tracing, upstream of this layer")

@@ -1,0 +1,62 @@
+"""Running pnnx's own torch export (`X_pnnx.py` + `X.pnnx.bin`) in a child process with
+every operand written to a scratch file (`torch_child`), and naming the files pnnx wrote
+next to `X.pnnx.param`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Mapping
+
+
+from paramsurgery.core.npz import save_arrays
+
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.runtime.child import Feed, child_env
+
+
+def export_files(pnnx_param: str) -> tuple[str, str]:
+    """(`X_pnnx.py`, `X.pnnx.bin`) next to `X.pnnx.param`; ParamSurgeryError if absent."""
+    p = os.fspath(pnnx_param)
+    if not p.endswith(".pnnx.param"):
+        raise ParamSurgeryError("--pnnx expects pnnx's X.pnnx.param (with X_pnnx.py and "
+                                "X.pnnx.bin next to it)", file=p)
+    stem = p[: -len(".pnnx.param")]
+    script, weights = stem + "_pnnx.py", stem + ".pnnx.bin"
+    missing = [f for f in (p, script, weights) if not os.path.isfile(f)]
+    if missing:
+        raise ParamSurgeryError(f"pnnx's torch export is incomplete: {', '.join(missing)} "
+                                f"not found (pnnx writes X_pnnx.py and X.pnnx.bin next to "
+                                f"X.pnnx.param unless they were deleted)", file=p)
+    return script, weights
+
+
+def python_name(operand: str) -> str:
+    """The local pnnx's `X_pnnx.py` gives an operand (`v_` + the name, sanitized)."""
+    return "v_" + re.sub(r"[^0-9a-zA-Z_]", "_", operand)
+
+
+def run_torch(script: str, inputs: Mapping[str, Feed], dtypes: list[str | None], out: str,
+              timeout: float = 600.0) -> tuple[str, str]:
+    """Run the export on `inputs` (in pnnx input order); operands go to `out` as frames
+    named by their Python locals. Returns (status, message)."""
+    with tempfile.TemporaryDirectory(prefix="paramsurgery-torch-") as tmp:
+        tmpdir = Path(tmp)
+        save_arrays(tmpdir / "inputs.npz", {f"i{i}": f.array for i, f in enumerate(inputs.values())})
+        (tmpdir / "spec.json").write_text(json.dumps(
+            {"script": os.path.abspath(script), "dtypes": dtypes, "out": os.path.abspath(out)}))
+        try:
+            proc = subprocess.run([sys.executable, "-m", "paramsurgery.verify.compare.torch_child",
+                                   str(tmpdir)], capture_output=True, text=True,
+                                  timeout=timeout, env=child_env())
+        except subprocess.TimeoutExpired:
+            return "timeout", f"the torch run was stopped after {timeout:.0f} s"
+    if proc.returncode != 0:
+        tail = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-3:]
+        return "error", " / ".join(tail) or f"exit {proc.returncode}"
+    return "ok", ""
