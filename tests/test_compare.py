@@ -19,7 +19,7 @@ from paramsurgery.verify.compare import NcnnSide, compare_ncnn
 from paramsurgery.verify.compare.expression import parse, subterm_values
 from paramsurgery.verify.compare.frames import FrameFile, read_frames, write_frame
 from paramsurgery.verify.compare.graph_match import match_graphs
-from paramsurgery.verify.compare.inputs import make_feeds
+from paramsurgery.analysis.traced_inputs import make_feeds
 from paramsurgery.verify.compare.layout import measure
 from paramsurgery.verify.compare.options import parse_options
 from paramsurgery.core.errors import ParamSurgeryError

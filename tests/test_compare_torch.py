@@ -15,7 +15,7 @@ import pytest
 import paramsurgery
 from paramsurgery.verify.compare import NcnnSide
 from paramsurgery.verify.compare.against_torch import compare_torch
-from paramsurgery.verify.compare.inputs import make_feeds
+from paramsurgery.analysis.traced_inputs import make_feeds
 from paramsurgery.verify.compare.options import parse_options
 from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.formats.pnnx_param import read_pnnx_param

@@ -9,7 +9,8 @@ import pytest
 
 import paramsurgery
 from paramsurgery.cli import main
-from paramsurgery.verify.fold import FoldedCache, verify_fold
+from paramsurgery.passes.fold_explicit_cache import FoldedCache
+from paramsurgery.verify.fold import verify_fold
 from paramsurgery.passes.fold_explicit_cache import FoldExplicitCache
 
 ncnn = pytest.importorskip("ncnn")

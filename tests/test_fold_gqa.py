@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.verify.kvcache import DecoderIO, verify_kvcache
-from paramsurgery.passes.fold_gqa import FoldGQA, expand_gqa, verify_fold
+from paramsurgery.passes.fold_gqa import FoldGQA, expand_gqa
+from paramsurgery.verify.gqa import verify_fold
 from paramsurgery.passes.kvcache import AddKVCache, cache_slots
 from paramsurgery.runtime.child import Feed, run, run_isolated
 from paramsurgery.formats.weights import weights_fingerprint

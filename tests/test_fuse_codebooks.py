@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.passes.extract import extract_subgraph
-from paramsurgery.passes.fuse_codebooks import FusedManifest, FuseCodebooks, Fusion, verify_fusion
+from paramsurgery.formats.codebooks import FusedManifest, Fusion
+from paramsurgery.passes.fuse_codebooks import FuseCodebooks
+from paramsurgery.verify.codebooks import verify_fusion
 from paramsurgery.runtime.child import Feed, run
 from paramsurgery.formats.weights import set_weights, weights_fingerprint
 
@@ -161,7 +163,7 @@ def test_fused_equals_original_through_ncnn(tmp_path_factory, data, n, d, form, 
 
 def test_manifest_round_trip_and_pack_ids():
     f = Fusion("e", "sum", "ids", 4, output="out")
-    from paramsurgery.passes.fuse_codebooks import CodebookGroup
+    from paramsurgery.formats.codebooks import CodebookGroup
 
     f.groups = [CodebookGroup(0, "a", "x", 3, 0), CodebookGroup(1, "b", "y", 5, 3),
                 CodebookGroup(2, "c", "z", 2, 8)]

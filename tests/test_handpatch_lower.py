@@ -14,7 +14,8 @@ import pytest
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.core.layer_types import is_converter_leftover
-from paramsurgery.passes.lower import RULES, Lower, Rule, Rules
+from paramsurgery.passes.lower import RULES, Lower
+from paramsurgery.passes.lowering import Rule, Rules
 from paramsurgery.runtime.child import Feed, Fetch, run
 
 from conftest import FIXTURES, REPO, ncnn_loads

@@ -13,7 +13,7 @@ import pytest
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.core.layer_types import is_converter_leftover
-from paramsurgery.patterns.match import NoMatch
+from paramsurgery.core.match import NoMatch
 from paramsurgery.passes.passthrough import RemovePassthrough, cast_verdict
 from paramsurgery.runtime.child import Feed, Fetch, run
 

@@ -12,13 +12,8 @@ import pytest
 from paramsurgery.core.findings import ERROR, INFO, WARNING
 from paramsurgery.formats.pnnx_param import read_pnnx_param
 from paramsurgery.lint import LintOptions, Reference, lint_file, lint_graph, parse_input_shapes
-from paramsurgery.lint.conformance import (
-    find_reference,
-    map_blobs,
-    read_pnnx_script,
-    shape_matches,
-    torch_parts,
-)
+from paramsurgery.formats.pnnx_reference import find_reference, read_pnnx_script, shape_matches
+from paramsurgery.lint.conformance import map_blobs, torch_parts
 
 from test_lint_support import QWEN, REPROS
 

@@ -8,7 +8,7 @@ import pytest
 import paramsurgery
 from paramsurgery.core.findings import ERROR, INFO, WARNING
 from paramsurgery.lint import LintOptions, all_rules, fix_pass_of, fixable, get_rule, lint_graph
-from paramsurgery.lint.registry import select_rules
+from paramsurgery.lint.catalogue import select_rules
 
 from conftest import ncnn_loads
 from paramsurgery.analysis.validate import validate

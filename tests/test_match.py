@@ -4,8 +4,8 @@ pass's --explain words a broken chain the same way."""
 import pytest
 
 import paramsurgery
+from paramsurgery.core.match import NoMatch
 from paramsurgery.patterns.match import (
-    NoMatch,
     above_splits,
     chain_up,
     readers_through_splits,

@@ -9,7 +9,8 @@ import pytest
 
 from paramsurgery.cli import build_parser, main
 from paramsurgery.passes import base
-from paramsurgery.passes.base import Change, Pass, PassResult
+from paramsurgery.core.changes import Change
+from paramsurgery.passes.base import Pass, PassResult
 
 TEXT = "7767517\n3 3\nInput in0 0 1 in0\nReLU relu 1 1 in0 a\nSigmoid sig 1 1 a out0\n"
 

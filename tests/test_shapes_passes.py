@@ -139,7 +139,8 @@ def test_pass_refreshes_hints_to_ncnn_shapes(tmp_path):
 def test_refresh_after_an_edit_rewrites_downstream_hints_only():
     from conftest import CORPUS
 
-    from paramsurgery.analysis.shapes.hints import refresh_after, snapshot
+    from paramsurgery.analysis.shapes.static import refresh_after
+    from paramsurgery.analysis.shapes.hints import snapshot
 
     g = paramsurgery.load(CORPUS / "squeezenet.param")
     before = snapshot(g)

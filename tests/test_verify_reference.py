@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES
-from paramsurgery.lint.conformance import io_sidefile, read_io_sidefile
+from paramsurgery.formats.pnnx_reference import io_sidefile, read_io_sidefile
 
 TINY = FIXTURES / "qwen3_tts" / "tiny"
 
@@ -76,7 +76,7 @@ def test_io_sidefile_is_read_and_checked(tmp_path):
 def test_reference_pairs_keys_through_the_side_file(tmp_path):
     """With the side file no pnnx IR is needed to pair `input_*` keys with blobs."""
     import paramsurgery
-    from paramsurgery.lint.conformance import Reference
+    from paramsurgery.formats.pnnx_reference import Reference
 
     g = paramsurgery.loads("7767517\n2 2\nInput in0 0 1 in0\nReLU relu 1 1 in0 out0\n", "m.param")
     np.savez(tmp_path / "r.npz", input_x=np.ones((1, 3, 4), np.float32),

@@ -56,6 +56,7 @@ MOVES: dict[str, str] = {
     "paramsurgery.weights": "paramsurgery.formats.weights",
     "paramsurgery.passes._traced": "paramsurgery.formats.pnnx_traced",
     "paramsurgery.compare.mapping": "paramsurgery.formats.pnnx_mapping",
+    "paramsurgery.compare.inputs": "paramsurgery.analysis.traced_inputs",
     "paramsurgery.validate": "paramsurgery.analysis.validate",
     "paramsurgery.shapes": "paramsurgery.analysis.shapes",
     "paramsurgery.summary": "paramsurgery.analysis.summary",
@@ -79,6 +80,35 @@ FS_NAMES = {
     "_CLEANUP_SIGNALS", "_raise_terminated", "_default_mode", "_stage",
 }
 FS_MODULE = "paramsurgery.core.fs"
+
+# modules split by name: (module after MOVES) -> {name: the module it went to}
+SPLITS: dict[str, dict[str, str]] = {
+    "paramsurgery.lint.conformance": dict.fromkeys(
+        ('InputSpec', 'parse_input_shapes', 'find_pnnx_script', 'read_pnnx_script', 'Reference', '_fits', '_pair', 'io_sidefile', 'read_io_sidefile', 'write_io_sidefile', 'find_reference', '_strip', 'shape_matches', '_match', 'fmt_shape', '_SPEC_RE', '_RAND_RE', '_INPUT_RE', '_OUTPUT_RE', 'REFERENCE_ERRORS'), "paramsurgery.formats.pnnx_reference"),
+    "paramsurgery.patterns.match": dict.fromkeys(("Match", "matched", "fail", "NoMatch"),
+                                                 "paramsurgery.core.match"),
+    "paramsurgery.passes.base": {"Change": "paramsurgery.core.changes"},
+    "paramsurgery.commands._common": {"run_param_pass": "paramsurgery.commands._runner"},
+    "paramsurgery.analysis.shapes.hints": {"refresh_after": "paramsurgery.analysis.shapes.static"},
+    "paramsurgery.analysis.shapes.rules": {"_ncnn_axes": "paramsurgery.analysis.shapes.exprs",
+                                          "AXIS_NAMES": "paramsurgery.analysis.shapes.exprs"},
+    "paramsurgery.passes.dynamize": {"int_params": "paramsurgery.passes.dynamize_shapes",
+                                     "_int_list": "paramsurgery.core.values"},
+    "paramsurgery.lint.registry": dict.fromkeys(("all_rules", "get_rule", "select_rules"),
+                                                "paramsurgery.lint.catalogue"),
+    "paramsurgery.passes.lower": dict.fromkeys(('ABS', 'ADD', 'BASE_RULES', 'DIV', 'Declined', 'MAX', 'MIN', 'MUL', 'NEG', 'Rule', 'Rules', 'SUB', 'Site', 'Step', 'TABLE', 'TRUNC', '_BASE_RULES', '_NOT_EXACT', '_RULES', '_add_combined', '_as_float', '_declines', '_is_int', 'addcdiv', 'addcmul', 'checked_dim', 'clamp', 'clamp_max', 'clamp_min', 'deg2rad', 'frac', 'lerp', 'mT', 'narrow', 'rrelu', 'rule', 'softmin', 'softsign', 'tanhshrink'),
+                                               "paramsurgery.passes.lowering"),
+    "paramsurgery.passes.fix_batch_reshape": dict.fromkeys(
+        ("match_pair", "find_lossy_pairs", "NOT_A_CANDIDATE", "DIM_PARAMS", "_is_int"),
+        "paramsurgery.patterns.batch_reshape"),
+    "paramsurgery.passes.fold_gqa": dict.fromkeys(("FoldCheck", "decoder_feeds", "verify_fold"),
+                                                  "paramsurgery.verify.gqa"),
+    "paramsurgery.verify.fold": {"FoldedCache": "paramsurgery.passes.fold_explicit_cache"},
+    "paramsurgery.passes.fuse_codebooks": {
+        **dict.fromkeys(("MANIFEST_FORMAT", "MANIFEST_VERSION", "CodebookGroup", "FusedManifest",
+                         "Fusion"), "paramsurgery.formats.codebooks"),
+        **dict.fromkeys(("FusionCheck", "verify_fusion"), "paramsurgery.verify.codebooks")},
+}
 # spelled in pieces so that running this script over tools/ leaves its own table alone
 OLD_IO = ".".join((PKG, "io"))
 RUNTIME = ".".join((PKG, "runtime"))
@@ -190,7 +220,10 @@ def rewrite_imports(path: Path, text: str, new: set[str]) -> str:
                 elif target == RUNTIME and f"{RUNTIME}.{alias.name}" in new:
                     groups.setdefault(target, []).append(alias)
                 else:
-                    groups.setdefault(map_dotted(target, new), []).append(alias)
+                    dest = map_dotted(target, new)
+                    groups.setdefault(SPLITS.get(dest, {}).get(alias.name, dest), []).append(alias)
+            if node.level == 0 and list(groups) == [target]:
+                continue  # nothing moved: keep the statement as written (comments included)
             rendered = "\n".join(render_from(m, a, indent) for m, a in groups.items())
             edits.append((node.lineno, node.col_offset, node.end_lineno or node.lineno,
                           node.end_col_offset or 0, rendered[len(indent):]))
@@ -233,10 +266,14 @@ def rewrite_dotted(text: str, new: set[str]) -> str:
         name = m.group(0)
         if name in new and text[m.end():m.end() + 8] == " import ":
             return name  # `from <new package> import x`: the import pass settled it
+        if text[m.end():m.end() + 1] == "(":
+            return name  # a call: `paramsurgery.validate(g)` is the API's function, not a module
         if name.startswith(OLD_IO + ".") or name == OLD_IO:
             tail = name[len(OLD_IO):].lstrip(".").split(".")[0]
             return FS_MODULE if tail in FS_NAMES else "paramsurgery.formats.io" + name[len(OLD_IO):]
-        return map_dotted(name, new)
+        mapped = map_dotted(name, new)
+        mod, _, attr = mapped.rpartition(".")
+        return f"{SPLITS[mod][attr]}.{attr}" if attr in SPLITS.get(mod, {}) else mapped
     return DOTTED.sub(sub, text)
 
 

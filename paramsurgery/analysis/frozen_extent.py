@@ -39,9 +39,9 @@ import numpy as np
 
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
-from paramsurgery.passes.base import Change
+from paramsurgery.core.changes import Change
 
-NO_BATCH = 233
+from paramsurgery.core.ncnn import NO_BATCH
 _LETTERS = {1: "w", 2: "hw", 3: "chw", 4: "cdhw"}  # ncnn axes outermost first, by rank
 
 
@@ -75,7 +75,7 @@ def trace_evidence(pnnx: object, traced_path: str | os.PathLike | None,
     script = _script_next_to(traced_path)
     specs: dict[str, tuple[tuple[int, ...], int | None]] = {}
     if script is not None:
-        from paramsurgery.lint.conformance import read_pnnx_script
+        from paramsurgery.formats.pnnx_reference import read_pnnx_script
 
         for spec in read_pnnx_script(script)[0]:
             specs[spec.blob] = (tuple(spec.shape), spec.batch_index)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Un
 
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
-from paramsurgery.patterns.match import NoMatch
+from paramsurgery.core.match import NoMatch
 from paramsurgery.analysis.shape_expr import split_top_level
 from paramsurgery.analysis.shapes import infer_shapes
 

@@ -100,23 +100,6 @@ def add_pass_args(parser: argparse.ArgumentParser, tag: str) -> None:
     add_format_arg(parser)
 
 
-def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str,
-                   verify: Any = None) -> int:
-    """Load, run one pass (on a copy), write the result atomically, print the report.
-    Exit 0 when the pass ran (changed or not); a refusal raises PassRefused (exit 2).
-    `verify(result)`, when given and the pass changed something, returns a report with
-    `.ok`, `.format()` and `.to_json()`; a failed proof writes nothing (VerificationError).
-    (The shared runner, `_runner.GraphCommand`, with nothing but the pass declared.)"""
-    from paramsurgery.commands._runner import GraphCommand
-
-    def check(run: Any, staged: Any) -> Any:
-        return verify(run.result) if verify is not None and run.result.modified else None
-
-    return GraphCommand(tag, lambda _args: pass_obj, verify=check if verify else None,
-                        refusal="the rewrite could not be proven; nothing written",
-                        raise_on_failed_check=True, verify_needs_bin=False)(args)
-
-
 def run_pass_located(pass_obj: Any, g: Any, path: str) -> Any:
     """Run a pass; a refusal that names no file names `path` (not `<input>`)."""
     from paramsurgery.core.errors import PassRefused

@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Container
 
-from paramsurgery.commands._common import add_pass_args, run_param_pass
+from paramsurgery.commands._common import add_pass_args
+from paramsurgery.commands._runner import run_param_pass
 
 
 def register_pass_commands(sub: argparse._SubParsersAction, taken: Container[str]) -> None:

@@ -352,3 +352,18 @@ def add_verify_args(p: argparse.ArgumentParser, what: str, *, tol: float) -> Non
                    help=f"{what} before writing; refuse (exit 1, nothing written) on a mismatch")
     p.add_argument("--tol", type=float, default=tol,
                    help=f"--verify: relative tolerance (default {tol:g})")
+
+
+def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str,
+                   verify: Any = None) -> int:
+    """Load, run one pass (on a copy), write the result atomically, print the report.
+    Exit 0 when the pass ran (changed or not); a refusal raises PassRefused (exit 2).
+    `verify(result)`, when given and the pass changed something, returns a report with
+    `.ok`, `.format()` and `.to_json()`; a failed proof writes nothing (VerificationError).
+    (The shared runner, `_runner.GraphCommand`, with nothing but the pass declared.)"""
+    def check(run: Any, staged: Any) -> Any:
+        return verify(run.result) if verify is not None and run.result.modified else None
+
+    return GraphCommand(tag, lambda _args: pass_obj, verify=check if verify else None,
+                        refusal="the rewrite could not be proven; nothing written",
+                        raise_on_failed_check=True, verify_needs_bin=False)(args)

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from paramsurgery.verify.compare import NcnnSide
     from paramsurgery.verify.compare.against_ncnn import compare_ncnn
     from paramsurgery.verify.compare.against_torch import compare_torch
-    from paramsurgery.verify.compare.inputs import make_feeds
+    from paramsurgery.analysis.traced_inputs import make_feeds
     from paramsurgery.verify.compare.options import parse_options
     from paramsurgery.formats.pnnx_param import find_pnnx_param, read_pnnx_param
     from paramsurgery.formats.io import load
@@ -187,7 +187,7 @@ def _reference_outputs(npz: str | None, graph, pnnx):
         return None
     import numpy as np
 
-    from paramsurgery.lint.conformance import Reference
+    from paramsurgery.formats.pnnx_reference import Reference
 
     ref = Reference.load(npz, graph, pnnx)
     if not ref.output_keys:

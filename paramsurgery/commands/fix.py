@@ -81,7 +81,7 @@ def lint_findings(g: Graph, traced: str | PnnxGraph | None = None) -> list[Findi
     run; the first call skips them, lacking their input): PS016's frozen trace length leaves
     no layer ncnn lacks, so only pnnx's record of the trace shows it."""
     from paramsurgery.lint import lint_graph
-    from paramsurgery.lint.registry import all_rules
+    from paramsurgery.lint.catalogue import all_rules
 
     found = list(lint_graph(g))
     if traced is not None:
@@ -228,7 +228,7 @@ class _FixAll:
         self.traced = traced_path(args)
 
     def __call__(self, g: Graph) -> PassResult:
-        from paramsurgery.lint.conformance import find_reference
+        from paramsurgery.formats.pnnx_reference import find_reference
 
         args = self.args
         options = {inp.name: getattr(args, inp.name, None) for inp in fix_inputs().values()}
@@ -275,7 +275,7 @@ def _json(run: Run) -> dict:
 def _verify(run: Run, staged: Outputs) -> Check | None:
     """The repaired graph against the torch reference (a raw export may not load at all,
     so the reference is torch's numbers, not the input graph)."""
-    from paramsurgery.lint.conformance import find_reference
+    from paramsurgery.formats.pnnx_reference import find_reference
     from paramsurgery.verify.reference import verify_against_reference
 
     args = run.args

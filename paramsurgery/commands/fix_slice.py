@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from paramsurgery.commands._common import add_pass_args, run_param_pass
+from paramsurgery.commands._common import add_pass_args
+from paramsurgery.commands._runner import run_param_pass
 from paramsurgery.commands._runner import add_partial_arg, add_pnnx_arg, traced_path
 
 

@@ -8,7 +8,8 @@ import tempfile
 
 from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.analysis.shapes.spec import add_inputshape_arg, inputshape_from_args
-from paramsurgery.commands._common import add_pass_args, run_param_pass
+from paramsurgery.commands._common import add_pass_args
+from paramsurgery.commands._runner import run_param_pass
 from paramsurgery.commands._runner import add_bin_arg, add_verify_args
 from paramsurgery.formats.param_text import dump_bytes
 
@@ -47,7 +48,7 @@ def load_steps(path: str) -> list[dict]:
     """`<input>@<step>` arrays → one dict of feeds per step, in step order."""
     import numpy as np
 
-    from paramsurgery.lint.conformance import REFERENCE_ERRORS
+    from paramsurgery.formats.pnnx_reference import REFERENCE_ERRORS
 
     try:
         with np.load(path) as z:
@@ -67,7 +68,8 @@ def load_steps(path: str) -> list[dict]:
 
 
 def _prove(args: argparse.Namespace, result, steps: list[dict] | None, shapes: dict):
-    from paramsurgery.verify.fold import FoldedCache, decode_steps, verify_fold
+    from paramsurgery.passes.fold_explicit_cache import FoldedCache
+    from paramsurgery.verify.fold import decode_steps, verify_fold
     from paramsurgery.core.fs import atomic_write
 
     caches = [FoldedCache(**c) for c in result.data["caches"]]

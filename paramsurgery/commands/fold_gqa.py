@@ -53,7 +53,7 @@ def _verify(run: Run, staged: Outputs) -> Check | None:
     args = run.args
     if not (args.verify and run.result.modified):
         return None
-    from paramsurgery.passes.fold_gqa import verify_fold
+    from paramsurgery.verify.gqa import verify_fold
     from paramsurgery.commands._common import inputshape_of
     from paramsurgery.commands.verify_kvcache import decoder_io_from_args
 

@@ -82,7 +82,7 @@ def _manifest_writer(run: Run) -> dict[str, Writer]:
 
 
 def _verify(run: Run, staged: Outputs) -> Check | None:
-    from paramsurgery.passes.fuse_codebooks import verify_fusion
+    from paramsurgery.verify.codebooks import verify_fusion
 
     args = run.args
     if not args.bin or args.no_verify:

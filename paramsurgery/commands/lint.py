@@ -91,7 +91,7 @@ def run_cmd(args: argparse.Namespace) -> int:
 def lint_paths(args: argparse.Namespace) -> int:
     from paramsurgery.lint import lint_file, summarize
     from paramsurgery.analysis.shapes.spec import inputshape_from_args
-    from paramsurgery.lint.registry import select_rules
+    from paramsurgery.lint.catalogue import select_rules
 
     try:
         select_rules(args.select, args.ignore)

@@ -525,3 +525,12 @@ class Packed(Value):
 
 def is_mixed(value: Value) -> bool:
     return isinstance(value, _Mixed) or (isinstance(value, Packed) and value.mixed)
+
+
+def int_list(v: Value) -> list[int] | None:
+    """An int or int-array value as a list of ints; None for any other kind."""
+    if v.kind is Kind.INT and isinstance(v.value, int):
+        return [v.value]
+    if v.kind is Kind.INTS and isinstance(v.value, tuple):
+        return list(v.value)
+    return None

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from paramsurgery.formats.pnnx_param import Op, PnnxGraph
-from paramsurgery.patterns.match import NoMatch
+from paramsurgery.core.match import NoMatch
 
 if TYPE_CHECKING:
     from paramsurgery.ir.layer import Layer

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 from paramsurgery.core.collector import paused_gc
 from paramsurgery.core.findings import ERROR, INFO, WARNING, Finding
-from paramsurgery.lint.conformance import (
+from paramsurgery.formats.pnnx_reference import (
     REFERENCE_ERRORS,
     InputSpec,
     Reference,
@@ -29,7 +29,8 @@ from paramsurgery.lint.conformance import (
     parse_input_shapes,
 )
 from paramsurgery.lint.context import LintContext, LintOptions
-from paramsurgery.lint.registry import RULES, Hit, Rule, all_rules, get_rule, select_rules
+from paramsurgery.lint.registry import RULES, Hit, Rule
+from paramsurgery.lint.catalogue import all_rules, get_rule, select_rules
 
 if TYPE_CHECKING:
     from paramsurgery.formats.pnnx_param import PnnxGraph

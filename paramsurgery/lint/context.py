@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from paramsurgery.analysis.shapes import ShapeMap
     from paramsurgery.ir.graph import Graph
     from paramsurgery.ir.layer import Layer
-    from paramsurgery.lint.conformance import Conformance, InputSpec, Reference
+    from paramsurgery.lint.conformance import Conformance
+    from paramsurgery.formats.pnnx_reference import InputSpec, Reference
 
 
 @dataclass

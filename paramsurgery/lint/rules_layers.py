@@ -13,12 +13,13 @@ from paramsurgery.core.values import Kind, is_mixed
 from paramsurgery.lint.constructs import explain_leftover
 from paramsurgery.lint.registry import ERROR, INFO, WARNING, Hit, rule
 
+from paramsurgery.core.ncnn import NO_BATCH
+
 if TYPE_CHECKING:
     from paramsurgery.ir.layer import Layer
     from paramsurgery.lint.context import LintContext
 
-BATCH = -233  # pnnx's placeholder for "the batch axis" (and ncnn's "auto" size)
-NO_BATCH = 233
+BATCH = -NO_BATCH  # pnnx's placeholder for "the batch axis" (and ncnn's "auto" size)
 
 
 def _ints(layer: "Layer", pid: int) -> list[int] | None:
@@ -692,7 +693,7 @@ def lossy_batch_reshape(ctx: "LintContext") -> Iterator[Hit]:
     `Reshape 12=k 13=233 6="0n,..."` to read the elements back from n. ncnn keeps one
     element (n is 1): every value after it is the first one (Mimi's RoPE positions all 0,
     output NaN). `paramsurgery fix-batch-reshape` merges the pair into one Reshape."""
-    from paramsurgery.passes.fix_batch_reshape import find_lossy_pairs
+    from paramsurgery.patterns.batch_reshape import find_lossy_pairs
 
     for r1, r2 in find_lossy_pairs(ctx.graph):
         yield Hit(r1, f"Reshape {r1.name!r} keeps one element ({r1.params}); {r2.name!r} "

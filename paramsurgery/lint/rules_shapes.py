@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
 
 from paramsurgery.core.findings import Finding
-from paramsurgery.lint.conformance import fmt_shape, shape_matches, torch_parts, uneven_split
+from paramsurgery.formats.pnnx_reference import fmt_shape, shape_matches
+from paramsurgery.lint.conformance import torch_parts, uneven_split
 from paramsurgery.lint.registry import ERROR, INFO, WARNING, Hit, rule
 
 if TYPE_CHECKING:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Sequence
 
+from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.core.findings import ERROR, Finding
 from paramsurgery.ir.graph import Graph
@@ -76,23 +77,6 @@ def repair_for(layer: "Layer") -> str | None:
         if p.claims(layer):
             return p.name
     return None
-
-
-@dataclass
-class Change:
-    """One edit a pass made, for its report: `layer: what: before -> after`."""
-
-    layer: str
-    what: str
-    before: Any = None
-    after: Any = None
-    line: int | None = None
-
-    def format(self) -> str:
-        where = f"line {self.line}: " if self.line is not None else ""
-        if self.before is None and self.after is None:
-            return f"{where}{self.layer}: {self.what}"
-        return f"{where}{self.layer}: {self.what}: {_short(self.before)} -> {_short(self.after)}"
 
 
 @dataclass
@@ -241,7 +225,8 @@ class Pass:
 
     def __call__(self, g: Graph, *, in_place: bool = False) -> PassResult:
         from paramsurgery.core.collector import paused_gc
-        from paramsurgery.analysis.shapes.hints import refresh_after, snapshot
+        from paramsurgery.analysis.shapes.static import refresh_after
+        from paramsurgery.analysis.shapes.hints import snapshot
 
         # a pass allocates per site while the whole graph is live: with the collector on,
         # its full collections rescan the graph again and again (superlinear in the sites)
@@ -326,8 +311,3 @@ class PassManager:
             results.append(res)
             current = res.graph
         return current, results, failures
-
-
-def _short(v: Any) -> str:
-    s = repr(v) if not isinstance(v, str) else v
-    return s if len(s) <= 80 else s[:77] + "..."

@@ -52,7 +52,8 @@ from paramsurgery.analysis.timeflow import (
     infer_layouts,
     value_of,
 )
-from paramsurgery.passes.base import Change, Pass, PassResult, register
+from paramsurgery.core.changes import Change
+from paramsurgery.passes.base import Pass, PassResult, register
 
 MANIFEST_FORMAT = "paramsurgery-streaming"
 MANIFEST_VERSION = 1

@@ -31,18 +31,11 @@ import numpy as np
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
-from paramsurgery.core.values import Kind, Value
+from paramsurgery.core.values import Kind, int_list
 from paramsurgery.formats import pnnx_traced as _traced
-from paramsurgery.passes.base import (
-    TRACED_LEN,
-    Change,
-    FixInput,
-    Pass,
-    PassResult,
-    RepairContext,
-    Skip,
-    register,
-)
+from paramsurgery.passes.dynamize_shapes import int_params
+from paramsurgery.passes.base import TRACED_LEN, FixInput, Pass, PassResult, RepairContext, Skip, register
+from paramsurgery.core.changes import Change
 from paramsurgery.analysis.shapes import infer_shapes
 
 if TYPE_CHECKING:
@@ -68,21 +61,6 @@ class _Site:
 
 # a planned rewrite: the site, its new value, how it was derived
 Plan = tuple[_Site, int, str]
-
-
-def _int_list(v: Value) -> list[int] | None:
-    """An int or int-array value as a list of ints; None for any other kind."""
-    if v.kind is Kind.INT and isinstance(v.value, int):
-        return [v.value]
-    if v.kind is Kind.INTS and isinstance(v.value, tuple):
-        return list(v.value)
-    return None
-
-
-def int_params(layer: Layer, pid: int) -> list[int] | None:
-    """Param `pid` as a list of ints (an int: a list of one); None when absent or not ints."""
-    v = layer.params.value(pid)
-    return None if v is None else _int_list(v)
 
 
 def _crop_index(layer: Layer, s: _Site) -> int:
@@ -275,7 +253,7 @@ class Dynamize(Pass):
                         va.kind not in (Kind.INT, Kind.INTS):
                     raise PassRefused(f"--pair: {la.name} param {pid} differs in a way no "
                                       f"length fit covers ({_show(va)} vs {_show(vb)})")
-                xa, xb = _int_list(va), _int_list(vb)
+                xa, xb = int_list(va), int_list(vb)
                 assert xa is not None and xb is not None  # both int or int[] (checked above)
                 if va.kind is Kind.INT:
                     sites.append(_Site(la, pid, None, xa[0], xb[0]))

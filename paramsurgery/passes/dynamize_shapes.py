@@ -30,13 +30,14 @@ from typing import Sequence
 import numpy as np
 
 from paramsurgery.core.errors import PassRefused
+from paramsurgery.core.values import int_list
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.analysis.shapes.affine import Affine, MaybeDim, div, evaluate, product
 from paramsurgery.analysis.shapes.exprs import eval_shape_expr
 from paramsurgery.analysis.shapes.rules import infer_layer
-from paramsurgery.passes.base import Change, PassResult
-from paramsurgery.passes.dynamize import int_params
+from paramsurgery.core.changes import Change
+from paramsurgery.passes.base import PassResult
 
 SYMBOL = "T"
 RESHAPE_DIMS = {0: "w", 1: "h", 11: "d", 2: "c"}
@@ -239,7 +240,7 @@ class ShapeDynamize:
 
     # ------------------------------------------------------------------ Reshape
     def _reshape(self, layer: Layer, ins: list) -> None:
-        from paramsurgery.analysis.shapes.rules import _ncnn_axes
+        from paramsurgery.analysis.shapes.exprs import ncnn_axes as _ncnn_axes
 
         x = ins[0] if ins else None
         if x is None or layer.params.get(6) not in (None, ""):
@@ -309,7 +310,7 @@ class ShapeDynamize:
     def _check_outputs(self, g: Graph) -> None:
         """The Crop ends were taken at their distance from the end (one trace cannot tell a
         literal): the outputs must then measure what the reference measures."""
-        from paramsurgery.lint.conformance import shape_matches
+        from paramsurgery.formats.pnnx_reference import shape_matches
 
         if not self.crops:
             return
@@ -519,3 +520,9 @@ def reference_shapes(path: str) -> tuple[list[tuple], list[tuple]] | None:
     ins = [s for k, s in shapes.items() if k.startswith("input_")]
     outs = [s for k, s in shapes.items() if k.startswith("output_")]
     return (ins, outs) if ins else None
+
+
+def int_params(layer: Layer, pid: int) -> list[int] | None:
+    """Param `pid` as a list of ints (an int: a list of one); None when absent or not ints."""
+    v = layer.params.value(pid)
+    return None if v is None else int_list(v)

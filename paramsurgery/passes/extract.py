@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
-from paramsurgery.passes.base import Change, Pass, PassResult, register
+from paramsurgery.core.changes import Change
+from paramsurgery.passes.base import Pass, PassResult, register
 from paramsurgery.analysis.validate import validate
 
 if TYPE_CHECKING:

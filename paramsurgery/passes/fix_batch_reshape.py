@@ -21,45 +21,10 @@ one `0n`. Anything else is left alone with the reason (`--explain`).
 from __future__ import annotations
 
 from paramsurgery.ir.graph import Graph
-from paramsurgery.ir.layer import Layer
-from paramsurgery.passes.base import Change, Pass, PassResult, Skip, register
-from paramsurgery.patterns.match import Match, fail, matched
-from paramsurgery.analysis.shape_expr import split_top_level
-
-_DIM_PARAMS = (0, 1, 11, 2)  # w, h, d, c
-
-
-def _is_int(tok: str) -> bool:
-    return tok.lstrip("-").isdigit()
-
-
-def match_pair(g: Graph, r1: Layer) -> Match:
-    """r1 (dims all 1, no batch params) → r2 (reads n back): the lossy pair, or why not."""
-    p = r1.params
-    if p.get(12, 233) != 233 or p.get(13, 233) != 233 or 6 in p:
-        return fail(r1, "carries batch params or a shape expression", kind=NOT_A_CANDIDATE)
-    dims = [p.get(k, -233) for k in _DIM_PARAMS]
-    given = [d for d in dims if d != -233 and d != 0]
-    if not given or any(d != 1 for d in given):
-        return fail(r1, "its target is not all ones", kind=NOT_A_CANDIDATE)
-    readers = g.consumer_layers(r1.outputs[0])
-    if len(readers) != 1 or readers[0].type != "Reshape":
-        return fail(r1, "not read by exactly one Reshape")
-    r2 = readers[0]
-    q = r2.params
-    if q.get(12, 233) == 233 or q.get(13, 233) != 233:
-        return fail(r1, f"its reader {r2.name!r} does not move the batch axis out (12=, 13=233)")
-    expr = q.get(6)
-    if not isinstance(expr, str):
-        return fail(r1, f"its reader {r2.name!r} has no shape expression")
-    toks = split_top_level(expr)
-    if toks.count("0n") != 1 or not all(t == "0n" or _is_int(t) for t in toks):
-        return fail(r1, f"{r2.name!r}'s target {expr!r} is not static except one 0n")
-    return matched(r1, r2=r2, target=[-1 if t == "0n" else int(t) for t in toks])
-
-
-NOT_A_CANDIDATE = "not-a-candidate"  # Match.kind: an ordinary Reshape, not worth --explain
-
+from paramsurgery.core.changes import Change
+from paramsurgery.passes.base import Pass, PassResult, Skip, register
+from paramsurgery.core.match import Match
+from paramsurgery.patterns.batch_reshape import DIM_PARAMS, NOT_A_CANDIDATE, match_pair
 
 @register
 class FixBatchReshape(Pass):
@@ -81,7 +46,7 @@ class FixBatchReshape(Pass):
             r1, r2, target = m.layer, m["r2"], m["target"]
             line = r1.source_line
             before = f"{r1.name} ({r1.params}) + {r2.name} ({r2.params})"
-            ids = (0, 1, 2) if len(target) == 3 else _DIM_PARAMS  # w,h,c | w,h,d,c
+            ids = (0, 1, 2) if len(target) == 3 else DIM_PARAMS  # w,h,c | w,h,d,c
             params = {k: v for k, v in zip(ids, target)}
             src, out, name = r1.inputs[0], r2.outputs[0], r2.name
             g.remove_layer(r2)
@@ -92,13 +57,3 @@ class FixBatchReshape(Pass):
         if not todo:
             result.notes.append("no lossy batch reshape pair")
         return result
-
-
-def find_lossy_pairs(g: Graph) -> list[tuple[Layer, Layer]]:
-    """(r1, r2) for every pair the pass repairs (for lint)."""
-    out = []
-    for r1 in g.by_type("Reshape"):
-        m = match_pair(g, r1)
-        if m:
-            out.append((r1, m["r2"]))
-    return out

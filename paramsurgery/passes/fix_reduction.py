@@ -27,7 +27,6 @@ would need.
 
 from __future__ import annotations
 
-import argparse
 import os
 from typing import Sequence
 
@@ -35,8 +34,9 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.values import Floats
 from paramsurgery.formats import pnnx_traced as _traced
-from paramsurgery.passes.base import Change, Pass, PassResult, RepairContext, Skip, keep_or_refuse, register
-from paramsurgery.patterns.match import Match, NoMatch, fail, matched
+from paramsurgery.core.changes import Change
+from paramsurgery.passes.base import Pass, PassResult, RepairContext, Skip, keep_or_refuse, register
+from paramsurgery.core.match import Match, NoMatch, fail, matched
 
 OP_NAMES = {0: "SUM", 1: "ASUM", 2: "SUMSQ", 3: "MEAN", 4: "MAX", 5: "MIN", 6: "PROD", 7: "L1",
             8: "L2", 9: "LogSum", 10: "LogSumExp"}
@@ -72,21 +72,6 @@ class FixReduction(Pass):
                "sum/mean; identity Reductions bypassed when traced shapes prove it")
     repair_order = 50
     tag = "fixred"
-
-    @classmethod
-    def add_args(cls, p: argparse.ArgumentParser) -> None:
-        from paramsurgery.commands._runner import add_partial_arg, add_pnnx_arg
-
-        p.add_argument("--style", choices=("eltwise", "binaryop"), default="eltwise",
-                       help="write one Eltwise (default) or a chain of BinaryOps")
-        add_pnnx_arg(p)
-        add_partial_arg(p)
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "FixReduction":
-        from paramsurgery.commands._runner import traced_path
-
-        return cls(style=args.style, traced=traced_path(args), partial=args.partial)
 
     @classmethod
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "FixReduction | None":

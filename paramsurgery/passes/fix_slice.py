@@ -31,8 +31,9 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.values import Ints
 from paramsurgery.formats import pnnx_traced as _traced
-from paramsurgery.passes.base import Change, Pass, PassResult, RepairContext, Skip, keep_or_refuse, register
-from paramsurgery.patterns.match import Match, NoMatch, fail, matched
+from paramsurgery.core.changes import Change
+from paramsurgery.passes.base import Pass, PassResult, RepairContext, Skip, keep_or_refuse, register
+from paramsurgery.core.match import Match, NoMatch, fail, matched
 
 KIND_OPS = {"unbind": ("torch.unbind", "Tensor.unbind"), "chunk": ("torch.chunk", "Tensor.chunk"),
             "tensor_split": ("torch.tensor_split", "Tensor.tensor_split"),

@@ -18,13 +18,32 @@ prefill), not plain past arrays. The result says so (`contract_changes`, and the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
-from paramsurgery.passes.base import Change, Pass, PassResult, Skip, register
-from paramsurgery.patterns.match import Match, fail, matched
+from paramsurgery.core.changes import Change
+from paramsurgery.passes.base import Pass, PassResult, Skip, register
+from paramsurgery.core.match import Match, fail, matched
 
 SEQ_AXES = (1, -2)  # SDPA k/v are [w=D, h=seq, c=heads]: seq is axis 1 of 3
+
+
+@dataclass(frozen=True)
+class FoldedCache:
+    """One folded SDPA's blobs: the past inputs (same names in both graphs), the explicit
+    graph's Concat outputs (the plain new pasts), the folded graph's cache outputs and the
+    current k/v blobs (SDPA's bottoms 1 and 2 in the folded graph)."""
+
+    past_k: str
+    past_v: str
+    concat_k: str
+    concat_v: str
+    present_k: str
+    present_v: str
+    cur_k: str
+    cur_v: str
 
 
 @register
@@ -108,8 +127,6 @@ class FoldExplicitCache(Pass):
         g.set_inputs(sdpa, ins + [mk["past"], mv["past"]])
         g.set_outputs(sdpa, [sdpa.outputs[0]] + presents)
         sdpa.set(7, 1)
-        from paramsurgery.verify.fold import FoldedCache
-
         result.data.setdefault("caches", []).append(FoldedCache(
             mk["past"], mv["past"], mk["concat"].outputs[0], mv["concat"].outputs[0],
             presents[0], presents[1], mk["cur"], mv["cur"]).__dict__)

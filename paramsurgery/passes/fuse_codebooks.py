@@ -49,19 +49,13 @@ import numpy as np
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
-from paramsurgery.passes.base import Change, Pass, PassResult, Skip, register
-from paramsurgery.patterns.match import NoMatch, chain_up
+from paramsurgery.core.changes import Change
+from paramsurgery.passes.base import Pass, PassResult, Skip, register
+from paramsurgery.core.match import NoMatch
+from paramsurgery.patterns.match import chain_up
 from paramsurgery.analysis.shape_expr import int_or_none, reshape_dims
 
-# the manifest API and the proof live in their own modules; importable from here as before
-from paramsurgery.formats.codebooks import (
-    MANIFEST_FORMAT,  # noqa: F401
-    MANIFEST_VERSION,  # noqa: F401
-    CodebookGroup,
-    FusedManifest,
-    Fusion,
-)  # noqa: F401
-from paramsurgery.verify.codebooks import FusionCheck, verify_fusion  # noqa: F401
+from paramsurgery.formats.codebooks import CodebookGroup, FusedManifest, Fusion
 from paramsurgery.analysis.shapes import infer_shapes
 
 if TYPE_CHECKING:

@@ -28,7 +28,8 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer, _check_token
 from paramsurgery.core.layer_types import NCNN_LAYER_TYPES, is_ncnn_layer
 from paramsurgery.ir.params import Params
-from paramsurgery.passes.base import Change, Pass, PassResult, Skip, register
+from paramsurgery.core.changes import Change
+from paramsurgery.passes.base import Pass, PassResult, Skip, register
 from paramsurgery.passes.set_param import apply_params, check_loads
 
 

@@ -24,7 +24,8 @@ from typing import Mapping, Sequence
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer, _check_token
-from paramsurgery.passes.base import Change, Pass, PassResult, register
+from paramsurgery.core.changes import Change
+from paramsurgery.passes.base import Pass, PassResult, register
 from paramsurgery.passes.kvcache import NAMINGS, cache_slots
 
 

@@ -23,8 +23,10 @@ from typing import Sequence
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
-from paramsurgery.passes.base import Change, Pass, PassResult, Skip, check_selection, register
-from paramsurgery.patterns.match import InputAncestry, Match, fail, matched
+from paramsurgery.core.changes import Change
+from paramsurgery.passes.base import Pass, PassResult, Skip, check_selection, register
+from paramsurgery.patterns.match import InputAncestry
+from paramsurgery.core.match import Match, fail, matched
 
 ATTENTION_TYPES = ("SDPA", "MultiHeadAttention")
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from paramsurgery.ir.graph import Graph
 from paramsurgery.analysis.int_affine import Affine, NotAffine, ShapeArith
-from paramsurgery.passes.lower import Declined, Rule, Rules, Site, checked_dim, rule
+from paramsurgery.passes.lowering import Declined, Rule, Rules, Site, checked_dim, rule
 
 _LAYOUT: list[Rule] = []
 INT_MAX = 2**31 - 1  # pnnx's "no select" / "to the end"

@@ -42,7 +42,7 @@ from paramsurgery.analysis.shapes.affine import Affine as Sym
 from paramsurgery.core.values import FLT_MAX
 from paramsurgery.analysis.frozen_extent import folded_value, is_folded
 from paramsurgery.analysis.int_affine import Affine, NotAffine, ShapeArith
-from paramsurgery.passes.lower import (
+from paramsurgery.passes.lowering import (
     ABS,
     ADD,
     MAX,

@@ -23,7 +23,7 @@ import numpy as np
 
 from paramsurgery.ir.graph import Graph
 from paramsurgery.analysis.int_affine import Affine, NotAffine, ShapeArith
-from paramsurgery.passes.lower import TABLE, Declined, Rule, Rules, Site, rule
+from paramsurgery.passes.lowering import TABLE, Declined, Rule, Rules, Site, rule
 from paramsurgery.passes.lower_layout import ncnn_axis
 from paramsurgery.passes.lower_masks import COMPARISONS, record_positions
 

@@ -33,8 +33,9 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.formats.pnnx_param import Op, PnnxGraph
 from paramsurgery.core.layer_types import is_converter_leftover
-from paramsurgery.passes.base import Change, Pass, PassResult, RepairContext, Skip, register
-from paramsurgery.patterns.match import NoMatch
+from paramsurgery.core.changes import Change
+from paramsurgery.passes.base import Pass, PassResult, RepairContext, Skip, register
+from paramsurgery.core.match import NoMatch
 
 CAST_TYPES = ("Tensor.to", "Tensor.type", "Tensor.float", "Tensor.double", "Tensor.half",
               "Tensor.long", "Tensor.int", "Tensor.bfloat16", "aten::to")

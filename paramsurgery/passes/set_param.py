@@ -47,7 +47,8 @@ from paramsurgery.core.values import (
     parse_value,
     pnnx_float,
 )
-from paramsurgery.passes.base import Change, Pass, PassResult, Skip, register
+from paramsurgery.core.changes import Change
+from paramsurgery.passes.base import Pass, PassResult, Skip, register
 
 
 # ============================================================================ assignments

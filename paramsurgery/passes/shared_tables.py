@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
-from paramsurgery.passes.base import Change
+from paramsurgery.core.changes import Change
 
 
 def share_added_tables(g: Graph, existing: set[int]) -> list[Change]:

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 from paramsurgery.core.errors import MissingDependency
 from paramsurgery.formats.io import save
 
-NO_BATCH = 233
+from paramsurgery.core.ncnn import NO_BATCH
 
 # Files pnnx writes next to the .pt that we drop by default: big or not needed to
 # reproduce anything (the TorchScript, pnnx's own weights/onnx and python re-export).

@@ -27,7 +27,7 @@ import numpy as np
 
 from paramsurgery.core.npz import save_arrays
 
-NO_BATCH = 233
+from paramsurgery.core.ncnn import NO_BATCH
 
 
 @dataclass

@@ -28,25 +28,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from paramsurgery.passes.fold_explicit_cache import FoldedCache
+
 from paramsurgery.core.npz import save_arrays
 
 from paramsurgery.core.errors import VerificationError
-
-
-@dataclass(frozen=True)
-class FoldedCache:
-    """One folded SDPA's blobs: the past inputs (same names in both graphs), the explicit
-    graph's Concat outputs (the plain new pasts), the folded graph's cache outputs and the
-    current k/v blobs (SDPA's bottoms 1 and 2 in the folded graph)."""
-
-    past_k: str
-    past_v: str
-    concat_k: str
-    concat_v: str
-    present_k: str
-    present_v: str
-    cur_k: str
-    cur_v: str
 
 
 @dataclass

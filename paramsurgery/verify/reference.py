@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from paramsurgery.core.errors import ParamSurgeryError
-from paramsurgery.lint.conformance import io_sidefile
+from paramsurgery.formats.pnnx_reference import io_sidefile
 from paramsurgery.ir.graph import Graph
 from paramsurgery.runtime.child import NO_BATCH, Feed, Fetch, RunOptions, run_isolated
 
@@ -59,7 +59,7 @@ class ReferenceCheck:
 
 def _pnnx_script_batch(source: str | None) -> tuple[dict[str, int], dict[str, int]]:
     """The batch axes pnnx's `X_ncnn.py` next to `source` feeds and reads (none: empty)."""
-    from paramsurgery.lint.conformance import find_pnnx_script, read_pnnx_script
+    from paramsurgery.formats.pnnx_reference import find_pnnx_script, read_pnnx_script
 
     script = find_pnnx_script(source) if source else None
     if script is None:
@@ -84,7 +84,7 @@ def verify_against_reference(param: str, bin: str | None, reference: str, *, gra
     """Compare `param`+`bin` with `reference`; `graph` is `param` loaded, `pnnx` pnnx's IR
     of `source` (found next to it when not given), used to pair `input_*`/`output_*`."""
     from paramsurgery.formats.pnnx_param import find_pnnx_param, read_pnnx_param
-    from paramsurgery.lint.conformance import Reference
+    from paramsurgery.formats.pnnx_reference import Reference
 
     pn_path = pnnx or (find_pnnx_param(source) if source else None)
     pn = read_pnnx_param(pn_path) if pn_path else None

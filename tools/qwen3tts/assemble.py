@@ -37,7 +37,8 @@ from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.passes.extract import extract_subgraph
 from paramsurgery.passes.fold_gqa import FoldGQA
-from paramsurgery.passes.fuse_codebooks import FuseCodebooks, FusedManifest
+from paramsurgery.passes.fuse_codebooks import FuseCodebooks
+from paramsurgery.formats.codebooks import FusedManifest
 from paramsurgery.passes.kvcache import AddKVCache, cache_slots
 from paramsurgery.runtime.child import run_isolated
 from paramsurgery.formats.io import save

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from paramsurgery.lint.conformance import write_io_sidefile
+from paramsurgery.formats.pnnx_reference import write_io_sidefile
 from paramsurgery.repro.pnnx_export import NO_BATCH, export_with_pnnx
 
 from . import ncnn_check

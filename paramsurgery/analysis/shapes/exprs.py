@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 
 from paramsurgery.analysis.shapes.affine import MaybeDim, add, dmax, floordiv, mul, sub
+from paramsurgery.analysis.shapes.shapemap import Shape
 
 _BINARY = ("+", "-", "*", "//", "max", "min")
 _SEPARATORS = re.compile(r"[(),]")
@@ -39,15 +40,13 @@ def _binary(op: str, a: MaybeDim, b: MaybeDim) -> MaybeDim:
 def eval_shape_expr(expr: str, ins: Sequence) -> list[MaybeDim] | None:
     """The list an expression evaluates to (innermost axis first, as ncnn lists w, h, d, c),
     or None when it cannot be evaluated on these input shapes."""
-    from paramsurgery.analysis.shapes.rules import _ncnn_axes
-
     stack: list[MaybeDim] = []
     for t in reversed(_tokens(expr)):
         if len(t) == 2 and t[0].isdigit() and t[1] in "whdc":
             i = int(t[0])
             if i >= len(ins) or ins[i] is None:
                 return None
-            stack.append(_ncnn_axes(ins[i]).get(t[1], 1))
+            stack.append(ncnn_axes(ins[i]).get(t[1], 1))
         elif t in _BINARY:
             if len(stack) < 2:
                 return None
@@ -65,3 +64,11 @@ def eval_shape_expr(expr: str, ins: Sequence) -> list[MaybeDim] | None:
                 return None
     out = list(reversed(stack))
     return None if any(v is None for v in out) else out
+
+
+AXIS_NAMES = {1: "w", 2: "hw", 3: "chw", 4: "cdhw"}  # ncnn's axis of each numpy axis, by rank
+
+
+def ncnn_axes(x: Shape) -> dict[str, MaybeDim]:
+    names = AXIS_NAMES.get(len(x), "")
+    return dict(zip(names, x)) | {k: 1 for k in "whdc" if k not in names}

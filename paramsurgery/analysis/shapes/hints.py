@@ -111,34 +111,3 @@ def snapshot(g) -> dict[int, str] | None:
     return {layer.id: layer.render() for layer in g}
 
 
-def refresh_after(g, before: dict[int, str]) -> list[str]:
-    """After an edit: every layer that changed (or is new), and every layer downstream of
-    one, gets its `-23330` hint recomputed from the static rules, or removed when its
-    shape is no longer known. Returns the names of the layers whose hint changed."""
-    from paramsurgery.analysis.shapes.static import propagate
-
-    dirty: set[int] = set()
-    work: list[int] = []
-    for layer in g:
-        if before.get(layer.id) != layer.render():
-            dirty.add(layer.id)
-            work.append(layer.id)
-    consumers = g._consumers
-    while work:
-        layer = g.layer(work.pop())
-        for b in layer.outputs:
-            for c, _ in consumers.get(b, ()):
-                if c not in dirty:
-                    dirty.add(c)
-                    work.append(c)
-    if not dirty:
-        return []
-    shapes = propagate(g, stale=dirty)
-    changed = []
-    for lid in dirty:
-        layer = g.layer(lid)
-        if read_hints(layer) is None or layer.type == "Input":
-            continue
-        if set_hint(layer, [shapes.known(b) for b in layer.outputs]):
-            changed.append(layer.name)
-    return changed

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from paramsurgery.analysis.shapes.exprs import AXIS_NAMES, ncnn_axes
 from paramsurgery.ir.layer import Layer
 from paramsurgery.analysis.shapes.affine import MaybeDim, add, div, dmax, floordiv, mul, product, same, sub
 
@@ -21,7 +22,6 @@ Shapes = Sequence["Shape | None"]
 Rule = Callable[[Layer, Shapes], "list[Shape | None] | None"]
 
 RULES: dict[str, Rule] = {}
-AXIS_NAMES = {1: "w", 2: "hw", 3: "chw", 4: "cdhw"}  # ncnn's axis of each numpy axis, by rank
 
 
 def rule(*types: str) -> Callable[[Rule], Rule]:
@@ -608,7 +608,7 @@ def _crop(layer: Layer, ins: Shapes):
         ref = ins[1]
         if ref is None or rank > 4:
             return None
-        r = _ncnn_axes(ref)
+        r = ncnn_axes(ref)
         return [tuple((r[nm] if (nm != "c" or len(ref) == rank) else x[ax])
                       for ax, nm in enumerate(AXIS_NAMES[rank]))]
     names = AXIS_NAMES.get(rank)
@@ -669,7 +669,7 @@ def _reshape(layer: Layer, ins: Shapes):
         names, vals = "chw", [c, h, w]
     else:
         names, vals = "cdhw", [c, d, h, w]
-    mine = _ncnn_axes(x)
+    mine = ncnn_axes(x)
     total = product(x)
     out: list[MaybeDim] = []
     for nm, v in zip(names, vals):
@@ -683,11 +683,6 @@ def _reshape(layer: Layer, ins: Shapes):
         inferred = div(total, known)
         out = [inferred if isinstance(v, int) and v == -1 else v for v in out]
     return [tuple(out)]
-
-
-def _ncnn_axes(x: Shape) -> dict[str, MaybeDim]:
-    names = AXIS_NAMES.get(len(x), "")
-    return dict(zip(names, x)) | {k: 1 for k in "whdc" if k not in names}
 
 
 _PERM3 = ["whc", "hwc", "wch", "cwh", "hcw", "chw"]  # ncnn Permute order_type → (out w, h, c)
@@ -712,7 +707,7 @@ def _permute(layer: Layer, ins: Shapes):
     t = _i(layer, 0, 0)
     if len(x) == 1:
         return [x]
-    src = _ncnn_axes(x)
+    src = ncnn_axes(x)
     if len(x) == 2:
         return [x if t == 0 else (x[1], x[0])]
     if len(x) == 3:

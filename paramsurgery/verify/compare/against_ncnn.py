@@ -19,7 +19,7 @@ from paramsurgery.formats.io import load
 from paramsurgery.runtime.child import Feed, FeedLike, _as_feed
 from paramsurgery.verify.compare.frames import FrameFile
 from paramsurgery.verify.compare.graph_match import match_graphs
-from paramsurgery.verify.compare.inputs import largest_batch
+from paramsurgery.analysis.traced_inputs import largest_batch
 from paramsurgery.verify.compare.layout import measure
 from paramsurgery.verify.compare.ncnn_run import (
     NcnnSide,

@@ -24,7 +24,7 @@ from paramsurgery.formats.io import load
 from paramsurgery.runtime.child import Feed
 from paramsurgery.verify.compare.expression import conv_padding_terms, subterm_values
 from paramsurgery.verify.compare.frames import FrameFile
-from paramsurgery.verify.compare.inputs import input_order, largest_batch
+from paramsurgery.analysis.traced_inputs import input_order, largest_batch
 from paramsurgery.verify.compare.layout import Error, measure
 from paramsurgery.formats.pnnx_mapping import Aligner
 from paramsurgery.verify.compare.ncnn_run import NcnnSide, Outcome, extractable_blobs, stream_blobs

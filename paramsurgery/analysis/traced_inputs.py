@@ -24,21 +24,21 @@ from paramsurgery.runtime.child import NO_BATCH, Feed, FeedLike, _as_feed
 if TYPE_CHECKING:
     from paramsurgery.formats.pnnx_param import PnnxGraph
     from paramsurgery.ir.graph import Graph
-    from paramsurgery.lint.conformance import InputSpec
+    from paramsurgery.formats.pnnx_reference import InputSpec
 
 
 def input_order(graph: "Graph") -> list[str]:
     """Graph inputs as pnnx numbers them (`in0`, `in1`, …), others after in graph order."""
-    from paramsurgery.lint.conformance import _in_key
+    from paramsurgery.formats.pnnx_mapping import input_key
 
-    return sorted(graph.inputs, key=_in_key)
+    return sorted(graph.inputs, key=input_key)
 
 
 def traced_input_specs(graph: "Graph", param_path: str | None, pnnx: "PnnxGraph | None",
                        given: "Sequence[InputSpec] | None" = None) -> tuple[list["InputSpec"] | None, str]:
     """The input shapes a run uses when no data is given: `given` specs, pnnx's `X_ncnn.py`
     next to the file, or a static export's traced input shapes. (specs, where from)."""
-    from paramsurgery.lint.conformance import InputSpec, find_pnnx_script, read_pnnx_script
+    from paramsurgery.formats.pnnx_reference import InputSpec, find_pnnx_script, read_pnnx_script
 
     ins = input_order(graph)
     if given:
@@ -62,7 +62,7 @@ def traced_input_specs(graph: "Graph", param_path: str | None, pnnx: "PnnxGraph 
 
 def script_batch_axes(param_path: str | None) -> dict[str, int]:
     """The batch axis pnnx's `X_ncnn.py` feeds each input with (empty when absent)."""
-    from paramsurgery.lint.conformance import find_pnnx_script, read_pnnx_script
+    from paramsurgery.formats.pnnx_reference import find_pnnx_script, read_pnnx_script
 
     script = find_pnnx_script(param_path) if param_path else None
     if not script:
@@ -83,7 +83,7 @@ def make_feeds(graph: "Graph", param_path: str | None, pnnx: "PnnxGraph | None",
     fed without a batch axis. Generated values come from `shapes.feeds` (ids within the
     Embed's range, causal masks, N(0, 1)). Raises ParamSurgeryError when there is nothing
     to make them from."""
-    from paramsurgery.lint.conformance import REFERENCE_ERRORS, Reference
+    from paramsurgery.formats.pnnx_reference import REFERENCE_ERRORS, Reference
     from paramsurgery.analysis.shapes.feeds import make_feeds as generate
 
     if npz is not None:
@@ -99,7 +99,7 @@ def make_feeds(graph: "Graph", param_path: str | None, pnnx: "PnnxGraph | None",
         source = os.path.basename(npz)
         arrays = {s.blob: s.make_array() for s in specs}
     elif inputshape:
-        from paramsurgery.lint.conformance import InputSpec
+        from paramsurgery.formats.pnnx_reference import InputSpec
 
         specs = [InputSpec(b, tuple(int(d) for d in shp), batch_index=NO_BATCH)
                  for b, shp in inputshape.items()]
