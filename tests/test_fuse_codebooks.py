@@ -170,7 +170,7 @@ def test_manifest_round_trip_and_pack_ids():
     m = FusedManifest([f], "m.fused.param", "m.fused.bin", "m.param", "m.bin")
     back = FusedManifest.loads(m.dumps())
     assert back.to_json() == m.to_json()
-    assert '"offsets": [0, 3, 8]' in dumps(m)
+    assert '"offsets": [0, 3, 8]' in m.dumps()
     ids = back.fusion("ids").pack_ids([[0, 2], [4, 1], [1, 0]])
     assert ids.dtype == np.int32 and ids.tolist() == [0, 2, 7, 4, 9, 8]  # group-major
     with pytest.raises(ValueError, match="code 5 of group 1 .* outside its vocabulary"):

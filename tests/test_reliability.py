@@ -257,7 +257,7 @@ def test_write_failures_exit_2_naming_the_path(tmp_path, cmd, where):
 
 
 def test_disk_full_exits_2_and_leaves_no_temp_file(tmp_path, monkeypatch):
-    import paramsurgery.formats.io as io
+    import paramsurgery.core.fs as io
 
     def full(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -274,7 +274,7 @@ def test_disk_full_exits_2_and_leaves_no_temp_file(tmp_path, monkeypatch):
 # 7 ------------------------------------------------------------------------ signals
 CHILD = textwrap.dedent("""
     import signal, sys, time
-    from paramsurgery.formats.io import atomic_open
+    from paramsurgery.core.fs import atomic_open
     # a signal the parent ignores (nohup, some job runners: SIGHUP) stays ignored on purpose;
     # the test is about the default disposition
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -362,7 +362,7 @@ def test_layer_with_too_few_bottoms_is_no_internal_error(tmp_path):
 def test_loader_child_pins_crashes_and_hangs_to_their_file(monkeypatch):
     """One long-lived child answers every load; a file that kills it or hangs it gets its
     own verdict and the next file goes to a fresh child."""
-    from paramsurgery.runtime.child import loader as ncnn_loader
+    from paramsurgery.runtime import loader as ncnn_loader
 
     fake = ncnn_loader._CHILD.replace("import ncnn\n", "import signal, time\n").replace(
         "    net = ncnn.Net()\n    rc = ",
@@ -438,7 +438,7 @@ def test_a_pass_that_cannot_prove_a_layer_refuses_on_its_line(tmp_path):
 
 
 def test_a_forked_copy_leaves_the_parents_loader_child_alone():
-    from paramsurgery.runtime.child import loader as ncnn_loader
+    from paramsurgery.runtime import loader as ncnn_loader
 
     if not ncnn_loader.available():
         pytest.skip("ncnn not installed")
