@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.verify.kvcache import DecoderIO, verify_kvcache
-from paramsurgery.passes.base import PassManager
+from paramsurgery.pipeline.manager import PassManager
 from paramsurgery.passes.fold_explicit_cache import FoldExplicitCache
 from paramsurgery.passes.kvcache import AddKVCache, cache_slots
 

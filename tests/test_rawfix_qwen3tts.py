@@ -106,7 +106,7 @@ def test_raw_codec_decoder_pair_fallback_gives_the_two_trace_result(tmp_path: Pa
 
 def _lower(param: Path):  # noqa: ANN202 - (graph, results, failures)
     """lower alone, not partial (as `paramsurgery lower` runs it): its refusal names why."""
-    from paramsurgery.passes.base import PassManager
+    from paramsurgery.pipeline.manager import PassManager
     from paramsurgery.passes.lower import Lower
 
     g = paramsurgery.load(param, bin=param.with_suffix(".bin"))

@@ -87,7 +87,8 @@ SPLITS: dict[str, dict[str, str]] = {
         ('InputSpec', 'parse_input_shapes', 'find_pnnx_script', 'read_pnnx_script', 'Reference', '_fits', '_pair', 'io_sidefile', 'read_io_sidefile', 'write_io_sidefile', 'find_reference', '_strip', 'shape_matches', '_match', 'fmt_shape', '_SPEC_RE', '_RAND_RE', '_INPUT_RE', '_OUTPUT_RE', 'REFERENCE_ERRORS'), "paramsurgery.formats.pnnx_reference"),
     "paramsurgery.patterns.match": dict.fromkeys(("Match", "matched", "fail", "NoMatch"),
                                                  "paramsurgery.core.match"),
-    "paramsurgery.passes.base": {"Change": "paramsurgery.core.changes"},
+    "paramsurgery.passes.base": {"Change": "paramsurgery.core.changes",
+                                 "PassManager": "paramsurgery.pipeline.manager"},
     "paramsurgery.commands._common": {"run_param_pass": "paramsurgery.commands._runner"},
     "paramsurgery.analysis.shapes.hints": {"refresh_after": "paramsurgery.analysis.shapes.static"},
     "paramsurgery.analysis.shapes.rules": {"_ncnn_axes": "paramsurgery.analysis.shapes.exprs",
@@ -121,7 +122,7 @@ GRAPH_METHODS = {
     "validate": ("paramsurgery.analysis.validate", "validate"),
     "shapes": ("paramsurgery.analysis.shapes", "infer_shapes"),
 }
-SKIP_RECEIVERS = re.compile(r"^(np|numpy|torch|json|pickle|manifest|fusion|ctx|self)\b|manifest|\"\]$")
+SKIP_RECEIVERS = re.compile(r"^(np|numpy|torch|json|pickle|manifest|fusion|ctx|self)\b|^paramsurgery$|manifest|\"\]$")
 
 
 def module_of(path: Path) -> str | None:

@@ -30,7 +30,8 @@ from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.core.findings import ERROR, WARNING, Finding
 from paramsurgery.formats.pnnx_param import PnnxGraph, read_pnnx_param
 from paramsurgery.ir.graph import Graph
-from paramsurgery.passes.base import FixInput, Pass, PassManager, PassResult, RepairContext, repairs
+from paramsurgery.passes.base import FixInput, Pass, PassResult, RepairContext, repairs
+from paramsurgery.pipeline.manager import PassManager
 from paramsurgery.commands._common import add_output_args
 from paramsurgery.commands._runner import (
     Check,

@@ -282,32 +282,3 @@ def new_errors(before: Iterable[Finding], after: Iterable[Finding]) -> list[Find
     seen_loose = {(f.code, f.layer) for f in before if f.severity == ERROR}
     return [f for f in after if f.severity == ERROR and (f.code, f.layer, f.message) not in seen
             and (f.code, f.layer) not in seen_loose]
-
-
-class PassManager:
-    """Run passes in order. A pass that refuses or breaks its postcondition is rolled back
-    (its result is discarded, the previous graph is kept) and, with `early_stop`, the
-    remaining passes are not run."""
-
-    def __init__(self, passes: list[Pass], *, early_stop: bool = True) -> None:
-        self.passes = passes
-        self.early_stop = early_stop
-        self.refusals: list[PassRefused] = []  # the refusals of the last run, located
-
-    def run(self, g: Graph) -> tuple[Graph, list[PassResult], list[tuple[str, str]]]:
-        results: list[PassResult] = []
-        failures: list[tuple[str, str]] = []
-        self.refusals = []
-        current = g
-        for p in self.passes:
-            try:
-                res = p(current)
-            except PassRefused as exc:
-                failures.append((p.name, exc.message))
-                self.refusals.append(exc)
-                if self.early_stop:
-                    break
-                continue
-            results.append(res)
-            current = res.graph
-        return current, results, failures
