@@ -32,3 +32,12 @@ def ncnn_loads(text: str) -> int:
 
     net = ncnn.Net()
     return net.load_param_mem(text)
+
+
+def pytest_collect_file(parent, file_path):
+    """`tests/cases/**/*.case`: one behaviour per file (command, input, expectation)."""
+    if file_path.suffix == ".case" and "cases" in file_path.parts:
+        from case_files import CaseFile
+
+        return CaseFile.from_parent(parent, path=file_path)
+    return None

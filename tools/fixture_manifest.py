@@ -47,6 +47,8 @@ ORIGINS: dict[str, str] = {
     "ncnn_corpus": "copied from /work/shared/corpus/ncnn (see ncnn_corpus/SOURCES.md)",
     "qwen3_tts": "python tools/make_fixtures.py",
     "repros": "python tools/make_fixtures.py --only repros",
+    "fold_constants": "python tools/fixtures_fold_constants.py",
+    "rewrite": "hand-written: the examples of README \"Rewrite rules\"",
 }
 
 

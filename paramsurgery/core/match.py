@@ -6,6 +6,7 @@ returns, `NoMatch` for one that raises from deep inside a walk. Shared by the wa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -55,3 +56,41 @@ class NoMatch(Exception):
             return self.reason
         where = f"line {self.layer.source_line}: " if self.layer.source_line else ""
         return f"{where}{self.layer.type} {self.layer.name}: {self.reason}"
+
+
+class MatchStatus(Enum):
+    """How far a match got: the pattern did not fit, it fitted but a check on it failed, or
+    it was taken and the rewrite could not be done."""
+
+    NO_MATCH = "no match"
+    CHECK_FAILED = "check failed"
+    REWRITE_FAILED = "rewrite failed"
+
+
+@dataclass
+class MatchFailure:
+    """Why a candidate was not rewritten: its status, the reason in words, the layer where it
+    stopped (`at`: a name, "" at a graph input) and how many pattern layers had matched."""
+
+    status: MatchStatus
+    reason: str
+    at: str = ""
+    matched: int = 0
+    near: bool = False  # it stopped at a layer of the right type (its params differ)
+
+    def format(self) -> str:
+        where = f"{self.at}: " if self.at else ""
+        return f"{where}{self.status.value} after {self.matched} layer(s): {self.reason}"
+
+
+@dataclass
+class Explain:
+    """Keeps each rule's best near-miss (the failure that matched the most layers), so
+    `--explain` can say why a rule never fired."""
+
+    best: dict[str, MatchFailure] = field(default_factory=dict)
+
+    def record(self, rule: str, failure: MatchFailure) -> None:
+        old = self.best.get(rule)
+        if old is None or failure.matched > old.matched:
+            self.best[rule] = failure
