@@ -11,15 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from paramsurgery.core.errors import (
-    BinLayoutError,
-    GraphError,
-    MissingDependency,
-    ParamSurgeryError,
-    ParamSyntaxError,
-    PassRefused,
-    VerificationError,
-)
+from paramsurgery.core.errors import (BinLayoutError, GraphError, MissingDependency, ParamSurgeryError,
+                                      ParamSyntaxError, PassRefused, VerificationError)
 from paramsurgery.core.findings import Finding
 
 if TYPE_CHECKING:

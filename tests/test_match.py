@@ -5,14 +5,8 @@ import pytest
 
 import paramsurgery
 from paramsurgery.core.match import NoMatch
-from paramsurgery.patterns.match import (
-    above_splits,
-    chain_up,
-    readers_through_splits,
-    single_reader,
-    source_of,
-    through_splits,
-)
+from paramsurgery.patterns.match import (above_splits, chain_up, readers_through_splits, single_reader,
+                                         source_of, through_splits)
 
 G = paramsurgery.loads("""7767517
 7 9

@@ -5,7 +5,6 @@ behaviours (golden outputs, exit codes) are the case files in tests/cases/."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import paramsurgery

@@ -20,14 +20,8 @@ from paramsurgery import ParamSurgeryError, PassRefused
 from paramsurgery.passes.conv_cache import AddConvCache
 from paramsurgery.passes.extract import extract_subgraph
 from paramsurgery.runtime.child import Feed, run
-from paramsurgery.streaming import (
-    StreamingRunner,
-    check_stream,
-    convert,
-    emitted_after,
-    random_frames,
-    stream_compare,
-)
+from paramsurgery.streaming import (StreamingRunner, check_stream, convert, emitted_after, random_frames,
+                                    stream_compare)
 
 from conftest import FIXTURES, REPO
 from golden import check_golden

@@ -4,18 +4,8 @@ import numpy as np
 import pytest
 
 import paramsurgery
-from paramsurgery.core.values import (
-    Float,
-    Int,
-    Kind,
-    Str,
-    infer,
-    pnnx_float,
-    format_value,
-    parse_value,
-    Ints,
-    Floats,
-)
+from paramsurgery.core.values import (Float, Int, Kind, Str, infer, pnnx_float, format_value, parse_value,
+                                      Ints, Floats)
 from paramsurgery.core import values as values
 from paramsurgery.core.values import Value
 from paramsurgery.formats.param_text import dumps

@@ -14,16 +14,8 @@ import pytest
 
 from paramsurgery.core.errors import BinLayoutError
 from paramsurgery.formats.io import load, loads
-from paramsurgery.formats.weights import (
-    LayerWeights,
-    attach_weights,
-    replace_weight,
-    set_weights,
-    weight_summary,
-    weights_bytes,
-    weights_fingerprint,
-    write_weights,
-)
+from paramsurgery.formats.weights import (LayerWeights, attach_weights, replace_weight, set_weights,
+                                          weight_summary, weights_bytes, weights_fingerprint, write_weights)
 from paramsurgery.formats.weights.synth import synth_weights, write_synth_bin
 from paramsurgery.formats.io import save
 

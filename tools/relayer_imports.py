@@ -84,7 +84,10 @@ FS_MODULE = "paramsurgery.core.fs"
 # modules split by name: (module after MOVES) -> {name: the module it went to}
 SPLITS: dict[str, dict[str, str]] = {
     "paramsurgery.lint.conformance": dict.fromkeys(
-        ('InputSpec', 'parse_input_shapes', 'find_pnnx_script', 'read_pnnx_script', 'Reference', '_fits', '_pair', 'io_sidefile', 'read_io_sidefile', 'write_io_sidefile', 'find_reference', '_strip', 'shape_matches', '_match', 'fmt_shape', '_SPEC_RE', '_RAND_RE', '_INPUT_RE', '_OUTPUT_RE', 'REFERENCE_ERRORS'), "paramsurgery.formats.pnnx_reference"),
+        ('InputSpec', 'parse_input_shapes', 'find_pnnx_script', 'read_pnnx_script', 'Reference',
+         '_fits', '_pair', 'io_sidefile', 'read_io_sidefile', 'write_io_sidefile', 'find_reference',
+         '_strip', 'shape_matches', '_match', 'fmt_shape', '_SPEC_RE', '_RAND_RE', '_INPUT_RE',
+         '_OUTPUT_RE', 'REFERENCE_ERRORS'), "paramsurgery.formats.pnnx_reference"),
     "paramsurgery.patterns.match": dict.fromkeys(("Match", "matched", "fail", "NoMatch"),
                                                  "paramsurgery.core.match"),
     "paramsurgery.passes.base": {"Change": "paramsurgery.core.changes",
@@ -97,7 +100,12 @@ SPLITS: dict[str, dict[str, str]] = {
                                      "_int_list": "paramsurgery.core.values"},
     "paramsurgery.lint.registry": dict.fromkeys(("all_rules", "get_rule", "select_rules"),
                                                 "paramsurgery.lint.catalogue"),
-    "paramsurgery.passes.lower": dict.fromkeys(('ABS', 'ADD', 'BASE_RULES', 'DIV', 'Declined', 'MAX', 'MIN', 'MUL', 'NEG', 'Rule', 'Rules', 'SUB', 'Site', 'Step', 'TABLE', 'TRUNC', '_BASE_RULES', '_NOT_EXACT', '_RULES', '_add_combined', '_as_float', '_declines', '_is_int', 'addcdiv', 'addcmul', 'checked_dim', 'clamp', 'clamp_max', 'clamp_min', 'deg2rad', 'frac', 'lerp', 'mT', 'narrow', 'rrelu', 'rule', 'softmin', 'softsign', 'tanhshrink'),
+    "paramsurgery.passes.lower": dict.fromkeys(
+        ('ABS', 'ADD', 'BASE_RULES', 'DIV', 'Declined', 'MAX', 'MIN', 'MUL', 'NEG', 'Rule', 'Rules',
+         'SUB', 'Site', 'Step', 'TABLE', 'TRUNC', '_BASE_RULES', '_NOT_EXACT', '_RULES',
+         '_add_combined', '_as_float', '_declines', '_is_int', 'addcdiv', 'addcmul', 'checked_dim',
+         'clamp', 'clamp_max', 'clamp_min', 'deg2rad', 'frac', 'lerp', 'mT', 'narrow', 'rrelu',
+         'rule', 'softmin', 'softsign', 'tanhshrink'),
                                                "paramsurgery.passes.lowering"),
     "paramsurgery.passes.fix_batch_reshape": dict.fromkeys(
         ("match_pair", "find_lossy_pairs", "NOT_A_CANDIDATE", "DIM_PARAMS", "_is_int"),
@@ -122,7 +130,8 @@ GRAPH_METHODS = {
     "validate": ("paramsurgery.analysis.validate", "validate"),
     "shapes": ("paramsurgery.analysis.shapes", "infer_shapes"),
 }
-SKIP_RECEIVERS = re.compile(r"^(np|numpy|torch|json|pickle|manifest|fusion|ctx|self)\b|^paramsurgery$|manifest|\"\]$")
+SKIP_RECEIVERS = re.compile(r"^(np|numpy|torch|json|pickle|manifest|fusion|ctx|self)\b"
+                            r"|^paramsurgery$|manifest|\"\]$")
 
 
 def module_of(path: Path) -> str | None:
@@ -184,12 +193,40 @@ def resolve_relative(node: ast.ImportFrom, old_mod: str, is_pkg: bool) -> str:
 
 
 def render_from(module: str, names: list[ast.alias], indent: str) -> str:
+    """`from module import a, b` on one line, or wrapped with a hanging indent under the
+    parenthesis (several names a line, the package's style)."""
     items = [a.name + (f" as {a.asname}" if a.asname else "") for a in names]
     line = f"{indent}from {module} import {', '.join(items)}"
     if len(line) <= 110:
         return line
-    body = "".join(f"{indent}    {it},\n" for it in items)
-    return f"{indent}from {module} import (\n{body}{indent})"
+    head = f"{indent}from {module} import ("
+    pad = " " * len(head)
+    lines, cur = [], head
+    for i, it in enumerate(items):
+        piece = it + (")" if i == len(items) - 1 else ",")
+        if cur not in (head, pad) and len(cur) + 1 + len(piece) > 110:
+            lines.append(cur)
+            cur = pad
+        cur += ("" if cur in (head, pad) else " ") + piece
+    lines.append(cur)
+    return "\n".join(lines)
+
+
+def compact_imports(text: str) -> str:
+    """Re-wrap `from x import (` lists written one name a line (and without comments)."""
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    edits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.end_lineno and \
+                node.end_lineno - node.lineno >= 2:
+            segment = "".join(lines[node.lineno - 1:node.end_lineno])
+            if "#" in segment:
+                continue
+            indent = lines[node.lineno - 1][: node.col_offset]
+            edits.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset or 0,
+                          render_from(node.module, node.names, indent)[len(indent):]))
+    return apply_edits(lines, edits) if edits else text
 
 
 def rewrite_imports(path: Path, text: str, new: set[str]) -> str:
@@ -389,6 +426,7 @@ def main() -> int:
         out = rewrite_dotted(out, new)
         if a.graph_methods:
             out = rewrite_graph_methods(p, out)
+        out = compact_imports(out)
         if out != text:
             p.write_text(out)
     return 0

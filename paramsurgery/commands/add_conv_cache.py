@@ -19,16 +19,8 @@ import tempfile
 
 from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.commands._common import add_input_arg, command
-from paramsurgery.commands._runner import (
-    Check,
-    GraphCommand,
-    Outputs,
-    PassLike,
-    Run,
-    Writer,
-    add_bin_arg,
-    add_verify_args,
-)
+from paramsurgery.commands._runner import (Check, GraphCommand, Outputs, PassLike, Run, Writer, add_bin_arg,
+                                           add_verify_args)
 from paramsurgery.formats.param_text import dump_bytes
 
 

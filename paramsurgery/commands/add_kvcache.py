@@ -5,15 +5,8 @@ from __future__ import annotations
 import argparse
 
 from paramsurgery.commands._common import add_output_args
-from paramsurgery.commands._runner import (
-    Check,
-    GraphCommand,
-    PassLike,
-    Outputs,
-    Run,
-    add_bin_arg,
-    add_verify_args,
-)
+from paramsurgery.commands._runner import (Check, GraphCommand, PassLike, Outputs, Run, add_bin_arg,
+                                           add_verify_args)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -33,16 +33,8 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.passes.base import FixInput, Pass, PassResult, RepairContext, repairs
 from paramsurgery.pipeline.manager import PassManager
 from paramsurgery.commands._common import add_output_args
-from paramsurgery.commands._runner import (
-    Check,
-    GraphCommand,
-    Outputs,
-    Run,
-    add_bin_arg,
-    add_pnnx_arg,
-    add_verify_args,
-    traced_path,
-)
+from paramsurgery.commands._runner import (Check, GraphCommand, Outputs, Run, add_bin_arg, add_pnnx_arg,
+                                           add_verify_args, traced_path)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -14,15 +14,8 @@ from typing import Any
 from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.ir.graph import Graph
 from paramsurgery.commands._common import add_input_arg, add_output_args, command
-from paramsurgery.commands._runner import (
-    Check,
-    GraphCommand,
-    PassLike,
-    Outputs,
-    Run,
-    add_bin_arg,
-    add_verify_args,
-)
+from paramsurgery.commands._runner import (Check, GraphCommand, PassLike, Outputs, Run, add_bin_arg,
+                                           add_verify_args)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

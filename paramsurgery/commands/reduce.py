@@ -71,15 +71,8 @@ exit: 0 reduced, 1 the source graph does not fail, 2 usage or input error.""")
 
 def run(args: argparse.Namespace) -> int:
     from paramsurgery.core.errors import ParamSurgeryError
-    from paramsurgery.repro.reduce import (
-        BuiltinCheck,
-        Check,
-        CommandCheck,
-        SourcePasses,
-        Step,
-        load_predicate,
-        reduce_graph,
-    )
+    from paramsurgery.repro.reduce import (BuiltinCheck, Check, CommandCheck, SourcePasses, Step,
+                                           load_predicate, reduce_graph)
 
     check: Check
     if args.check is not None:

@@ -10,16 +10,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 
-from paramsurgery.core.values import (
-    Kind,
-    PyValue,
-    Value,
-    ValueError_,
-    format_value,
-    infer,
-    parse_value,
-    pnnx_order_key,
-)
+from paramsurgery.core.values import (Kind, PyValue, Value, ValueError_, format_value, infer, parse_value,
+                                      pnnx_order_key)
 
 if TYPE_CHECKING:
     from paramsurgery.ir.layer import Layer

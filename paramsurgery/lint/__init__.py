@@ -21,13 +21,8 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 from paramsurgery.core.collector import paused_gc
 from paramsurgery.core.findings import ERROR, INFO, WARNING, Finding
-from paramsurgery.formats.pnnx_reference import (
-    REFERENCE_ERRORS,
-    InputSpec,
-    Reference,
-    find_reference,
-    parse_input_shapes,
-)
+from paramsurgery.formats.pnnx_reference import (REFERENCE_ERRORS, InputSpec, Reference, find_reference,
+                                                 parse_input_shapes)
 from paramsurgery.lint.context import LintContext, LintOptions
 from paramsurgery.lint.registry import RULES, Hit, Rule
 from paramsurgery.lint.catalogue import all_rules, get_rule, select_rules

@@ -43,15 +43,8 @@ import numpy as np
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
-from paramsurgery.analysis.timeflow import (
-    ConvStage,
-    DeconvStage,
-    Refusal,
-    TimeBlob,
-    TimeFlow,
-    infer_layouts,
-    value_of,
-)
+from paramsurgery.analysis.timeflow import (ConvStage, DeconvStage, Refusal, TimeBlob, TimeFlow,
+                                            infer_layouts, value_of)
 from paramsurgery.core.changes import Change
 from paramsurgery.passes.base import Pass, PassResult, register
 

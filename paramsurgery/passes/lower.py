@@ -38,13 +38,7 @@ from paramsurgery.passes.shared_tables import share_added_tables
 from paramsurgery.passes.base import TRACED_LEN, Pass, PassResult, RepairContext, Skip, register
 from paramsurgery.core.changes import Change
 from paramsurgery.core.match import NoMatch
-from paramsurgery.passes.lowering import (
-    Declined,
-    Rule,
-    Rules,
-    Site,
-    BASE_RULES,
-)
+from paramsurgery.passes.lowering import Declined, Rule, Rules, Site, BASE_RULES
 from paramsurgery.passes.lower_layout import LAYOUT_RULES
 from paramsurgery.passes.lower_masks import MASK_RULES
 from paramsurgery.passes.lower_values import VALUE_RULES

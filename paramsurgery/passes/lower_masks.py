@@ -42,22 +42,8 @@ from paramsurgery.analysis.shapes.affine import Affine as Sym
 from paramsurgery.core.values import FLT_MAX
 from paramsurgery.analysis.frozen_extent import folded_value, is_folded
 from paramsurgery.analysis.int_affine import Affine, NotAffine, ShapeArith
-from paramsurgery.passes.lowering import (
-    ABS,
-    ADD,
-    MAX,
-    MIN,
-    MUL,
-    NEG,
-    SUB,
-    TABLE,
-    TRUNC,
-    Declined,
-    Rule,
-    Rules,
-    Site,
-    rule,
-)
+from paramsurgery.passes.lowering import (ABS, ADD, MAX, MIN, MUL, NEG, SUB, TABLE, TRUNC, Declined, Rule,
+                                          Rules, Site, rule)
 from paramsurgery.passes.lower_layout import ncnn_axis
 
 _MASKS: list[Rule] = []

@@ -34,19 +34,8 @@ from paramsurgery.ir.layer import Layer
 from paramsurgery.ir.params import Params
 from paramsurgery.core.layer_params import LAYER_PARAMS, param_default, param_info, param_name
 from paramsurgery.core.layer_types import is_ncnn_layer
-from paramsurgery.core.values import (
-    ARRAY_KEY_BASE,
-    Float,
-    Floats,
-    Int,
-    Ints,
-    Kind,
-    Str,
-    Value,
-    ValueError_,
-    parse_value,
-    pnnx_float,
-)
+from paramsurgery.core.values import (ARRAY_KEY_BASE, Float, Floats, Int, Ints, Kind, Str, Value, ValueError_,
+                                      parse_value, pnnx_float)
 from paramsurgery.core.changes import Change
 from paramsurgery.passes.base import Pass, PassResult, Skip, register
 

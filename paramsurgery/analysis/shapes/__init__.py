@@ -14,12 +14,8 @@ from typing import TYPE_CHECKING
 
 from paramsurgery.analysis.shapes.affine import Affine, Dim, MaybeDim, parse_dim
 from paramsurgery.analysis.shapes.shapemap import ShapeMap
-from paramsurgery.analysis.shapes.spec import (
-    InputShapes,
-    add_inputshape_arg,
-    inputshape_from_args,
-    parse_inputshape,
-)
+from paramsurgery.analysis.shapes.spec import (InputShapes, add_inputshape_arg, inputshape_from_args,
+                                               parse_inputshape)
 
 if TYPE_CHECKING:
     import os

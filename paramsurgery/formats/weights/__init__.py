@@ -20,27 +20,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from paramsurgery.formats.weights.binfile import (
-    LayerWeights,
-    Weight,
-    WeightFile,
-    attach_weights,
-    make_weight,
-    replace_weight,
-    set_weights,
-    weights_bytes,
-    write_weights,
-)
-from paramsurgery.formats.weights.schema import (
-    NO_WEIGHTS,
-    SCHEMAS,
-    Read,
-    SchemaError,
-    has_schema,
-    layer_reads,
-    reads_for,
-    register_schema,
-)
+from paramsurgery.formats.weights.binfile import (LayerWeights, Weight, WeightFile, attach_weights,
+                                                  make_weight, replace_weight, set_weights, weights_bytes,
+                                                  write_weights)
+from paramsurgery.formats.weights.schema import (NO_WEIGHTS, SCHEMAS, Read, SchemaError, has_schema,
+                                                 layer_reads, reads_for, register_schema)
 from paramsurgery.formats.weights.synth import synth_size, synth_weights, write_synth_bin
 
 if TYPE_CHECKING:

@@ -37,23 +37,11 @@ The replay log (replay.json) records every candidate tried (kept layers, verdict
 seconds) keyed by the sha256 of its .param; `replay=` reuses recorded verdicts.
 """
 
-from paramsurgery.repro.reduce.algorithm import (
-    ReduceOutput,
-    ReduceResult,
-    Reducer,
-    SourcePasses,
-    Step,
-    reduce_graph,
-)
+from paramsurgery.repro.reduce.algorithm import (ReduceOutput, ReduceResult, Reducer, SourcePasses, Step,
+                                                 reduce_graph)
 from paramsurgery.repro.reduce.builder import Builder, Candidate, Verdict
-from paramsurgery.repro.reduce.checks import (
-    BuiltinCheck,
-    Check,
-    CommandCheck,
-    PredicateCheck,
-    compare_values,
-    load_predicate,
-)
+from paramsurgery.repro.reduce.checks import (BuiltinCheck, Check, CommandCheck, PredicateCheck,
+                                              compare_values, load_predicate)
 from paramsurgery.repro.reduce.values import FAIL, KINDS, OTHER, PASS, UNKNOWN, Harvest, ValueStore, harvest
 
 __all__ = ["BuiltinCheck", "Builder", "Candidate", "Check", "CommandCheck", "FAIL", "Harvest",

@@ -21,13 +21,8 @@ from paramsurgery.verify.compare.frames import FrameFile
 from paramsurgery.verify.compare.graph_match import match_graphs
 from paramsurgery.analysis.traced_inputs import largest_batch
 from paramsurgery.verify.compare.layout import measure
-from paramsurgery.verify.compare.ncnn_run import (
-    NcnnSide,
-    Outcome,
-    extractable_blobs,
-    run_to_file,
-    stream_blobs,
-)
+from paramsurgery.verify.compare.ncnn_run import (NcnnSide, Outcome, extractable_blobs, run_to_file,
+                                                  stream_blobs)
 from paramsurgery.verify.compare.options import describe
 from paramsurgery.verify.compare.report import DIFFERS, FAILED, OK, Report
 from paramsurgery.verify.compare.rows import blank_report
