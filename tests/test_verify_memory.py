@@ -188,7 +188,7 @@ def test_running_ncnn_in_a_child_leaves_the_ir_unimported() -> None:
     import subprocess
     import sys
 
-    from paramsurgery.runtime.child import child_env
+    from paramsurgery.runtime.launch import child_env
 
     code = ("import sys, paramsurgery.runtime.child\n"
             "heavy = [m for m in ('networkx', 'paramsurgery.ir.graph', 'paramsurgery.ir.params') "

@@ -88,6 +88,7 @@ SPLITS: dict[str, dict[str, str]] = {
          '_fits', '_pair', 'io_sidefile', 'read_io_sidefile', 'write_io_sidefile', 'find_reference',
          '_strip', 'shape_matches', '_match', 'fmt_shape', '_SPEC_RE', '_RAND_RE', '_INPUT_RE',
          '_OUTPUT_RE', 'REFERENCE_ERRORS'), "paramsurgery.formats.pnnx_reference"),
+    "paramsurgery.runtime.child": {"child_env": "paramsurgery.runtime.launch"},
     "paramsurgery.patterns.match": dict.fromkeys(("Match", "matched", "fail", "NoMatch"),
                                                  "paramsurgery.core.match"),
     "paramsurgery.passes.base": {"Change": "paramsurgery.core.changes",

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Mapping, Sequence, Union
 import numpy as np
 
 from paramsurgery.core.npz import save_arrays
+from paramsurgery.runtime.launch import module_argv, run_child
 
 from paramsurgery.core.ncnn import NO_BATCH
 
@@ -288,18 +288,15 @@ def run_isolated(param: str | os.PathLike, bin: str | os.PathLike | None,
             "options": options.__dict__,
         }
         (tmpdir / "spec.json").write_text(json.dumps(spec))
-        try:
-            proc = subprocess.run([sys.executable, "-m", "paramsurgery.runtime.child", str(tmpdir)],
-                                  capture_output=True, text=True, timeout=timeout,
-                                  env=child_env())
-        except subprocess.TimeoutExpired:
+        proc = run_child(*module_argv("paramsurgery.runtime.child", tmpdir), timeout=timeout)
+        if proc.timed_out:
             return RunResult("timeout", message=f"no result after {timeout:.0f} s")
         status_file = tmpdir / "status.json"
-        if proc.returncode < 0:
-            return RunResult("crash", signal=-proc.returncode, stderr=proc.stderr,
-                             message=_last_lines(proc.stderr))
+        if proc.signal is not None:
+            return RunResult("crash", signal=proc.signal, stderr=proc.stderr,
+                             message=proc.tail(5, "\n"))
         if not status_file.exists():
-            return RunResult("error", message=_last_lines(proc.stderr) or
+            return RunResult("error", message=proc.tail(5, "\n") or
                              f"child exited with {proc.returncode}", stderr=proc.stderr)
         status = json.loads(status_file.read_text())
         outputs_np: dict[str, np.ndarray] = {}
@@ -310,38 +307,14 @@ def run_isolated(param: str | os.PathLike, bin: str | os.PathLike | None,
                          stderr=proc.stderr)
 
 
-def child_env() -> dict[str, str]:
-    """Environment for a child `python -m paramsurgery...`: this package stays importable
-    even when it is used from a source tree that is not installed."""
-    env = dict(os.environ)
-    # glibc raises its mmap threshold each time a large block is freed, so after ncnn packs
-    # and frees the first weight matrices the later ones come from the heap and their freed
-    # originals stay resident (~15% of the weight bytes on a 0.4B decoder). A fixed
-    # threshold keeps every large block in its own mapping, returned on free.
-    env.setdefault("MALLOC_MMAP_THRESHOLD_", str(128 * 1024))
-    root = str(Path(__file__).resolve().parent.parent)
-    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in parts:
-        env["PYTHONPATH"] = os.pathsep.join([root] + parts)
-    return env
-
-
 def run_module_child(module: str, arg: str | os.PathLike, result: Path,
                      timeout: float) -> str | None:
     """Run `python -m <module> <arg>` (a child that writes `result`); None when it did, else
     what went wrong (signal or exit code and the end of its stderr)."""
-    proc = subprocess.run([sys.executable, "-m", module, os.fspath(arg)], capture_output=True,
-                          text=True, timeout=timeout, env=child_env())
-    if proc.returncode == 0 and result.exists():
+    proc = run_child(*module_argv(module, arg), timeout=timeout)
+    if proc.ok and result.exists():
         return None
-    how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
-    tail = " ".join(proc.stderr.strip().splitlines()[-3:])
-    return f"ncnn run failed ({how}) {tail}".strip()
-
-
-def _last_lines(text: str, n: int = 5) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return "\n".join(lines[-n:])
+    return f"ncnn run failed ({proc.how()}) {proc.tail()}".strip()
 
 
 def _child(tmpdir: Path) -> int:

@@ -20,13 +20,14 @@ import re
 import select
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
+
+from paramsurgery.runtime.launch import start_child
 
 BINARY_MAGIC = b"\xdd\x85\x76\x00"
 
@@ -133,9 +134,9 @@ class _Loader:
         self.close()
         self.tmp = tempfile.mkdtemp(prefix="paramsurgery-ncnn-")
         scratch = os.path.join(self.tmp, "model.param")
-        self.proc = subprocess.Popen([sys.executable, "-S", "-c", _CHILD, scratch],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=_child_env(), bufsize=0)
+        self.proc = start_child("-S", "-c", _CHILD, scratch, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=_child_env(), bufsize=0)
         assert self.proc.stdin is not None
         os.set_blocking(self.proc.stdin.fileno(), False)
         self.owner, self.index = os.getpid(), 0

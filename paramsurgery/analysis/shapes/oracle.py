@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -158,7 +157,7 @@ def run_all_blobs(g: Graph, bin: str | os.PathLike | None, feeds_per_run: list[d
                   blobs: list[str], *, timeout: float = 600.0) -> list[dict]:
     """For each run: blob → {"shape": [...numpy order...], "n": n} (missing = ncnn could
     not produce it). Runs in one child process."""
-    from paramsurgery.runtime.child import child_env
+    from paramsurgery.runtime.launch import module_argv, run_child
 
     with tempfile.TemporaryDirectory(prefix="paramsurgery-shapes-") as tmp:
         d = Path(tmp)
@@ -170,21 +169,16 @@ def run_all_blobs(g: Graph, bin: str | os.PathLike | None, feeds_per_run: list[d
         spec = {"param": str(d / "graph.param"), "bin": None if bin is None else os.fspath(bin),
                 "runs": names, "blobs": blobs}
         (d / "spec.json").write_text(json.dumps(spec))
-        try:
-            proc = subprocess.run([sys.executable, "-m", "paramsurgery.analysis.shapes.oracle", str(d)],
-                                  check=False, capture_output=True, text=True,
-                                  timeout=timeout, env=child_env())
-        except subprocess.TimeoutExpired:
+        proc = run_child(*module_argv("paramsurgery.analysis.shapes.oracle", d), timeout=timeout)
+        if proc.timed_out:
             raise ParamSurgeryError(f"the ncnn shape run gave no result after {timeout:.0f} s",
                                     file=g.source.path) from None
         results = []
         for i in range(len(feeds_per_run)):
             f = d / f"shapes{i}.json"
             if not f.exists():
-                tail = "\n".join(proc.stderr.strip().splitlines()[-3:])
-                how = f"signal {-proc.returncode}" if proc.returncode < 0 else \
-                    f"exit {proc.returncode}"
-                raise ParamSurgeryError(f"ncnn failed on shape run {i} ({how}): {tail}",
+                raise ParamSurgeryError(f"ncnn failed on shape run {i} ({proc.how()}): "
+                                        f"{proc.tail(3, chr(10))}",
                                         file=g.source.path)
             results.append(json.loads(f.read_text()))
         return results

@@ -21,12 +21,12 @@ import json
 import mmap
 import os
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from paramsurgery.formats.weights import tags as T
+from paramsurgery.runtime.launch import run_child
 from paramsurgery.formats.weights.schema import PACKED, RAW, TAGGED
 
 if TYPE_CHECKING:
@@ -174,18 +174,18 @@ def record_reads(param, bin_path=None, *, binary_param: bool | None = None,
             return record_in_process(param, bin_path, binary_param=binary_param)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         code = _CHILD.format(root=root, param=param, bin=bin_path, binary=binary_param)
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                              timeout=timeout)
-        rec = Recording(None, None, stderr=proc.stderr.decode("utf-8", "replace"))
-        for line in proc.stdout.splitlines():
+        proc = run_child("-c", code, timeout=timeout, text=False)
+        if proc.timed_out:
+            raise subprocess.TimeoutExpired("weights oracle child", timeout)
+        rec = Recording(None, None, stderr=(proc.stderr or b"").decode("utf-8", "replace"))
+        for line in (proc.stdout or b"").splitlines():
             parts = line.split()
             if parts[0] == b"R":
                 rec.reads.append((int(parts[1]), int(parts[2])))
             elif parts[0] == b"D":
                 rec.load_param = int(parts[1])
                 rec.load_model = None if parts[2] == b"None" else int(parts[2])
-        if proc.returncode < 0:
-            rec.crashed = -proc.returncode
+        rec.crashed = proc.signal
         return rec
     finally:
         for p in tmp:
@@ -217,11 +217,12 @@ def record_many(jobs: list[tuple[str, str | None]], *, timeout: float = 600) -> 
     results: list[Recording] = [Recording(None, None) for _ in specs]
     start = 0
     while start < len(specs):
-        proc = subprocess.run([sys.executable, "-c", _CHILD_MANY.format(root=root)],
-                              input=json.dumps(specs[start:]).encode(), capture_output=True,
-                              timeout=timeout)
+        proc = run_child("-c", _CHILD_MANY.format(root=root), timeout=timeout, text=False,
+                         input=json.dumps(specs[start:]).encode())
+        if proc.timed_out:
+            raise subprocess.TimeoutExpired("weights oracle child", timeout)
         cur = None
-        for line in proc.stdout.splitlines():
+        for line in (proc.stdout or b"").splitlines():
             parts = line.split()
             if parts[0] == b"J":
                 cur = results[start + int(parts[1])]
@@ -235,11 +236,11 @@ def record_many(jobs: list[tuple[str, str | None]], *, timeout: float = 600) -> 
             break
         if cur is None:  # died before the first job started
             for r in results[start:]:
-                r.crashed = -proc.returncode
-                r.stderr = proc.stderr.decode("utf-8", "replace")
+                r.crashed = -(proc.returncode or 0)
+                r.stderr = (proc.stderr or b"").decode("utf-8", "replace")
             break
-        cur.crashed = -proc.returncode if proc.returncode < 0 else None
-        cur.stderr = proc.stderr.decode("utf-8", "replace")
+        cur.crashed = proc.signal
+        cur.stderr = (proc.stderr or b"").decode("utf-8", "replace")
         start = last + 1
     return results
 

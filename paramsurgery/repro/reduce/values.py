@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -18,7 +16,8 @@ import numpy as np
 from paramsurgery.core.npz import save_arrays
 
 from paramsurgery.core.errors import ParamSurgeryError
-from paramsurgery.runtime.child import NO_BATCH, Feed, child_env
+from paramsurgery.runtime.child import NO_BATCH, Feed
+from paramsurgery.runtime.launch import module_argv, run_child
 
 
 FAIL, PASS, OTHER, UNKNOWN = "fail", "pass", "other", "unknown"
@@ -130,14 +129,11 @@ def harvest(param: str | os.PathLike, bin: str | os.PathLike | None, feeds: Valu
         (d / "spec.json").write_text(json.dumps({
             "param": os.fspath(param), "bin": None if bin is None else os.fspath(bin),
             "inputs": inputs, "blobs": list(blobs)}))
-        try:
-            proc = subprocess.run([sys.executable, "-m", "paramsurgery.repro.reduce",
-                                   "--harvest-child", str(d)], capture_output=True, text=True,
-                                  timeout=timeout, errors="replace", env=child_env())
-            rc, err = proc.returncode, proc.stderr
-            status = "ok" if rc == 0 else ("crash" if rc < 0 else "error")
-        except subprocess.TimeoutExpired:
-            rc, err, status = None, "", "timeout"
+        proc = run_child(*module_argv("paramsurgery.repro.reduce", "--harvest-child", d),
+                         timeout=timeout, errors="replace")
+        rc, err = proc.returncode, proc.stderr or ""
+        status = "timeout" if proc.timed_out else "ok" if proc.ok else \
+            "crash" if proc.signal is not None else "error"
         n = 0
         index = d / "index.tsv"
         if index.exists():

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -24,7 +23,8 @@ import numpy as np
 from paramsurgery.core.npz import save_arrays
 
 from paramsurgery.ir.graph import Graph
-from paramsurgery.runtime.child import FeedLike, _as_feed, child_env
+from paramsurgery.runtime.child import FeedLike, _as_feed
+from paramsurgery.runtime.launch import module_argv, start_child
 from paramsurgery.verify.compare.frames import read_frames
 
 # layers whose extra tops are opaque runtime state (kv caches): never extracted
@@ -85,7 +85,7 @@ def _prepare(tmp: Path, side: NcnnSide, feeds: Mapping[str, FeedLike],
             "inputs": [[name, f.batch_index] for name, f in as_feeds.items()],
             "blobs": [list(b) for b in blobs], "options": side.settings, "out": out}
     (tmp / "spec.json").write_text(json.dumps(spec))
-    return [sys.executable, "-m", "paramsurgery.verify.compare.ncnn_child", str(tmp)]
+    return list(module_argv("paramsurgery.verify.compare.ncnn_child", tmp))
 
 
 @contextlib.contextmanager
@@ -98,7 +98,7 @@ def _child(side: NcnnSide, feeds: Mapping[str, FeedLike], blobs: list[tuple[str,
         cmd = _prepare(tmpdir, side, feeds, blobs, out)
         stderr_path = tmpdir / "stderr"
         with open(stderr_path, "wb") as err:
-            proc = subprocess.Popen(cmd, stdout=stdout, stderr=err, env=child_env())
+            proc = start_child(*cmd, stdout=stdout, stderr=err)
         yield proc, stderr_path
 
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Mapping
@@ -17,7 +15,8 @@ from typing import Mapping
 from paramsurgery.core.npz import save_arrays
 
 from paramsurgery.core.errors import ParamSurgeryError
-from paramsurgery.runtime.child import Feed, child_env
+from paramsurgery.runtime.child import Feed
+from paramsurgery.runtime.launch import module_argv, run_child
 
 
 def export_files(pnnx_param: str) -> tuple[str, str]:
@@ -50,13 +49,10 @@ def run_torch(script: str, inputs: Mapping[str, Feed], dtypes: list[str | None],
         save_arrays(tmpdir / "inputs.npz", {f"i{i}": f.array for i, f in enumerate(inputs.values())})
         (tmpdir / "spec.json").write_text(json.dumps(
             {"script": os.path.abspath(script), "dtypes": dtypes, "out": os.path.abspath(out)}))
-        try:
-            proc = subprocess.run([sys.executable, "-m", "paramsurgery.verify.compare.torch_child",
-                                   str(tmpdir)], capture_output=True, text=True,
-                                  timeout=timeout, env=child_env())
-        except subprocess.TimeoutExpired:
+        proc = run_child(*module_argv("paramsurgery.verify.compare.torch_child", tmpdir),
+                         timeout=timeout)
+        if proc.timed_out:
             return "timeout", f"the torch run was stopped after {timeout:.0f} s"
-    if proc.returncode != 0:
-        tail = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-3:]
-        return "error", " / ".join(tail) or f"exit {proc.returncode}"
+    if not proc.ok:
+        return "error", proc.tail(3, " / ") or proc.how()
     return "ok", ""
