@@ -43,8 +43,11 @@ class Rewrite(Pass):
                 matches, near = find_matches(g, rule)
                 if near is not None and rule.name not in fired:
                     explain.record(rule.name, near)
+                # once per round (a scan of every blob): the matches of a round do not overlap,
+                # so each one's Split tops are judged against the outputs before the round
+                outputs_before = set(g.outputs) if matches else set()
                 for m in matches:
-                    self._apply(g, rule, m, result)
+                    self._apply(g, rule, m, result, outputs_before)
                     fired[rule.name] = fired.get(rule.name, 0) + 1
                     changed = True
             if not changed:
@@ -61,8 +64,8 @@ class Rewrite(Pass):
                                            (near.format() if near else "no candidate")))
         return result
 
-    def _apply(self, g: Graph, rule: RewriteRule, m: Binding, result: PassResult) -> None:
-        outputs_before = set(g.outputs)
+    def _apply(self, g: Graph, rule: RewriteRule, m: Binding, result: PassResult,
+               outputs_before: set[str]) -> None:
         matched = [m.layers[lay.label] for lay in rule.pattern]
         line = m.layers[rule.pattern[-1].label].source_line
         # Splits that copy an internal top: all their readers are matched layers

@@ -154,7 +154,7 @@ class Matcher:
                     continue
                 readers, _ = readers_through_splits(g, gt)
                 outside = [r.name for r, _slot in readers if r.id not in ids]
-                if outside or gt in g.outputs:
+                if outside or not readers:  # no reader at all: it is (or feeds) an output
                     who = ", ".join(outside[:3]) or "the graph's outputs"
                     return MatchFailure(MatchStatus.CHECK_FAILED, f"{pt} ({gt!r}) is also read "
                                         f"outside the pattern (by {who}): capture it as %{pt} to "
