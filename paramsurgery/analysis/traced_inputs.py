@@ -74,6 +74,39 @@ def script_batch_axes(param_path: str | None) -> dict[str, int]:
     return {s.blob: s.batch_index for s in specs if s.batch_index is not None}
 
 
+def traced_inputshape(graph: "Graph", param_path: str | None) -> tuple[dict[str, tuple[int, ...]], str]:
+    """The inputs' ncnn shapes (pnnx's batch axis dropped) at pnnx's traced shapes: its
+    `X_ncnn.py` next to the file, else a static export's `X.pnnx.param`; ({}, "") when
+    neither is there (or readable). Also says where they came from."""
+    from paramsurgery.core.errors import ParamSurgeryError
+    from paramsurgery.formats.pnnx_param import find_pnnx_param, read_pnnx_param
+    from paramsurgery.formats.pnnx_reference import find_pnnx_script
+
+    if not param_path:
+        return {}, ""
+    pnnx = None
+    pnnx_path = find_pnnx_param(param_path)
+    if pnnx_path:
+        try:
+            pnnx = read_pnnx_param(pnnx_path)
+        except (OSError, ValueError, ParamSurgeryError):
+            pnnx = None
+    specs, _ = traced_input_specs(graph, param_path, pnnx)
+    if not specs:
+        return {}, ""
+    out: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        shape = list(spec.shape)
+        b = spec.effective_batch_index()
+        if b != NO_BATCH and 0 <= b < len(shape):
+            del shape[b]
+        out[spec.blob] = tuple(shape)
+    script = find_pnnx_script(param_path)
+    where = os.path.basename(script) if script and [s.blob for s in specs] == \
+        input_order(graph) else os.path.basename(pnnx_path or "")
+    return out, where
+
+
 def make_feeds(graph: "Graph", param_path: str | None, pnnx: "PnnxGraph | None",
                npz: str | None = None, given: "Sequence[InputSpec] | None" = None,
                seed: int = 0, inputshape: "Mapping[str, Sequence[int]] | None" = None,

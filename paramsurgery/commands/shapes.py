@@ -46,6 +46,13 @@ def run(args: argparse.Namespace) -> int:
     shapes_in = inputshape_from_args(args)
     g = load(args.param)
     check_blobs(g, shapes_in, args.param)
+    traced_from = ""
+    if not shapes_in and not args.write_hints:
+        # no --inputshape: the shapes pnnx traced (its X_ncnn.py / a static X.pnnx.param)
+        from paramsurgery.analysis.traced_inputs import traced_inputshape
+
+        traced, traced_from = traced_inputshape(g, args.param)
+        shapes_in = dict(traced)
     values = _parse_values(args.values)
     sm = infer_shapes(g, shapes_in, oracle=args.oracle, bin=args.bin,
                       use_hints=not args.no_hints, values=values)
@@ -73,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
         tag = sm.source.get(b, "")
         extra = f"  not affine: {sm.not_affine[b]}" if b in sm.not_affine else ""
         print(f"{b:<{width}}  {sm.format_shape(s):<24} {tag}{extra}".rstrip())
+    if traced_from:
+        print(f"note: input shapes traced by pnnx (from {traced_from}); --inputshape "
+              f"gives others, symbols included")
     for note in sm.notes:
         print(f"note: {note}")
     return 0

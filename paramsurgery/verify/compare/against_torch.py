@@ -18,13 +18,14 @@ from typing import Mapping
 
 import numpy as np
 
-from paramsurgery.core.errors import ParamSurgeryError
-from paramsurgery.formats.pnnx_param import Op, read_pnnx_param
+from paramsurgery.core.errors import MissingDependency, ParamSurgeryError
+from paramsurgery.core.ncnn import NO_BATCH
+from paramsurgery.formats.pnnx_param import Op, Operand, read_pnnx_param
 from paramsurgery.formats.io import load
 from paramsurgery.runtime.child import Feed
 from paramsurgery.verify.compare.expression import conv_padding_terms, subterm_values
 from paramsurgery.verify.compare.frames import FrameFile
-from paramsurgery.analysis.traced_inputs import input_order, largest_batch
+from paramsurgery.analysis.traced_inputs import input_order, largest_batch, script_batch_axes
 from paramsurgery.verify.compare.layout import Error, measure
 from paramsurgery.formats.pnnx_mapping import Aligner
 from paramsurgery.verify.compare.ncnn_run import NcnnSide, Outcome, extractable_blobs, stream_blobs
@@ -43,6 +44,7 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
     p_ins = pn.inputs
     ins = input_order(graph)[: len(p_ins)]
     dtypes = [o.dtype for o in p_ins]
+    axes = script_batch_axes(target.param)
     fed = largest_batch(feeds)
     report.batch_fed = fed
     producer = {b: (layer, i) for layer in graph for i, b in enumerate(layer.outputs)}
@@ -53,8 +55,16 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
 
     with tempfile.TemporaryDirectory(prefix="paramsurgery-compare-") as tmp:
         scratch = os.path.join(tmp, "torch.frames")
-        status, message = run_torch(script, {b: feeds[b] for b in ins}, dtypes, scratch, timeout)
+        torch_feeds = {b: torch_feed(feeds[b], o, axes.get(b)) for b, o in zip(ins, p_ins)}
+        status, message = run_torch(script, torch_feeds, dtypes, scratch, timeout)
         report.reference_status = status
+        if status == "missing_torch":
+            raise MissingDependency("compare --pnnx runs pnnx's torch export: torch is not "
+                                    "installed in this environment (pip install torch)")
+        if status == "internal":
+            raise ParamSurgeryError(f"paramsurgery's torch recorder failed on pnnx's export "
+                                    f"(a bug in paramsurgery, not in pnnx): {message}",
+                                    file=script)
         if status != "ok":
             # nothing to compare with (pnnx writes `self.0 = ...` for a bare nn.Sequential,
             # which does not even parse)
@@ -123,6 +133,23 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
         row = rows[outcome.computing]
         row.status, row.note = FAILED, outcome.message
     return report
+
+
+def torch_feed(feed: Feed, operand: "Operand", script_axis: int | None) -> Feed:
+    """The array pnnx's torch export takes for an ncnn feed: ncnn is fed without pnnx's
+    batch axis (`--inputshape` gives ncnn shapes), the torch script wants the traced rank.
+    The axis goes back where pnnx's `X_ncnn.py` puts it, else at the traced shape's first
+    size-1 axis."""
+    arr = feed.array
+    shape = operand.shape
+    if shape is None or arr.ndim != len(shape) - 1:
+        return feed
+    axis = feed.batch_index if feed.batch_index != NO_BATCH else script_axis
+    if axis is None or axis == NO_BATCH or not 0 <= axis < len(shape):
+        axis = next((i for i, d in enumerate(shape) if d == 1), None)
+    if axis is None:
+        return feed
+    return Feed(np.expand_dims(arr, axis), axis)
 
 
 def _against_model(row, arr: np.ndarray, n: int, model_out: np.ndarray,

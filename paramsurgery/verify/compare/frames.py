@@ -30,7 +30,8 @@ def write_frame(fh: IO[bytes], header: dict[str, Any], array: np.ndarray | None 
     raw = json.dumps(head).encode()
     fh.write(_LEN.pack(len(raw)))
     fh.write(raw)
-    if array is not None:
+    if array is not None and array.size:
+        # (an empty array has no payload; memoryview.cast refuses a view with a zero dim)
         fh.write(memoryview(np.ascontiguousarray(array).data).cast("B"))
 
 
@@ -113,6 +114,8 @@ class FrameFile:
         start, head = hit
         dtype = np.dtype(head["dtype"])
         count = int(np.prod(head["shape"], dtype=np.int64))
+        if count == 0:
+            return np.empty(head["shape"], dtype)
         return np.frombuffer(self._map, dtype=dtype, count=count, offset=start).reshape(head["shape"])
 
     def header(self, name: str) -> dict[str, Any] | None:

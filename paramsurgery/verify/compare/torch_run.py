@@ -54,5 +54,31 @@ def run_torch(script: str, inputs: Mapping[str, Feed], dtypes: list[str | None],
         if proc.timed_out:
             return "timeout", f"the torch run was stopped after {timeout:.0f} s"
     if not proc.ok:
-        return "error", proc.tail(3, " / ") or proc.how()
+        return blame(proc.stderr or "", script), proc.tail(3, " / ") or proc.how()
     return "ok", ""
+
+
+# the traceback line of a Python frame: `  File "/path/x.py", line 12, in f`
+_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
+
+
+def blame(stderr: str, script: str) -> str:
+    """Whose failure a failed torch run is, from the innermost frame of its traceback:
+    "missing_torch" (torch is not installed where compare runs), "pnnx" (inside pnnx's
+    `X_pnnx.py` or torch called from it), "internal" (inside paramsurgery's recorder: a bug
+    here, not in pnnx's export), else "error" (no traceback: a crash, a signal)."""
+    if re.search(r"ModuleNotFoundError: No module named 'torch'", stderr):
+        return "missing_torch"
+    frames = [m.group(1) for ln in stderr.splitlines() if (m := _FRAME.match(ln))]
+    if not frames:
+        return "error"
+    script_abs = os.path.abspath(script)
+    pkg = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # the innermost frame that is pnnx's script or this package decides
+    for f in reversed(frames):
+        f_abs = os.path.abspath(f)
+        if f_abs == script_abs:
+            return "pnnx"
+        if f_abs.startswith(pkg + os.sep):
+            return "internal"
+    return "error"
