@@ -288,3 +288,20 @@ def test_random_chains_of_small_modules(tmp_path_factory):
         assert coverage(report) >= 0.90, (picks, report.format_text(show_all=True))
 
     check()
+
+
+def test_zoo_export_whose_torch_export_stops_partway_is_compared_up_to_there(capsys):
+    """GPT-2's tied lm_head: pnnx's X_pnnx.py calls a Linear with two inputs and raises at
+    its last line; every operand before it is still compared (issue 24, item 4), the
+    report says where pnnx's export stopped, and the exit is 1 (not everything proven)."""
+    pytest.importorskip("torch")
+    from paramsurgery.cli import main
+
+    zoo = FIXTURES / "zoo" / "gpt2"
+    rc = main(["compare", str(zoo / "embeds_sdpa_static.ncnn.param"),
+               "--pnnx", str(zoo / "embeds_sdpa_static.pnnx.param")])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "pnnx's torch export stopped partway" in out and "Linear.forward()" in out
+    m = re.search(r"(\d+)/(\d+) blobs compared", out)
+    assert m and int(m.group(1)) >= 40, out[-400:]

@@ -2,7 +2,7 @@
 """The README's "Model zoo" table: every zoo export (fixtures/zoo/) through each step.
 
     PYTHONPATH=. /work/genvenv/bin/python tools/zoo_table.py [--jobs N] [--write-readme]
-                                                           [--only FAMILY ...] [--json OUT]
+                          [--only FAMILY ...] [--json OUT] [--steps STEP ... --reuse JSON]
 
 Run it with an interpreter that has torch (the export environment) so `compare --pnnx`
 can run pnnx's torch export; without torch that column says so. Columns, per family ×
@@ -76,22 +76,28 @@ def torch_available() -> bool:
     return True
 
 
-def run_cell(family: str, route: str, workdir: Path, with_torch: bool) -> dict[str, str]:
+def run_cell(family: str, route: str, workdir: Path, with_torch: bool,
+             steps: tuple[str, ...] = STEPS) -> dict[str, str]:
     rec = cells.family_record(family)
     base = _base(route)
     out: dict[str, str] = {}
-    out["raw"] = "(as static)" if route.endswith("_pair") else \
-        cells.raw_at_traced(family, base).short()
-    fixed_outcome, fixed = cells.fix(family, route, workdir)
-    out["fix"] = describe(fixed_outcome)
-    if rec["kind"] != "decoder":
-        out["kvcache"] = "— (encoder)"
-    elif fixed is None or not fixed_outcome.ok:
-        out["kvcache"] = "— (fix did not give a graph that runs right)"
-    else:
-        out["kvcache"] = describe(cells.kvcache(family, route, fixed, workdir))
-    out["shapes"] = "(as static)" if route.endswith("_pair") else \
-        describe(cells.shapes(family, route))
+    if "raw" in steps:
+        out["raw"] = "(as static)" if route.endswith("_pair") else \
+            cells.raw_at_traced(family, base).short()
+    if "fix" in steps or "kvcache" in steps:
+        fixed_outcome, fixed = cells.fix(family, route, workdir)
+        out["fix"] = describe(fixed_outcome)
+        if rec["kind"] != "decoder":
+            out["kvcache"] = "— (encoder)"
+        elif fixed is None or not fixed_outcome.ok:
+            out["kvcache"] = "— (fix did not give a graph that runs right)"
+        else:
+            out["kvcache"] = describe(cells.kvcache(family, route, fixed, workdir))
+    if "shapes" in steps:
+        out["shapes"] = "(as static)" if route.endswith("_pair") else \
+            describe(cells.shapes(family, route))
+    if "compare" not in steps:
+        return out
     has_torch_export = (cells.ZOO / family / f"{base}_pnnx.py").exists()
     if route.endswith("_pair"):
         out["compare"] = "(as static)"
@@ -106,11 +112,19 @@ def run_cell(family: str, route: str, workdir: Path, with_torch: bool) -> dict[s
 
 def describe(o: cells.Outcome) -> str:
     if o.status == "ok":
-        if o.detail and "coverage" in o.detail:
-            m = re.search(r"(\d+)/(\d+) blobs compared \((\d+)% coverage\)", o.detail)
-            diverge = "no divergence" not in o.detail
-            cov = f"{m.group(1)}/{m.group(2)} blobs" if m else "✓"
-            return (f"divergence: {o.detail[:120]}" if diverge else f"✓ {cov}")
+        if o.detail and "coverage" in o.detail:  # compare's verdict
+            m = re.search(r"(\d+)/(\d+) blobs compared", o.detail)
+            cov = f"{m.group(1)}/{m.group(2)} blobs" if m else "?"
+            fd = re.search(r"first divergence: (\S+ \(\w+\)) at line \d+, blob \S+: ([^;]+)",
+                           o.detail)
+            stop = re.search(r"TypeError: [^;)]+|\w+Error: [^;)]+", o.detail) \
+                if "stopped partway" in o.detail else None
+            text = (f"first divergence {fd.group(1)}: {fd.group(2)}; " if fd else
+                    "✓ " if m and m.group(1) == m.group(2) and not stop else "no divergence; ")
+            text += cov + " compared"
+            if stop:
+                text += f" (pnnx's torch export stops: {stop.group(0)[:90]})"
+            return text
         return "✓"
     if o.status == "wrong":
         return f"**WRONG** (exit 0): {o.detail[:140]}"
@@ -155,7 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-readme", action="store_true",
                     help=f"replace the table between {BEGIN} and {END} in README.md")
     ap.add_argument("--json", type=Path, help="also write the cells as JSON")
+    ap.add_argument("--steps", nargs="+", choices=STEPS, default=list(STEPS),
+                    help="recompute only these columns, the others from --reuse")
+    ap.add_argument("--reuse", type=Path, metavar="JSON",
+                    help="a previous --json: the cells of the columns not recomputed")
     args = ap.parse_args(argv)
+    previous = json.loads(args.reuse.read_text()) if args.reuse else {}
     index = cells.index()
     families = [f for f in index["families"] if not args.only or f in args.only]
     work = [(f, r) for f in families for r in table_routes(index["families"][f])]
@@ -165,7 +184,12 @@ def main(argv: list[str] | None = None) -> int:
         def one(fr: tuple[str, str]) -> tuple[tuple[str, str], dict[str, str]]:
             d = Path(tmp) / f"{fr[0]}.{fr[1]}"
             d.mkdir()
-            res = run_cell(fr[0], fr[1], d, with_torch)
+            res = dict(previous.get(f"{fr[0]}/{fr[1]}", {}))
+            res.update(run_cell(fr[0], fr[1], d, with_torch, tuple(args.steps)))
+            missing = [s for s in STEPS if s not in res]
+            if missing:
+                raise SystemExit(f"{fr[0]}/{fr[1]}: no cell for {', '.join(missing)} "
+                                 f"(recompute it or give --reuse)")
             print(f"{fr[0]}/{fr[1]}: " + " | ".join(res[s][:60] for s in STEPS),
                   file=sys.stderr, flush=True)
             return fr, res
@@ -173,6 +197,15 @@ def main(argv: list[str] | None = None) -> int:
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             for fr, res in pool.map(one, work):
                 results[fr] = res
+    # families not recomputed: their cells from --reuse (so the table stays whole)
+    for family in index["families"]:
+        if family in families:
+            continue
+        for route in table_routes(index["families"][family]):
+            if f"{family}/{route}" in previous:
+                results[family, route] = previous[f"{family}/{route}"]
+    families = [f for f in index["families"] if any(k[0] == f for k in results)]
+    results = {k: results[k] for f in families for k in results if k[0] == f}
     table = markdown(results, families)
     text = table + "\n\n" + summary(results) + "\n"
     print(text)

@@ -6,7 +6,8 @@ pass, fp16 vs fp32 with --options) or as pnnx's own torch export (--pnnx X.pnnx.
 X_pnnx.py and X.pnnx.bin next to it), compare every blob as it is produced, and name the
 first divergence: the earliest layer whose outputs differ while all its inputs agree. Blobs
 are compared with size-1 axes dropped; a blob differs when max|a-b| > atol + rtol * max|b|.
-Exit 1 when a divergence is found (or ncnn crashed), 0 when none.
+Exit 1 when a divergence is found (or ncnn crashed, or pnnx's torch export stopped partway),
+0 when none.
 
 Text output is one line per compared blob, like ruff (`file:line: layer (Type) blob ~
 counterpart  status  max_abs  rel`), then a verdict line; `--format json` prints
@@ -128,7 +129,9 @@ def run(args: argparse.Namespace) -> int:
         print_json(report.to_json())
     else:
         print(report.format_text(show_all=args.all))
-    return 1 if report.first_divergence() is not None or report.status != "ok" else 0
+    # exit 1 also when pnnx's torch export stopped partway: not every blob was compared
+    return 1 if report.first_divergence() is not None or report.status != "ok" or \
+        report.reference_status != "ok" else 0
 
 
 # a shape mismatch has no finite error: drawn as this relative error (the top of the scale)

@@ -220,9 +220,10 @@ def compare(family: str, route: str) -> Outcome:
     if base.endswith("_dynamic"):  # at the untraced length of the reference, held against it
         args += ["--inputs", ZOO / family / f"{base}.ref.npz"]
     rc, text = paramsurgery(*args)
-    if rc in (0, 1):
-        return Outcome("ok", text.strip().splitlines()[-1] if text.strip() else "",
-                       returncode=rc)
+    if rc in (0, 1):  # it ran: the verdict line (and why it stopped, when it did)
+        lines = text.strip().splitlines()
+        notes = [ln for ln in lines if ln.startswith("note: pnnx's torch export stopped")]
+        return Outcome("ok", " ".join(lines[-1:] + notes), returncode=rc)
     return Outcome("refused", refusal_text(text), names_a_layer(text, param), returncode=rc)
 
 

@@ -573,9 +573,9 @@ def _slice(layer: Layer, ins: Shapes):
 def _crop(layer: Layer, ins: Shapes):
     x = _first(ins)
     p = layer.params
-    if p.get(19) is not None or p.get(20) is not None:
-        return None  # expression crops: not modelled
     rank = len(x)
+    if p.get(19) is not None or p.get(20) is not None:
+        return _crop_expr(layer, ins, x)
     if len(ins) > 1 and _i(layer, 0, 0) == -233:
         return None
     starts, ends = _ints(layer, 9), _ints(layer, 10)
@@ -624,6 +624,45 @@ def _crop(layer: Layer, ins: Shapes):
                 return None
             v = min(osz, v)
         out.append(v)
+    if any(isinstance(v, int) and v <= 0 for v in out):
+        return None
+    return [tuple(out)]
+
+
+def _crop_expr(layer: Layer, ins: Shapes, x: Shape):
+    """Crop with `19=starts_expr 20=ends_expr 21=axes_expr` (pnnx's dynamic slices, e.g.
+    `20="1h"`: to bottom 1's h, HF's mask cropped to the key length): the expressions
+    evaluated on the input shapes (ncnn needs all three), then the starts/ends rule. An end
+    that is a symbol is kept only where it provably lies within the axis (the axis itself,
+    or the axis minus a constant); `min(L, end)` is not affine."""
+    from paramsurgery.analysis.shapes.exprs import eval_shape_expr
+
+    texts = [layer.params.get(k) for k in (19, 20, 21)]
+    if not all(isinstance(t, str) for t in texts):
+        return None
+    starts, ends, axes = (eval_shape_expr(t, ins) for t in texts)  # type: ignore[arg-type]
+    if starts is None or ends is None or axes is None or \
+            not (len(starts) == len(ends) == len(axes)):
+        return None
+    rank = len(x)
+    out = list(x)
+    for st, en, ax in zip(starts, ends, axes):
+        if not isinstance(ax, int) or not isinstance(st, int) or st < 0:
+            return None
+        ax = ax + rank if ax < 0 else ax
+        if not 0 <= ax < rank:
+            return None
+        L = x[ax]
+        if isinstance(en, int) and en <= 0:  # from the end (0: to the end, as ncnn)
+            end: MaybeDim = add(L, en)
+        elif isinstance(en, int) and isinstance(L, int):
+            end = min(L, en)
+        else:
+            room = sub(L, en)
+            if not (isinstance(room, int) and room >= 0):
+                return None
+            end = en
+        out[ax] = sub(end, st)
     if any(isinstance(v, int) and v <= 0 for v in out):
         return None
     return [tuple(out)]

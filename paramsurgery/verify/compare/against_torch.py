@@ -13,6 +13,7 @@ where compare can see it.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from typing import Mapping
 
@@ -65,11 +66,16 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
             raise ParamSurgeryError(f"paramsurgery's torch recorder failed on pnnx's export "
                                     f"(a bug in paramsurgery, not in pnnx): {message}",
                                     file=script)
-        if status != "ok":
+        if status != "ok" and not _recorded_any(scratch):
             # nothing to compare with (pnnx writes `self.0 = ...` for a bare nn.Sequential,
             # which does not even parse)
             raise ParamSurgeryError(f"pnnx's torch export did not run ({status}): {message}",
                                     file=script)
+        if status != "ok":
+            # pnnx's export failed partway (e.g. a tied lm_head called as a 2-input Linear):
+            # the operands recorded before the failing line are still compared
+            report.notes.append(f"pnnx's torch export stopped partway ({os.path.basename(script)}"
+                                f": {message}); blobs after that line are not compared")
         outcome = Outcome()
         with FrameFile(scratch) as torch_values:
             virtual: dict[str, np.ndarray] = {}
@@ -121,6 +127,16 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
 
                 layer, slot = producer[ev.name]
                 placed = aligner.place(layer, slot, judge)
+                if (placed.operand is None or placed.error is None) and ev.name in outputs:
+                    # a graph output nothing matched by value (a wrong shape, a wrong
+                    # value): held against pnnx's output of the same number, so the
+                    # layer that writes it is named instead of left uncompared
+                    fallback = _output_operand(ev.name, pn)
+                    err = judge(fallback, False) if fallback is not None else None
+                    if err is not None and fallback is not None:
+                        row.against, row.how, row.error = fallback, "output", err
+                        row.status = OK if ok(err) else DIFFERS
+                    continue
                 if placed.operand is None or placed.error is None:
                     continue
                 row.against, row.how, row.error = placed.operand, placed.how, placed.error
@@ -133,6 +149,23 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
         row = rows[outcome.computing]
         row.status, row.note = FAILED, outcome.message
     return report
+
+
+def _output_operand(blob: str, pn) -> str | None:  # noqa: ANN001 - a PnnxGraph
+    """pnnx's output operand for ncnn output `outN` (pnnx numbers both the same way)."""
+    m = re.fullmatch(r"out(\d+)", blob)
+    outs = pn.outputs
+    if m is None or int(m.group(1)) >= len(outs):
+        return None
+    return outs[int(m.group(1))].name
+
+
+def _recorded_any(scratch: str) -> bool:
+    """Whether the torch run wrote at least one operand before it stopped."""
+    if not os.path.isfile(scratch) or os.path.getsize(scratch) == 0:
+        return False
+    with FrameFile(scratch) as frames:
+        return bool(frames.names())
 
 
 def torch_feed(feed: Feed, operand: "Operand", script_axis: int | None) -> Feed:

@@ -177,7 +177,8 @@ class Report:
         pct = 100.0 * len(self.compared) / len(self.rows) if self.rows else 0.0
         n_diff = sum(r.status == DIFFERS for r in self.rows)
         if fd is None:
-            verdict = "no divergence" if self.status == "ok" else "no divergence before the failure"
+            verdict = "no divergence" if self.status == "ok" and self.reference_status == "ok" \
+                else "no divergence before the failure"
         else:
             e = fd.error
             how = (fd.note if fd.note and fd.status == DIFFERS and fd.batch_n > 1 else
