@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+from paramsurgery.core.ncnn import BinaryOpType
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.values import Floats
@@ -229,7 +230,7 @@ class FixReduction(Pass):
             steps.append(f"BinaryOp 0={bop}")
             acc = top
         if need_scale:
-            g.add_layer("BinaryOp", name, [acc], [out], {0: 2, 1: 1, 2: float(scale)})
+            g.add_layer("BinaryOp", name, [acc], [out], {0: int(BinaryOpType.MUL), 1: 1, 2: float(scale)})
             steps.append(f"BinaryOp 0=2 1=1 2={scale:g}")
         return f"{len(steps)} BinaryOps ({', '.join(steps[-2:])})"
 

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from paramsurgery.core.ncnn import BinaryOpType
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
@@ -82,7 +83,7 @@ class _SumMatch:
 
 def _is_add(layer: Layer) -> bool:
     p = layer.params
-    return (layer.type == "BinaryOp" and p.get(0, 0) == 0 and not p.get(1, 0)
+    return (layer.type == "BinaryOp" and p.get(0, 0) == BinaryOpType.ADD and not p.get(1, 0)
             and len(layer.inputs) == 2 and len(layer.outputs) == 1)
 
 

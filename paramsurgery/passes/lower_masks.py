@@ -38,6 +38,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from paramsurgery.core.ncnn import BinaryOpType, ReductionOpType, UnaryOpType
 from paramsurgery.analysis.shapes.affine import Affine as Sym
 from paramsurgery.core.values import FLT_MAX
 from paramsurgery.analysis.frozen_extent import folded_value, is_folded
@@ -47,8 +48,11 @@ from paramsurgery.passes.lowering import (ABS, ADD, MAX, MIN, MUL, NEG, SUB, TAB
 from paramsurgery.passes.lower_layout import ncnn_axis
 
 _MASKS: list[Rule] = []
-RSUB = 7          # ncnn BinaryOp: b - a
-FLOOR, CEIL, ROUND = 2, 3, 18
+RSUB = int(BinaryOpType.RSUB)  # b - a
+FLOOR, CEIL, ROUND = int(UnaryOpType.FLOOR), int(UnaryOpType.CEIL), int(UnaryOpType.ROUND)
+# reductions whose result stays an integer on integer operands
+INTEGER_REDUCTIONS = (ReductionOpType.SUM, ReductionOpType.ASUM, ReductionOpType.MAX, ReductionOpType.MIN,
+                      ReductionOpType.PROD)
 EXACT_INT = 2 ** 24  # float32 holds every integer below this
 
 _LAYOUT = ("Split", "Reshape", "ExpandDims", "Squeeze", "Flatten", "Permute", "Crop",
@@ -179,7 +183,7 @@ def integral(s: Site, blob: str) -> str | None:
             if u not in (ABS, NEG):
                 return f"UnaryOp {prod.name!r} (op {u}) can leave the integers"
             work.extend(prod.inputs)
-        elif t == "Reduction" and prod.params.get(0, 0) in (0, 1, 4, 5, 6):
+        elif t == "Reduction" and prod.params.get(0, 0) in INTEGER_REDUCTIONS:
             work.extend(prod.inputs)
         elif t in COMPARISONS or t == "torch.arange":
             op = op_by_name(prod.name)

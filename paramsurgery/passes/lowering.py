@@ -17,13 +17,15 @@ from paramsurgery.ir.layer import Layer
 from paramsurgery.core.values import FLT_MAX
 from paramsurgery.formats.pnnx_traced import Op, op_named
 from paramsurgery.core.match import NoMatch
+from paramsurgery.core.ncnn import BinaryOpType, UnaryOpType
 
 if TYPE_CHECKING:
     from paramsurgery.formats.pnnx_param import PnnxGraph
 
-# ncnn BinaryOp 0= / UnaryOp 0= op types (src/layer/binaryop.h, unaryop.h)
-ADD, SUB, MUL, DIV, MAX, MIN = 0, 1, 2, 3, 4, 5
-ABS, NEG, TRUNC = 0, 1, 19
+# the op codes the lowerings emit, as plain ints (a param value is written with str())
+ADD, SUB, MUL, DIV, MAX, MIN = (int(BinaryOpType.ADD), int(BinaryOpType.SUB), int(BinaryOpType.MUL),
+                                int(BinaryOpType.DIV), int(BinaryOpType.MAX), int(BinaryOpType.MIN))
+ABS, NEG, TRUNC = int(UnaryOpType.ABS), int(UnaryOpType.NEG), int(UnaryOpType.TRUNC)
 # rows of a MemoryData table a rule crops to a run-time extent (ones, positions): 128 KiB of
 # float32, so a lowering is exact for extents up to it
 TABLE = 32768
@@ -154,11 +156,11 @@ class Site:
 
     def binary(self, op: int, a: str, b: str | None = None, scalar: float | None = None,
                hint: str | None = None) -> str:
-        names = {ADD: "add", SUB: "sub", MUL: "mul", DIV: "div", MAX: "max", MIN: "min"}
+        name = BinaryOpType(op).name.lower()
         if b is None:
-            return self.emit("BinaryOp", [a], {0: op, 1: 1, 2: float(np.float32(scalar))},
-                             hint or names[op])
-        return self.emit("BinaryOp", [a, b], {0: op}, hint or names[op])
+            return self.emit("BinaryOp", [a], {0: int(op), 1: 1, 2: float(np.float32(scalar))},
+                             hint or name)
+        return self.emit("BinaryOp", [a, b], {0: int(op)}, hint or name)
 
 
 def checked_dim(dim: object, shape: tuple | None) -> tuple[int, int]:
