@@ -828,8 +828,7 @@ class Graph:
             new.params = _copy_params(layer.params, new)
             new.source_file = layer.source_file
             new.source_line = layer.source_line
-            new.source_params_col = layer.source_params_col
-            new._lead, new._body, new._eol = layer._lead, layer._body, layer._eol
+            new.origin, new._edited = layer.origin, layer._edited
             new.weights = layer.weights
             if layer._meta:
                 new.meta = dict(layer._meta)
