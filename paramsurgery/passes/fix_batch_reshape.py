@@ -23,8 +23,7 @@ from __future__ import annotations
 from paramsurgery.ir.graph import Graph
 from paramsurgery.core.changes import Change
 from paramsurgery.passes.base import Pass, PassResult, register
-from paramsurgery.core.match import MatchFailure
-from paramsurgery.core.match import Match
+from paramsurgery.core.match import Match, MatchFailure
 from paramsurgery.patterns.batch_reshape import DIM_PARAMS, NOT_A_CANDIDATE, match_pair
 
 @register

@@ -37,8 +37,7 @@ from paramsurgery.core.values import Floats
 from paramsurgery.formats import pnnx_traced as _traced
 from paramsurgery.core.changes import Change
 from paramsurgery.passes.base import Pass, PassResult, RepairContext, keep_or_refuse, register
-from paramsurgery.core.match import MatchFailure
-from paramsurgery.core.match import Match, fail, matched
+from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
 OP_NAMES = {0: "SUM", 1: "ASUM", 2: "SUMSQ", 3: "MEAN", 4: "MAX", 5: "MIN", 6: "PROD", 7: "L1",
             8: "L2", 9: "LogSum", 10: "LogSumExp"}

@@ -33,8 +33,7 @@ from paramsurgery.core.values import Ints
 from paramsurgery.formats import pnnx_traced as _traced
 from paramsurgery.core.changes import Change
 from paramsurgery.passes.base import Pass, PassResult, RepairContext, keep_or_refuse, register
-from paramsurgery.core.match import MatchFailure
-from paramsurgery.core.match import Match, fail, matched
+from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
 KIND_OPS = {"unbind": ("torch.unbind", "Tensor.unbind"), "chunk": ("torch.chunk", "Tensor.chunk"),
             "tensor_split": ("torch.tensor_split", "Tensor.tensor_split"),

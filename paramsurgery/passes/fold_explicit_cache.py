@@ -25,8 +25,7 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
 from paramsurgery.passes.base import Pass, PassResult, register
-from paramsurgery.core.match import MatchFailure
-from paramsurgery.core.match import Match, fail, matched
+from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
 SEQ_AXES = (1, -2)  # SDPA k/v are [w=D, h=seq, c=heads]: seq is axis 1 of 3
 

@@ -26,8 +26,7 @@ from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
 from paramsurgery.passes.base import Pass, PassResult, check_selection, register
 from paramsurgery.patterns.match import InputAncestry
-from paramsurgery.core.match import MatchFailure
-from paramsurgery.core.match import Match, fail, matched
+from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
 ATTENTION_TYPES = ("SDPA", "MultiHeadAttention")
 

@@ -10,8 +10,7 @@ from typing import Any
 
 from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
-from paramsurgery.core.match import MatchFailure
-from paramsurgery.core.match import Explain
+from paramsurgery.core.match import Explain, MatchFailure
 from paramsurgery.formats.weights.schema import reads_for
 from paramsurgery.ir.graph import Graph
 from paramsurgery.passes.base import Pass, PassResult, register
