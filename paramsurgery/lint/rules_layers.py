@@ -293,7 +293,7 @@ def _leaves_batch(layer: "Layer") -> bool:
 
 
 @rule("PS008", "axis-into-batch", WARNING,
-      "Reshape moving a tensor axis into ncnn's batch n (12=233, 13!=233)")
+      "Reshape moving a tensor axis into ncnn's batch n (12=233, 13!=233)", also=(INFO,))
 def axis_into_batch(ctx: "LintContext") -> Iterator[Hit]:
     """pnnx ≥ 2026-07 (Tencent/ncnn PR #6784) can move a real axis into the ncnn Mat's
     batch `n` with `Reshape 12=233 13=k` (input has no batch axis, output axis k is the
@@ -410,7 +410,7 @@ def _kind_problem(expected: Kind, got: Kind) -> tuple[str, str] | None:
         return ERROR, "ncnn expects an int array; the float bits are read as ints"
     if expected is Kind.FLOATS and got is Kind.INTS:
         return WARNING, "ncnn expects a float array; write the elements with a '.'"
-    return WARNING, f"ncnn reads a {expected.value}"
+    return WARNING, f"ncnn reads {expected.noun}"
 
 
 def _float_bits(vals: tuple) -> list[float] | None:
@@ -435,7 +435,8 @@ def _float_bits(vals: tuple) -> list[float] | None:
 
 
 @rule("PS011", "param-kind", ERROR,
-      "a param written with the kind ncnn does not read (float for int, scalar for array, …)")
+      "a param written with the kind ncnn does not read (float for int, scalar for array, …)",
+      also=(WARNING,))
 def param_kind(ctx: "LintContext") -> Iterator[Hit]:
     """ncnn types a param by its text (`.`/`e` = float, `,` = array, a letter or `"` =
     string) and each layer reads every id with a fixed kind (layer_params.py, from every
@@ -487,7 +488,7 @@ def _param_kind_hits(layer: "Layer") -> Iterator[Hit]:
                    f"the integers instead; write the floats")
         shown = "[]" if value.kind.is_array and not value.value else value.python
         yield Hit(layer, f"{t} {layer.name!r} param {pid} ({info.name}) is written as "
-                         f"{value.kind.value} {shown!r} but ncnn reads a {info.kind.value}: "
+                         f"{value.kind.value} {shown!r} but ncnn reads {info.kind.noun}: "
                          f"{why}", severity=sev)
     if params.has_duplicates:
         dup = sorted({d.pid for d in params._dupes})
