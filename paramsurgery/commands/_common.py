@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
-from typing import Any
+from typing import Any, Sequence
 
 from paramsurgery.core.errors import ParamSurgeryError
 
@@ -25,10 +26,12 @@ def add_output_args(parser: argparse.ArgumentParser, what: str = "output .param"
 
 
 def add_report_arg(parser: argparse.ArgumentParser) -> None:
-    """`--report PAGE` (the before/after page): every graph-writing command takes it."""
-    from paramsurgery.view.report import add_report_arg as add
-
-    add(parser)
+    """`--report PAGE` (the before/after page, `view.report.run_with_report`): every
+    graph-writing command takes it. Declared here, so registering a command imports no
+    page code (the command's first line comes at once)."""
+    parser.add_argument("--report", metavar="PAGE",
+                        help="also write an HTML page with the graph before and after, the "
+                             "changes coloured (see `paramsurgery diff`)")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -112,11 +115,122 @@ def run_pass_located(pass_obj: Any, g: Any, path: str) -> Any:
         raise
 
 
+# --------------------------------------------------------------------------- conventions
+# One argument convention for every command (README "Conventions"): declared here once.
+
+# `NAME=[d0,...]` (one spec, or several in one quoted word): what `--inputshape` takes
+_SHAPE_ITEM_RE = re.compile(r"^[^-=\s][^=\s]*=[\[(]")
+# `-23310=1,0.2`: a negative param id assignment, a positional (not an unknown option)
+_NEGATIVE_ASSIGN_RE = re.compile(r"^-[0-9]+=")
+
+
+def normalize_argv(argv: Sequence[str]) -> list[str]:
+    """`--inputshape a=[..] b=[..] FILE` → `--inputshape=a=[..] --inputshape=b=[..] FILE`:
+    the flag takes its `NAME=[..]` items up to the next flag and never the file after them
+    (one value per flag otherwise). Nothing after `--` is touched."""
+    out: list[str] = []
+    i = 0
+    argv = list(argv)
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            out.extend(argv[i:])
+            break
+        if tok == "--inputshape" and i + 1 < len(argv):
+            j = i + 1
+            if not _SHAPE_ITEM_RE.match(argv[j]):  # one value of another form
+                out += [tok, argv[j]]
+                i = j + 1
+                continue
+            while j < len(argv) and _SHAPE_ITEM_RE.match(argv[j]):
+                out.append(f"--inputshape={argv[j]}")
+                j += 1
+            i = j
+            continue
+        out.append(tok)
+        i += 1
+    return out
+
+
+class CommandParser(argparse.ArgumentParser):
+    """Every command's parser (`add_subparsers(parser_class=CommandParser)`): `-q/--quiet`
+    on every command, `-23310=...` taken as a positional (an assignment of a negative param
+    id, not an unknown option), `--inputshape` items never swallowing a positional
+    (`normalize_argv`), and an unknown option answered with this command's usage and the
+    closest options (`unknown_option_error`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument("-q", "--quiet", action="store_true",
+                          help="no progress lines or bar (the report is still printed)")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if args is not None:
+            args = normalize_argv(args)
+        return super().parse_known_args(args, namespace)
+
+    def _parse_optional(self, arg_string: str) -> Any:
+        if _NEGATIVE_ASSIGN_RE.match(arg_string):
+            return None
+        return super()._parse_optional(arg_string)
+
+    def unknown_option_error(self, extras: Sequence[str]) -> None:
+        """`unrecognized arguments: --verfy (did you mean --verify?)` with this command's
+        usage, exit 2 (argparse's `error`)."""
+        import difflib
+
+        options = [o for a in self._actions for o in a.option_strings]
+        notes = []
+        for tok in extras:
+            if tok.startswith("-"):
+                close = difflib.get_close_matches(tok.split("=", 1)[0], options, n=3,
+                                                  cutoff=0.6)
+                if close:
+                    notes.append(f"{tok}: did you mean {' or '.join(close)}?")
+        msg = "unrecognized arguments: " + " ".join(extras)
+        self.error(msg + ("\n" + "\n".join(notes) if notes else ""))
+
+
+def command_parser(root: argparse.ArgumentParser, args: argparse.Namespace
+                   ) -> argparse.ArgumentParser:
+    """The parser of the (sub)command `args` names (`repro check`: the `check` parser)."""
+    parser = root
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            return parser
+        name = getattr(args, subs[0].dest or "", None)
+        if name is None or name not in subs[0].choices:
+            return parser
+        parser = subs[0].choices[name]
+
+
+def suggest_command(root: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """An unknown command word: the closest commands, with the top-level usage (exit 2)."""
+    import difflib
+
+    subs = [a for a in root._actions if isinstance(a, argparse._SubParsersAction)]
+    word = next((a for a in argv if not a.startswith("-")), None)
+    if not subs or word is None or word in subs[0].choices or argv[0] != word:
+        return
+    close = difflib.get_close_matches(word, list(subs[0].choices), n=3, cutoff=0.6)
+    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+    root.error(f"unknown command {word!r}{hint}; `paramsurgery -h` lists them")
+
+
+def add_inputshape_arg(parser: argparse.ArgumentParser) -> None:
+    """The shared `--inputshape` flag: one value per flag (repeatable), or `NAME=[..]`
+    items up to the next flag (`normalize_argv`); one value may hold several specs."""
+    parser.add_argument("--inputshape", action="append", metavar="NAME=[d0,...]",
+                        help="shape of an input blob in numpy order of the ncnn.Mat "
+                             "([c,h,w]); dims are integers or symbols such as T "
+                             "(e.g. in0=[T,1024]); repeatable, or several NAME=[..] after "
+                             "one flag")
+
+
 def add_inputshape_args(parser: argparse.ArgumentParser, *, inputs: bool = True) -> None:
     """`--inputshape` (shapes of input blobs, symbolic dims allowed) and, for commands that
     run the graph, `--inputs inputs.npz` (arrays keyed by input blob name)."""
-    from paramsurgery.analysis.shapes.spec import add_inputshape_arg
-
     add_inputshape_arg(parser)
     if inputs:
         parser.add_argument("--inputs", metavar="NPZ",

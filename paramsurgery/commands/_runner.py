@@ -174,6 +174,14 @@ class GraphCommand:
             need = "--verify needs" if getattr(args, "verify", False) else "this command needs"
             raise ParamSurgeryError(f"{need} the weights (--bin model.bin)", file=args.param)
         out = self.outputs(args)
+        from paramsurgery.core import progress
+
+        if out.param == "-":  # stdout carries the graph: the report and progress go to stderr
+            progress.redirect(sys.stderr)
+        if self.verify is not None and getattr(args, "verify", False):
+            progress.plan(f"{getattr(args, 'command', None) or self.tag}: {args.param} -> "
+                          f"{out.param}: rewriting, then proving the result through ncnn "
+                          f"before anything is written")
         source = load(args.param, bin=bin_in) if bin_in else load(args.param)
         if self.prepare is not None:
             self.prepare(args, source)
@@ -260,7 +268,11 @@ class GraphCommand:
         for line in self.text(run) if self.text is not None else []:
             print(line, file=stream)
         if run.check is not None:
-            print(run.check.format(), file=stream)
+            from paramsurgery.core import progress
+
+            rest = progress.unshown(run.check.format())  # lines shown as they came: not again
+            if rest:
+                print(rest, file=stream)
         if self.bin_note and run.bin_note:
             print(run.bin_note, file=stream)
         if out.param != "-":

@@ -7,7 +7,8 @@ import os
 import tempfile
 
 from paramsurgery.core.errors import ParamSurgeryError
-from paramsurgery.analysis.shapes.spec import add_inputshape_arg, inputshape_from_args
+from paramsurgery.analysis.shapes.spec import inputshape_from_args
+from paramsurgery.commands._common import add_inputshape_arg
 from paramsurgery.commands._common import add_pass_args
 from paramsurgery.commands._runner import run_param_pass
 from paramsurgery.commands._runner import add_bin_arg, add_verify_args

@@ -64,7 +64,6 @@ exit: 0 reduced, 1 the source graph does not fail, 2 usage or input error.""")
     p.add_argument("--replay", metavar="JSON", help="reuse the verdicts of an earlier replay.json")
     p.add_argument("-o", "--output", metavar="DIR",
                    help="output directory (default: <param>.reduce/)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     add_format_arg(p)
     p.set_defaults(run=run)
 

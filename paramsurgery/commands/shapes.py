@@ -9,7 +9,7 @@ from paramsurgery.commands._common import add_format_arg, add_report_arg, output
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from paramsurgery.analysis.shapes.spec import add_inputshape_arg
+    from paramsurgery.commands._common import add_inputshape_arg
 
     p = sub.add_parser("shapes", help="every blob's shape (numpy order of the ncnn.Mat), "
                        "symbolic in the input sizes; --write-hints writes -23330 hints")

@@ -70,9 +70,11 @@ def run(args: argparse.Namespace) -> int:
                             seed=args.seed, reference_param=args.reference,
                             inputshape=inputshape_of(args) or None, inputs=args.inputs)
     if args.format == "json":
-        print_json({"ok": report.ok, "n": report.n, "m": report.m, "tol": report.tol,
-                    "error": report.error, "reference_rel": report.reference_rel,
-                    "steps": [s.__dict__ for s in report.steps]})
+        print_json({"files": [{"file": args.param, "bin": args.bin, **report.to_json()}]})
     else:
-        print(report.format())
+        from paramsurgery.core import progress
+
+        rest = progress.unshown(report.format())  # the steps were printed as they finished
+        if rest:
+            print(rest)
     return 0 if report.ok else 1

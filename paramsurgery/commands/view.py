@@ -19,7 +19,7 @@ from paramsurgery.commands._common import add_input_arg, command
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from paramsurgery.analysis.shapes.spec import add_inputshape_arg
+    from paramsurgery.commands._common import add_inputshape_arg
 
     p = command(sub, __doc__, run)
     add_input_arg(p, "the .param (or .param.bin)")

@@ -1,0 +1,179 @@
+"""Progress and streaming: a plan line at once, a line per finished step, a bar on a
+terminal only, and after SIGTERM what was finished (issue 25, item 4)."""
+
+import fcntl
+import io
+import os
+import pty
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+
+from paramsurgery.core import progress
+
+from conftest import REPO
+
+TALKER = REPO / "fixtures/qwen3_tts/tiny/talker_decoder.ported.ncnn"  # largest bundled decoder
+
+
+class PtyRun:
+    """A command with stdout and stderr on two pseudo-terminals; each line with the time
+    it arrived (seconds after the start)."""
+
+    def __init__(self, *args, cwd):
+        self.out_m, out_s = pty.openpty()
+        self.err_m, err_s = pty.openpty()
+        for fd in (out_s, err_s):  # a terminal 100 columns wide (a new pty has 0 x 0)
+            fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+        env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="100")
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen([sys.executable, "-m", "paramsurgery", *map(str, args)],
+                                     stdout=out_s, stderr=err_s, stdin=subprocess.DEVNULL,
+                                     cwd=cwd, env=env)
+        os.close(out_s)
+        os.close(err_s)
+        self.lines: list[tuple[float, str]] = []
+        self.err = b""
+        self._pending = b""
+
+    def pump(self, until=None, timeout=120.0) -> None:
+        """Read until `until(lines)` holds, or the process ends and its output is drained."""
+        deadline = time.monotonic() + timeout
+        fds = [self.out_m, self.err_m]
+        while fds and time.monotonic() < deadline:
+            if until is not None and until(self.lines):
+                return
+            ready, _, _ = select.select(fds, [], [], 0.2)
+            for fd in ready:
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:  # EIO: the other side is closed
+                    data = b""
+                if not data:
+                    fds.remove(fd)
+                elif fd == self.err_m:
+                    self.err += data
+                else:
+                    now = time.monotonic() - self.t0
+                    self._pending += data
+                    while b"\n" in self._pending:
+                        raw, self._pending = self._pending.split(b"\n", 1)
+                        self.lines.append((now, raw.decode().rstrip("\r")))
+        if until is not None and not until(self.lines):
+            raise AssertionError(f"timed out; got {self.lines!r}")
+
+    def finish(self) -> int:
+        self.pump()
+        rc = self.proc.wait(60)
+        os.close(self.out_m)
+        os.close(self.err_m)
+        return rc
+
+
+def _startup(cwd) -> float:
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-m", "paramsurgery", "--version"], capture_output=True,
+                   cwd=cwd, env=dict(os.environ, PYTHONPATH=str(REPO)), check=True)
+    return time.monotonic() - t0
+
+
+def test_add_kvcache_verify_streams_under_a_pty(tmp_path):
+    out = tmp_path / "kv.param"
+    run = PtyRun("add-kvcache", f"{TALKER}.param", "--bin", f"{TALKER}.bin", "-o", out,
+                 "--verify", "--m", "6", cwd=tmp_path)
+    assert run.finish() == 0, run.err.decode()
+    first_at, first = run.lines[0]
+    assert first.startswith("add-kvcache: ") and "proving the result through ncnn" in first
+    # the first line comes as soon as the command starts (the interpreter's own start is
+    # the floor on a loaded machine)
+    assert first_at < max(1.0, _startup(tmp_path) + 0.5), run.lines
+    texts = [t for _, t in run.lines]
+    steps = [t for t in texts if t.strip().startswith("step ")]
+    assert [s.split()[1] for s in steps] == ["1", "2", "3", "4", "5", "6"]
+    # each step's line once (not again in the final report), the verdict once
+    assert texts.count("  parity: ok") == 1 and len(set(steps)) == len(steps) == 6
+    assert texts.index("  parity: ok") > texts.index(steps[-1])
+    assert texts[-1].startswith("wrote ")
+    # stderr is a terminal: the bar was drawn there (and erased: leave=False)
+    assert b"kv-cache parity" in run.err and b"run/s" in run.err and b"\r" in run.err
+    assert out.exists()
+
+
+def test_quiet_and_json_draw_no_bar(tmp_path):
+    kv = tmp_path / "kv.param"
+    assert subprocess.run([sys.executable, "-m", "paramsurgery", "add-kvcache",
+                           f"{TALKER}.param", "-o", kv], cwd=tmp_path, capture_output=True,
+                          env=dict(os.environ, PYTHONPATH=str(REPO))).returncode == 0
+    for extra in (["--quiet"], ["--format", "json"]):
+        run = PtyRun("verify-kvcache", kv, f"{TALKER}.bin", "--m", "2", *extra, cwd=tmp_path)
+        assert run.finish() == 0, run.err.decode()
+        assert b"kv-cache parity" not in run.err and b"\r" not in run.err, run.err
+        if extra == ["--quiet"]:  # no progress; the report still has every step, once
+            steps = [t for _, t in run.lines if t.strip().startswith("step ")]
+            assert [s.split()[1] for s in steps] == ["1", "2"]
+        else:
+            import json
+
+            data = json.loads("\n".join(t for _, t in run.lines))
+            step = data["files"][0]["steps"][1]
+            assert (step["label"], step["first"], step["last"]) == ("step 1", 8, 8)
+
+
+def test_sigterm_shows_what_was_finished(tmp_path):
+    out = tmp_path / "kv.param"
+    m = 400
+    run = PtyRun("add-kvcache", f"{TALKER}.param", "--bin", f"{TALKER}.bin", "-o", out,
+                 "--verify", "--m", m, cwd=tmp_path)
+    run.pump(until=lambda lines: any(t.strip().startswith("step 2 ") for _, t in lines))
+    run.proc.send_signal(signal.SIGTERM)
+    rc = run.finish()
+    assert rc == 128 + signal.SIGTERM
+    texts = [t for _, t in run.lines]
+    done = [t for t in texts if t.strip().startswith("step ")]
+    assert 2 <= len(done) < m  # the finished steps were shown, the rest never ran
+    err = run.err.decode().replace("\r", "")
+    assert f"terminated (signal 15); finished: kv-cache parity: " in err
+    finished = int(err.split("finished: kv-cache parity: ")[1].split(" of ")[0])
+    assert finished >= len(done) + 2  # full prefill + prefill + the steps shown
+    assert f" of {m + 3} run(s) finished" in err
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_reporter_console_lines_and_unshown():
+    buf = io.StringIO()
+    rep = progress.ConsoleReporter(buf)
+    with progress.using(rep):
+        progress.plan("plan: 2 steps")
+        with progress.task("work", total=2) as t:
+            t.done("  a ok")
+            t.done("  b ok")
+        assert progress.unshown("header\n  a ok\n  b ok\n  verdict") == "header\n  verdict"
+    assert buf.getvalue() == "plan: 2 steps\n  a ok\n  b ok\n"
+    assert rep.interrupted() == ["work: 2 of 2 step(s) finished"]
+    # the library default prints nothing
+    silent = progress.current()
+    assert not isinstance(silent, progress.ConsoleReporter)
+    assert progress.unshown("x\ny") == "x\ny"
+
+
+@pytest.mark.slow
+def test_add_kvcache_verify_streams_on_the_real_size_talker(tmp_path):
+    """The real-size talker decoder (28 blocks) with synth-bin weights."""
+    real = REPO / "fixtures/qwen3_tts/real/talker_decoder.ported.ncnn.param"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    b = tmp_path / "t.bin"
+    subprocess.run([sys.executable, "-m", "paramsurgery", "synth-bin", real, "-o", b],
+                   check=True, env=env, capture_output=True)
+    run = PtyRun("add-kvcache", real, "--bin", b, "-o", tmp_path / "kv.param", "--verify",
+                 "--n", "4", "--m", "3", cwd=tmp_path)
+    assert run.finish() == 0, run.err.decode()
+    first_at = run.lines[0][0]
+    assert first_at < max(1.0, _startup(tmp_path) + 0.5), run.lines
+    steps = [(at, t) for at, t in run.lines if t.strip().startswith("step ")]
+    assert len(steps) == 3 and steps[0][0] > first_at
