@@ -121,7 +121,7 @@ def test_quiet_and_json_draw_no_bar(tmp_path):
             import json
 
             data = json.loads("\n".join(t for _, t in run.lines))
-            step = data["files"][0]["steps"][1]
+            step = data["steps"][1]
             assert (step["label"], step["first"], step["last"]) == ("step 1", 8, 8)
 
 

@@ -70,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
                             seed=args.seed, reference_param=args.reference,
                             inputshape=inputshape_of(args) or None, inputs=args.inputs)
     if args.format == "json":
-        print_json({"files": [{"file": args.param, "bin": args.bin, **report.to_json()}]})
+        print_json({**report.to_json(),
+                    "files": [{"file": args.param, "role": "input"},
+                              {"file": args.bin, "role": "weights"}]})
     else:
         from paramsurgery.core import progress
 
