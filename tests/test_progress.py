@@ -40,6 +40,7 @@ class PtyRun:
         os.close(err_s)
         self.lines: list[tuple[float, str]] = []
         self.err = b""
+        self.err_lines: list[tuple[float, str]] = []
         self._pending = b""
 
     def pump(self, until=None, timeout=120.0) -> None:
@@ -59,6 +60,9 @@ class PtyRun:
                     fds.remove(fd)
                 elif fd == self.err_m:
                     self.err += data
+                    if not self.err_lines and b"\n" in self.err:  # the first line on stderr
+                        self.err_lines.append((time.monotonic() - self.t0,
+                                               self.err.split(b"\n")[0].decode()))
                 else:
                     now = time.monotonic() - self.t0
                     self._pending += data
@@ -88,12 +92,13 @@ def test_add_kvcache_verify_streams_under_a_pty(tmp_path):
     run = PtyRun("add-kvcache", f"{TALKER}.param", "--bin", f"{TALKER}.bin", "-o", out,
                  "--verify", "--m", "6", cwd=tmp_path)
     assert run.finish() == 0, run.err.decode()
-    first_at, first = run.lines[0]
+    # the plan line, on stderr (stdout keeps the report), comes as soon as the command
+    # starts (the interpreter's own start is the floor on a loaded machine)
+    first_at, first = run.err_lines[0]
     assert first.startswith("add-kvcache: ") and "proving the result through ncnn" in first
-    # the first line comes as soon as the command starts (the interpreter's own start is
-    # the floor on a loaded machine)
-    assert first_at < max(1.0, _startup(tmp_path) + 0.5), run.lines
+    assert first_at < max(1.0, _startup(tmp_path) + 0.5), (first_at, run.lines)
     texts = [t for _, t in run.lines]
+    assert texts[0].startswith("kv-cache parity: prefill 8 + 6 single-token steps")
     steps = [t for t in texts if t.strip().startswith("step ")]
     assert [s.split()[1] for s in steps] == ["1", "2", "3", "4", "5", "6"]
     # each step's line once (not again in the final report), the verdict once
@@ -173,7 +178,7 @@ def test_add_kvcache_verify_streams_on_the_real_size_talker(tmp_path):
     run = PtyRun("add-kvcache", real, "--bin", b, "-o", tmp_path / "kv.param", "--verify",
                  "--n", "4", "--m", "3", cwd=tmp_path)
     assert run.finish() == 0, run.err.decode()
-    first_at = run.lines[0][0]
-    assert first_at < max(1.0, _startup(tmp_path) + 0.5), run.lines
+    first_at = run.err_lines[0][0]
+    assert first_at < max(1.0, _startup(tmp_path) + 0.5), (first_at, run.lines)
     steps = [(at, t) for at, t in run.lines if t.strip().startswith("step ")]
     assert len(steps) == 3 and steps[0][0] > first_at

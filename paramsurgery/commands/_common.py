@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import sys
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from paramsurgery.core.errors import ParamSurgeryError
 
@@ -35,12 +36,99 @@ def add_report_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """Run a parsed command; with `--report`, through the before/after page."""
-    if getattr(args, "report", None):
-        from paramsurgery.view.report import run_with_report
+    """Run a parsed command; with `--report`, through the before/after page. First the
+    shared conventions: `-` as the model reads stdin (`stdin_models`), the positional
+    `.bin` alias and `--bin` become one `args.bin` (`resolve_bin`)."""
+    with stdin_models(args):
+        resolve_bin(args)
+        if getattr(args, "report", None):
+            from paramsurgery.view.report import run_with_report
 
-        return run_with_report(args, args.run)
-    return args.run(args)
+            return run_with_report(args, args.run)
+        return args.run(args)
+
+
+STDIN_NAME = "<stdin>"
+
+
+def resolve_bin(args: argparse.Namespace) -> None:
+    """`--bin B` and the positional `.bin` (kept as an alias where a command had one) are
+    the same argument: given both, they must agree."""
+    if not hasattr(args, "bin_positional"):
+        return
+    pos = args.bin_positional
+    if pos is not None:
+        if getattr(args, "bin", None) not in (None, pos):
+            raise ParamSurgeryError(f"the weights are given twice ({pos} and --bin "
+                                    f"{args.bin}); give one", file=getattr(args, "param", None))
+        args.bin = pos
+    if getattr(args, "bin_required", False) and not getattr(args, "bin", None):
+        param = getattr(args, "param", None)
+        raise ParamSurgeryError("this command needs the weights (--bin model.bin)",
+                                file=param if isinstance(param, str) else None)
+
+
+class _Renaming:
+    """A text stream that writes `old` as `new` (a temporary stdin copy's path as
+    `<stdin>`); everything else is the wrapped stream's."""
+
+    def __init__(self, inner: Any, old: str, new: str) -> None:
+        self._inner, self._old, self._new = inner, old, new
+
+    def write(self, text: str) -> int:
+        return self._inner.write(text.replace(self._old, self._new))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@contextlib.contextmanager
+def stdin_models(args: argparse.Namespace) -> Iterator[None]:
+    """`-` as the model: stdin is read (up to 64 MB, like any pipe) into a temporary file
+    that the command reads, runs and links like any other; the reports call it `<stdin>`,
+    and the default output is stdout (there is no "beside the input")."""
+    model: Any = getattr(args, "param", None)
+    many = isinstance(model, list)
+    names: list[Any] = list(model) if many else [model]
+    if "-" not in names:
+        yield
+        return
+    if names.count("-") > 1:
+        raise ParamSurgeryError("stdin ('-') can be read once")
+    if getattr(args, "in_place", False):
+        raise ParamSurgeryError("--in-place needs a file, not stdin", file=STDIN_NAME)
+    import tempfile
+
+    from paramsurgery.core.fs import MAX_STREAM_BYTES
+
+    data = sys.stdin.buffer.read(MAX_STREAM_BYTES + 1)
+    if len(data) > MAX_STREAM_BYTES:
+        raise ParamSurgeryError(f"longer than {MAX_STREAM_BYTES} bytes", file=STDIN_NAME)
+    with tempfile.TemporaryDirectory(prefix="paramsurgery-stdin-") as tmp:
+        from paramsurgery.formats.param_text import BINARY_MAGIC
+
+        path = os.path.join(tmp, "stdin.param.bin" if data[:4] == BINARY_MAGIC else
+                            "stdin.param")
+        with open(path, "wb") as fh:
+            fh.write(data)
+        if many:
+            args.param = [path if n == "-" else n for n in names]
+        else:
+            args.param = path
+            if hasattr(args, "output") and args.output is None:
+                args.output = "-"
+        saved = sys.stdout, sys.stderr
+        sys.stdout = _Renaming(sys.stdout, path, STDIN_NAME)  # type: ignore[assignment]
+        sys.stderr = _Renaming(sys.stderr, path, STDIN_NAME)  # type: ignore[assignment]
+        try:
+            yield
+        except ParamSurgeryError as exc:
+            if exc.file == path:
+                exc.file = STDIN_NAME
+            exc.message = exc.message.replace(path, STDIN_NAME)
+            raise
+        finally:
+            sys.stdout, sys.stderr = saved
 
 
 def output_path(args: argparse.Namespace, input_path: str, *, required: bool = True) -> str | None:
@@ -61,9 +149,22 @@ def output_path(args: argparse.Namespace, input_path: str, *, required: bool = T
     return out
 
 
-def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, sort_keys=False)
-    sys.stdout.write("\n")
+def default_output(args: argparse.Namespace, tag: str) -> str:
+    """The one default-output rule: `-o PATH` (`-`: stdout), `--in-place`, else
+    `<input>.<tag>.param` beside the input (stdout when the input is stdin)."""
+    if args.output is None and not getattr(args, "in_place", False):
+        args.output = derived_output(args.param, tag)
+    out = output_path(args, args.param)
+    assert out is not None
+    return out
+
+
+def print_json(data: Any, stream: Any = None) -> None:
+    """A command's JSON report (stdout, or `stream`): one object, of the command's schema
+    (`commands/_schemas.py`, README "JSON output")."""
+    out = stream if stream is not None else sys.stdout
+    json.dump(data, out, indent=2, sort_keys=False)
+    out.write("\n")
 
 
 def derived_output(input_path: str, tag: str) -> str:
@@ -96,8 +197,11 @@ def link_or_copy(src: str, dst: str) -> str:
 
 def add_pass_args(parser: argparse.ArgumentParser, tag: str) -> None:
     """Arguments every param-rewriting pass command takes."""
-    parser.add_argument("param", help="input .param")
+    add_input_arg(parser)
     add_output_args(parser, f"output .param (default: <input>.{tag}.param)")
+    add_weights_arg(parser, "its weights (.bin): checked against the graph, then rewritten "
+                            "next to the output when the pass changes a weighted layer, else "
+                            "linked (or copied)")
     parser.add_argument("--explain", action="store_true",
                         help="also say why candidate layers were left alone")
     add_format_arg(parser)
@@ -270,14 +374,26 @@ def command(sub: argparse._SubParsersAction, doc: str | None, run: Any = None,
 
 
 def add_input_arg(p: argparse.ArgumentParser, what: str = "input .param",
-                  name: str = "param") -> None:
-    """The graph a command reads (positional `param`)."""
-    p.add_argument(name, help=what)
+                  name: str = "param", nargs: Any = None) -> None:
+    """The graph a command reads (positional `param`; `-` reads stdin)."""
+    p.add_argument(name, nargs=nargs, help=f"{what} ('-': stdin)" if name == "param" else what)
 
 
-def write_graph(g: Any, out: str, note: str) -> None:
+def add_weights_arg(p: argparse.ArgumentParser, what: str, *, positional: bool = False,
+                    required: bool = False) -> None:
+    """`--bin B` (and, with `positional`, the positional `.bin` after the model as its
+    alias): one weights argument on every command (`resolve_bin`)."""
+    if positional:
+        p.add_argument("bin_positional", nargs="?", metavar="BIN",
+                       help="the same as --bin (kept as a positional alias)")
+    p.add_argument("--bin", metavar="BIN", help=what)
+    if required:
+        p.set_defaults(bin_required=True)
+
+
+def write_graph(g: Any, out: str, note: str | None) -> None:
     """Write `g`'s text to `out` (atomically; '-' = stdout); then `note` (a format string
-    of `out`) on stderr says what was written."""
+    of `out`; None: nothing) on stderr says what was written."""
     from paramsurgery.core.fs import atomic_write
     from paramsurgery.formats.io import param_bytes
 
@@ -286,4 +402,5 @@ def write_graph(g: Any, out: str, note: str) -> None:
         sys.stdout.buffer.write(data)
     else:
         atomic_write(out, data)
-        print(note.format(out=out), file=sys.stderr)
+        if note is not None:
+            print(note.format(out=out), file=sys.stderr)

@@ -26,8 +26,10 @@ from paramsurgery.commands._common import add_format_arg, add_input_arg, command
 def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, __doc__, run)
     add_input_arg(p, "the ncnn graph under test (.param)")
-    p.add_argument("bin", nargs="?", help="its weights (default: A.bin / A.ncnn.bin next to it; "
-                                          "none for weightless graphs)")
+    from paramsurgery.commands._common import add_weights_arg
+
+    add_weights_arg(p, "its weights (default: A.bin / A.ncnn.bin next to it; none for "
+                       "weightless graphs)", positional=True)
     ref = p.add_mutually_exclusive_group(required=True)
     ref.add_argument("--reference", metavar="B.param", help="another ncnn graph to compare with")
     ref.add_argument("--pnnx", metavar="X.pnnx.param",

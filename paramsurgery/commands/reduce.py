@@ -34,8 +34,10 @@ What fails (one of):
 
 exit: 0 reduced, 1 the source graph does not fail, 2 usage or input error.""")
     p.add_argument("param", help="the failing .param")
-    p.add_argument("bin", nargs="?", help="its .bin (kept byte-exact in the outputs); without "
-                   "it ncnn runs with zero weights")
+    from paramsurgery.commands._common import add_weights_arg
+
+    add_weights_arg(p, "its .bin (kept byte-exact in the outputs); without it ncnn runs with "
+                       "zero weights", positional=True)
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--check", metavar="CMD", help="command template (no shell)")
     what.add_argument("--predicate", metavar="MOD:FN", help="Python predicate")

@@ -16,7 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify-kvcache", help="prove a kv-cache decoder matches a full prefill "
                        "through ncnn (per-step max abs/rel error)")
     p.add_argument("param", help="the decoder with kv cache (.param)")
-    p.add_argument("bin", help="its weights (.bin)")
+    from paramsurgery.commands._common import add_weights_arg
+
+    add_weights_arg(p, "its weights (.bin)", positional=True, required=True)
     p.add_argument("--n", type=int, default=8, help="prefill length (default 8)")
     p.add_argument("--m", type=int, default=4, help="single-token steps (default 4)")
     p.add_argument("--tol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")

@@ -55,8 +55,9 @@ class Reporter:
         self.tasks: list[Task] = []
         self._lock = threading.Lock()
 
-    def plan(self, text: str) -> None:
-        """What is about to happen (printed before the work starts)."""
+    def plan(self, text: str, *, aside: bool = False) -> None:
+        """What is about to happen (printed before the work starts); `aside`: on stderr,
+        next to a report that keeps stdout (a command's own plan line)."""
 
     def line(self, text: str) -> None:
         """A finished piece of work that is not an item of a task."""
@@ -100,20 +101,22 @@ class ConsoleReporter(Reporter):
         self.shown: list[str] = []
         self._bars: dict[int, Any] = {}
 
-    def _write(self, text: str) -> None:
+    def _write(self, text: str, aside: bool = False) -> None:
         if self.stream is None:
             return
-        self.shown.append(text)
+        stream = sys.stderr if aside else self.stream
+        if not aside:
+            self.shown.append(text)
         if self._bars:
             from tqdm import tqdm
 
-            tqdm.write(text, file=self.stream)
+            tqdm.write(text, file=stream)
         else:
-            print(text, file=self.stream)
-        self.stream.flush()
+            print(text, file=stream)
+        stream.flush()
 
-    def plan(self, text: str) -> None:
-        self._write(text)
+    def plan(self, text: str, *, aside: bool = False) -> None:
+        self._write(text, aside)
 
     def line(self, text: str) -> None:
         self._write(text)
@@ -176,8 +179,8 @@ def using(reporter: Reporter) -> Iterator[Reporter]:
         _current.reset(token)
 
 
-def plan(text: str) -> None:
-    current().plan(text)
+def plan(text: str, *, aside: bool = False) -> None:
+    current().plan(text, aside=aside)
 
 
 def line(text: str) -> None:
