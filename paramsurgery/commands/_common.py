@@ -87,7 +87,8 @@ def stdin_models(args: argparse.Namespace) -> Iterator[None]:
     """`-` as the model: stdin is read (up to 64 MB, like any pipe) into a temporary file
     that the command reads, runs and links like any other; the reports call it `<stdin>`,
     and the default output is stdout (there is no "beside the input")."""
-    model: Any = getattr(args, "param", None)
+    attr = "a" if getattr(args, "command", None) == "diff" else "param"  # diff: A B
+    model: Any = getattr(args, attr, None)
     many = isinstance(model, list)
     names: list[Any] = list(model) if many else [model]
     if "-" not in names:
@@ -111,12 +112,8 @@ def stdin_models(args: argparse.Namespace) -> Iterator[None]:
                             "stdin.param")
         with open(path, "wb") as fh:
             fh.write(data)
-        if many:
-            args.param = [path if n == "-" else n for n in names]
-        else:
-            args.param = path
-            if hasattr(args, "output") and args.output is None:
-                args.output = "-"
+        setattr(args, attr, [path if n == "-" else n for n in names] if many else path)
+        _stdin_copies.append(path)
         saved = sys.stdout, sys.stderr
         sys.stdout = _Renaming(sys.stdout, path, STDIN_NAME)  # type: ignore[assignment]
         sys.stderr = _Renaming(sys.stderr, path, STDIN_NAME)  # type: ignore[assignment]
@@ -129,6 +126,15 @@ def stdin_models(args: argparse.Namespace) -> Iterator[None]:
             raise
         finally:
             sys.stdout, sys.stderr = saved
+            _stdin_copies.remove(path)
+
+
+_stdin_copies: list[str] = []  # the temporary files holding a model read from stdin
+
+
+def is_stdin(path: Any) -> bool:
+    """Whether `path` is the copy of a model read from stdin (its outputs go to stdout)."""
+    return path in _stdin_copies
 
 
 def output_path(args: argparse.Namespace, input_path: str, *, required: bool = True) -> str | None:
@@ -168,7 +174,10 @@ def print_json(data: Any, stream: Any = None) -> None:
 
 
 def derived_output(input_path: str, tag: str) -> str:
-    """`model.param` → `model.<tag>.param` (next to the input)."""
+    """`model.param` → `model.<tag>.param` (next to the input); `-` (stdout) for a model
+    read from stdin."""
+    if is_stdin(input_path):
+        return "-"
     if input_path.endswith(".param"):
         return input_path[: -len(".param")] + f".{tag}.param"
     return input_path + f".{tag}.param"
@@ -287,8 +296,8 @@ class CommandParser(argparse.ArgumentParser):
         notes = []
         for tok in extras:
             if tok.startswith("-"):
-                close = difflib.get_close_matches(tok.split("=", 1)[0], options, n=3,
-                                                  cutoff=0.6)
+                close = difflib.get_close_matches(tok.split("=", 1)[0], options, n=2,
+                                                  cutoff=0.75)
                 if close:
                     notes.append(f"{tok}: did you mean {' or '.join(close)}?")
         msg = "unrecognized arguments: " + " ".join(extras)

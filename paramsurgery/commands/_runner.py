@@ -143,6 +143,11 @@ class GraphCommand:
     def outputs(self, args: argparse.Namespace) -> Outputs:
         bin_in = getattr(args, "bin", None)
         if self.prefix:
+            from paramsurgery.commands._common import is_stdin
+
+            if args.output in (None, "-") and (is_stdin(args.param) or args.output == "-"):
+                raise ParamSurgeryError("this command writes several files: give -o PREFIX",
+                                        file=args.param)
             prefix = args.output or (self.default_prefix(args.param) if self.default_prefix
                                      else _stem(derived_output(args.param, self.tag)))
             if prefix.endswith(".param"):

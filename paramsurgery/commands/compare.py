@@ -127,7 +127,10 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         _write_html(args.html, graph, report)
     if args.format == "json":
-        print_json(report.to_json())
+        print_json({**report.to_json(), "files": [
+            {"file": args.param, "role": "input"},
+            *([{"file": args.bin, "role": "weights"}] if args.bin else []),
+            {"file": args.reference or args.pnnx, "role": "reference"}]})
     else:
         print(report.format_text(show_all=args.all))
     return 1 if report.first_divergence() is not None or report.status != "ok" else 0

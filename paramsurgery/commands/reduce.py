@@ -124,7 +124,9 @@ def run(args: argparse.Namespace) -> int:
         "passing_layers": r.passing.layers if r.passing else None,
         "runs": r.runs, "steps": len(r.steps), "seconds": round(r.seconds, 2),
         "weights_layers_checked": res.weights_checked,
-        "files": {k: str(v) for k, v in res.files.items()},
+        "files": [{"file": args.param, "role": "input"},
+                  *([{"file": args.bin, "role": "weights"}] if args.bin else []),
+                  *({"file": str(v), "role": k} for k, v in res.files.items())],
     }
     if args.format == "json":
         print_json(summary)

@@ -86,7 +86,9 @@ def run(args: argparse.Namespace) -> int:
                     "flush_samples": report.flush_samples, "problems": report.problems,
                     "noise_floor": report.noise_floor,
                     "states": len(manifest["states"]),
-                    "samples_per_frame": manifest["samples_per_frame"]})
+                    "samples_per_frame": manifest["samples_per_frame"],
+                    "files": [{"file": args.param, "role": "input"},
+                              {"file": args.bin, "role": "weights"}]})
     else:
         print(report.format())
         if args.keep:

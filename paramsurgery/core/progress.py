@@ -57,7 +57,8 @@ class Reporter:
 
     def plan(self, text: str, *, aside: bool = False) -> None:
         """What is about to happen (printed before the work starts); `aside`: on stderr,
-        next to a report that keeps stdout (a command's own plan line)."""
+        next to a report that keeps stdout (a command's own plan line), and only on a
+        terminal."""
 
     def line(self, text: str) -> None:
         """A finished piece of work that is not an item of a task."""
@@ -116,6 +117,8 @@ class ConsoleReporter(Reporter):
         stream.flush()
 
     def plan(self, text: str, *, aside: bool = False) -> None:
+        if aside and not self.bar:  # an aside is for a terminal (like the bar): a log or a
+            return                  # pipe reads stderr for `file:line: message` alone
         self._write(text, aside)
 
     def line(self, text: str) -> None:
