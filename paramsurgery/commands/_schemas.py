@@ -63,10 +63,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "shapes": obj({"blobs": {"type": "object", "additionalProperties": obj({})},
                    "notes": arr(STR), "files": FILES}),
     "validate": obj({"files": arr(obj({"file": STR, "findings": arr(FINDING)}), 1)}),
-    "lint": obj({"summary": {"type": "object"}, "lint_entries": arr(obj(
-        {"file": STR, "code": STR, "severity": STR, "message": STR})),
-        "files": arr(obj({"file": STR, "role": STR, "findings": nullable(INT),
-                          "error": nullable(STR)}), 1)}),
+    # lint's own golden form (tests/golden/lint/static.json): its per-file status is in
+    # `summary` (`passing`, `failing`, `unreadable`), every entry names its file
+    "lint": obj({"summary": obj({"passing": arr(STR), "failing": arr(STR),
+                                 "unreadable": arr(obj({"file": STR}))}),
+                 "lint_entries": arr(obj({"file": STR, "code": STR, "severity": STR,
+                                          "message": STR}))}),
     "compare": obj({"status": STR, "first_divergence": nullable(obj({"layer": STR})),
                     "coverage": obj({"compared": INT, "blobs": INT}),
                     "blobs": arr(obj({"blob": STR, "status": STR})), "notes": arr(STR),

@@ -122,10 +122,7 @@ def lint_paths(args: argparse.Namespace) -> int:
     all_findings = [f for _, fs, _ in results if fs for f in fs]
     counts = summarize(all_findings)
     if args.format == "json":
-        print_json({**_json_report(results, counts), "files": [
-            {"file": path, "role": "input",
-             "findings": None if fs is None else len(fs), "error": err}
-            for path, fs, err in results]})
+        print_json(_json_report(results, counts))
     else:
         for path, fs, _ in results:
             for f in fs or ():
