@@ -1,16 +1,11 @@
 """Progress and streaming: a plan line at once, a line per finished step, a bar on a
 terminal only, and after SIGTERM what was finished (issue 25, item 4)."""
 
-import fcntl
 import io
 import os
-import pty
-import select
 import signal
-import struct
 import subprocess
 import sys
-import termios
 import time
 
 import pytest
@@ -19,65 +14,16 @@ from paramsurgery.core import progress
 
 from conftest import REPO
 
+sys.path.insert(0, str(REPO / "tools"))
+from pty_latency import PtyRun as _PtyRun  # noqa: E402
+
+
+def PtyRun(*args, cwd):
+    """`paramsurgery ARGS...` of this checkout under two pseudo-terminals."""
+    return _PtyRun("paramsurgery", *args, cwd=cwd, repo=REPO)
+
+
 TALKER = REPO / "fixtures/qwen3_tts/tiny/talker_decoder.ported.ncnn"  # largest bundled decoder
-
-
-class PtyRun:
-    """A command with stdout and stderr on two pseudo-terminals; each line with the time
-    it arrived (seconds after the start)."""
-
-    def __init__(self, *args, cwd):
-        self.out_m, out_s = pty.openpty()
-        self.err_m, err_s = pty.openpty()
-        for fd in (out_s, err_s):  # a terminal 100 columns wide (a new pty has 0 x 0)
-            fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-        env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="100")
-        self.t0 = time.monotonic()
-        self.proc = subprocess.Popen([sys.executable, "-m", "paramsurgery", *map(str, args)],
-                                     stdout=out_s, stderr=err_s, stdin=subprocess.DEVNULL,
-                                     cwd=cwd, env=env)
-        os.close(out_s)
-        os.close(err_s)
-        self.lines: list[tuple[float, str]] = []
-        self.err = b""
-        self.err_lines: list[tuple[float, str]] = []
-        self._pending = b""
-
-    def pump(self, until=None, timeout=120.0) -> None:
-        """Read until `until(lines)` holds, or the process ends and its output is drained."""
-        deadline = time.monotonic() + timeout
-        fds = [self.out_m, self.err_m]
-        while fds and time.monotonic() < deadline:
-            if until is not None and until(self.lines):
-                return
-            ready, _, _ = select.select(fds, [], [], 0.2)
-            for fd in ready:
-                try:
-                    data = os.read(fd, 65536)
-                except OSError:  # EIO: the other side is closed
-                    data = b""
-                if not data:
-                    fds.remove(fd)
-                elif fd == self.err_m:
-                    self.err += data
-                    if not self.err_lines and b"\n" in self.err:  # the first line on stderr
-                        self.err_lines.append((time.monotonic() - self.t0,
-                                               self.err.split(b"\n")[0].decode()))
-                else:
-                    now = time.monotonic() - self.t0
-                    self._pending += data
-                    while b"\n" in self._pending:
-                        raw, self._pending = self._pending.split(b"\n", 1)
-                        self.lines.append((now, raw.decode().rstrip("\r")))
-        if until is not None and not until(self.lines):
-            raise AssertionError(f"timed out; got {self.lines!r}")
-
-    def finish(self) -> int:
-        self.pump()
-        rc = self.proc.wait(60)
-        os.close(self.out_m)
-        os.close(self.err_m)
-        return rc
 
 
 def _startup(cwd) -> float:
@@ -143,7 +89,7 @@ def test_sigterm_shows_what_was_finished(tmp_path):
     done = [t for t in texts if t.strip().startswith("step ")]
     assert 2 <= len(done) < m  # the finished steps were shown, the rest never ran
     err = run.err.decode().replace("\r", "")
-    assert f"terminated (signal 15); finished: kv-cache parity: " in err
+    assert "terminated (signal 15); finished: kv-cache parity: " in err
     finished = int(err.split("finished: kv-cache parity: ")[1].split(" of ")[0])
     assert finished >= len(done) + 2  # full prefill + prefill + the steps shown
     assert f" of {m + 3} run(s) finished" in err
