@@ -107,7 +107,11 @@ def step_kv_parity(ctx: dict) -> None:
         _say(f"no weights next to {ctx['param']}: parity skipped")
         return
     report = verify_kvcache(ctx["kv_param"], bin_path, n=9, m=4, reference_param=ctx["param"])
-    _say(report.format())
+    from paramsurgery.core import progress
+
+    rest = progress.unshown(report.format())  # the steps were shown as they finished
+    if rest:
+        _say(rest)
     if not report.ok:
         raise DemoFailed("kv-cache parity failed")
 
