@@ -82,6 +82,11 @@ CASES = {
     "fold-constant-layout": dict(model=_t(".param"), bin=_t(".bin"),
                                  rest=["-o", "{out}/o.param"]),
     "passes": dict(model=None, rest=[]),
+    "precision": dict(model=_t(".param"), bin=_t(".bin"),
+                      rest=["--mode", "fp16", "--at", "T=5", "--inputshape", *TALKER_SHAPES],
+                      code=1),  # exit 1: layers that break in fp16 (the report names them)
+    "keep-precision": dict(model=_t(".param"), bin=_t(".bin"),
+                           rest=["--layer", "rmsn_20", "--mode", "fp16", "-o", "{out}/o.param"]),
 }
 
 

@@ -121,6 +121,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                  "changed": arr(ANY), "renamed": arr(ANY), "files": arr(FILE, 2)}),
     "rewrite": pass_report(fired=ANY, proven=BOOL),
     "fold-constant-layout": pass_report(),
+    "precision": obj({"param": STR, "mode": {"enum": ["fp16", "bf16"]}, "metric": STR,
+                      "tol": NUM, "kept": arr(ANY), "verdict": STR, "runs": INT,
+                      "files": FILES}),
+    "keep-precision": pass_report(),
     "passes": obj({"passes": arr(obj({"name": STR, "summary": STR,
                                       "command": nullable(STR)}), 1)}),
 }
