@@ -71,3 +71,20 @@ def test_the_torch_side_gets_pnnx_batch_axis_back() -> None:
     assert torch_feed(Feed(arr), op2, 1).array.shape == (11, 1, 32)
     same = Feed(np.ones((1, 11, 32), np.float32), 0)    # already at the traced rank
     assert torch_feed(same, op, 0) is same
+
+
+def test_ncnn_pow_of_a_negative_base_is_wrong() -> None:
+    """What README "Model zoo" says of GPT-2's gelu_new: pnnx writes `x ** 3.0` as
+    `BinaryOp 0=6 2=3.0`, and ncnn's pow is wrong for a negative base (exp(b * log a))."""
+    import pytest
+
+    pytest.importorskip("ncnn")
+    from paramsurgery.runtime.child import run_isolated
+
+    param = "7767517\n2 2\nInput in0 0 1 in0\nBinaryOp p 1 1 in0 out0 0=6 1=1 2=3.0\n"
+    x = np.array([[-2.0, -0.5, 0.5, 2.0]] * 4, np.float32)
+    res = run_isolated(param, None, {"in0": x}, ["out0"])
+    assert res.ok, res.describe()
+    got = res.outputs["out0"][0]
+    assert np.allclose(got[2:], [0.125, 8.0])
+    assert not np.allclose(got[:2], [-8.0, -0.125])   # torch: -8, -0.125

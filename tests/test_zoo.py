@@ -45,11 +45,21 @@ WORKS: set[tuple[str, str, str]] = {
 _WRONG = "fix exits 0 and the result is not torch's at untraced lengths (silently wrong)"
 _NO_LAYER = "fix refuses naming only a layer of its own rewrite (PS105 on *_rows)"
 KNOWN_VIOLATIONS: dict[tuple[str, str, str], str] = {
-    **{(f, "embeds_sdpa_static", "fix"): _WRONG
-       for f in ("llama", "qwen2", "qwen3", "mistral", "gemma")},
-    **{(f, "x_sdpa_static", "fix"): _WRONG for f in ("vit", "whisper_encoder")},
-    **{(f, "embeds_sdpa_static", "fix"): _NO_LAYER for f in ("phi3", "gpt_neox")},
+    **{(f, r, "fix"): _WRONG for f, routes in {
+        "llama": ("embeds_sdpa_static", "embeds_sdpa_pair", "embeds_eager_static",
+                  "ids_sdpa_static"),
+        "qwen2": ("embeds_sdpa_static", "embeds_sdpa_pair", "embeds_eager_static"),
+        "qwen3": ("embeds_sdpa_static", "embeds_sdpa_pair", "embeds_eager_static"),
+        "mistral": ("embeds_sdpa_static", "embeds_sdpa_pair", "embeds_eager_static"),
+        "gemma": ("embeds_sdpa_static", "embeds_sdpa_pair", "embeds_eager_static"),
+        "gpt2": ("kv_sdpa_dynamic",),
+        "vit": ("x_sdpa_static", "x_sdpa_pair"),
+        "whisper_encoder": ("x_sdpa_static", "x_sdpa_pair", "x_sdpa_dynamic"),
+    }.items() for r in routes},
+    **{(f, r, "fix"): _NO_LAYER for f in ("phi3", "gpt_neox")
+       for r in ("embeds_sdpa_static", "embeds_sdpa_pair", "embeds_eager_static")},
 }
+WORKS |= {("vit", "x_sdpa_dynamic", "fix")}
 
 # the one default-CI export per family (the smallest route that exercises fix)
 DEFAULT_ROUTE = {f: "embeds_sdpa_static" if "embeds_sdpa_static" in INDEX["families"][f]["routes"]
