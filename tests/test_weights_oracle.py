@@ -48,12 +48,25 @@ def all_params() -> list[Path]:
     for p in cands:
         if p.name.endswith(".pnnx.param"):
             continue
+        if p.suffix == ".param" and _has_bool_memorydata(p):
+            continue
         try:
             h = hashlib.sha256(p.read_bytes()).hexdigest()
         except OSError:  # being regenerated right now
             continue
         seen.setdefault(h, p)
     return sorted(seen.values())
+
+
+def _has_bool_memorydata(p: Path) -> bool:
+    """pnnx's bool masks (`MemoryData ... 21=3`, the zoo's GPT-2 eager exports): ncnn has
+    no such load type ("ModelBin load type 3 not implemented") and the schema refuses them
+    with a located error, so there is no read sequence to hold against ncnn's."""
+    try:
+        text = p.read_text(errors="replace")
+    except OSError:
+        return False
+    return any(ln.startswith("MemoryData") and " 21=3" in ln for ln in text.splitlines())
 
 
 def bin_of(p: Path) -> Path | None:
