@@ -117,6 +117,11 @@ class GraphCommand:
     exit_code: Callable[[Run], int] | None = None  # default 0 once written
     # `file:line: message` lines for stderr whatever the format (a refused repair)
     diagnostics: Callable[[Run], list[str]] | None = None
+    # before verifying: (exit code, why) to write nothing and end with that code (the
+    # report is still printed), or None
+    refuse: Callable[[Run], tuple[int, str] | None] | None = None
+    # after the check: why nothing needs writing (printed instead of "wrote"), or None
+    skip_write: Callable[[Run], str | None] | None = None
 
     def __call__(self, args: argparse.Namespace) -> int:
         try:
@@ -182,6 +187,12 @@ class GraphCommand:
                   weights_changed=bool(bin_in) and weights_changed(source, result.graph))
         if self.before_write is not None:
             self.before_write(run)
+        refusal = self.refuse(run) if self.refuse is not None else None
+        if refusal is not None:
+            code, why = refusal
+            self._report(run, written=False)
+            print(f"{args.param}: refusing to write {out.param}: {why}", file=sys.stderr)
+            return code
         writers = self._writers(run)
         if self.verify is not None:
             with tempfile.TemporaryDirectory(prefix=f"paramsurgery-{self.tag}-") as tmp:
@@ -198,8 +209,10 @@ class GraphCommand:
             print(f"{args.param}: refusing to write {out.param}: {self.refusal}",
                   file=sys.stderr)
             return 1
-        self._write(run, writers)
-        return self._report(run)
+        skip = self.skip_write(run) if self.skip_write is not None else None
+        if skip is None:
+            self._write(run, writers)
+        return self._report(run, written=skip is None, note=skip)
 
     def _writers(self, run: Run) -> dict[str, Writer]:
         """Role → writer of every file this run may write (`param`, `bin`, extras)."""
@@ -237,13 +250,16 @@ class GraphCommand:
         elif "bin" in writers and out.bin:
             run.bin_note = f"weights: rewritten to {out.bin}"
 
-    def _report(self, run: Run) -> int:
+    def _report(self, run: Run, *, written: bool = True, note: str | None = None) -> int:
+        """Print the report; `written`: the outputs were written (else `note`, when given,
+        says why not, in place of the "wrote" line)."""
         args, result, out = run.args, run.result, run.out
         for line in self.diagnostics(run) if self.diagnostics is not None else []:
             print(line, file=sys.stderr)
         if args.format == "json":
-            data: dict[str, Any] = {"pass": result.pass_name, "output": out.param,
-                                    "modified": result.modified,
+            data: dict[str, Any] = {"pass": result.pass_name,
+                                    "output": out.param if written else None,
+                                    "written": written, "modified": result.modified,
                                     "changes": [c.__dict__ for c in result.changes],
                                     "skipped": [s.__dict__ for s in result.skipped],
                                     "notes": result.notes,
@@ -263,10 +279,12 @@ class GraphCommand:
             print(run.check.format(), file=stream)
         if self.bin_note and run.bin_note:
             print(run.bin_note, file=stream)
-        if out.param != "-":
+        if note is not None:
+            print(note, file=stream)
+        elif out.param != "-" and written:
             changed = result.modified or out.param != args.param
-            written = [p for p in out.all() if changed or p != out.param]
-            print("wrote " + ", ".join(written) if changed else f"{out.param} unchanged",
+            files = [p for p in out.all() if changed or p != out.param]
+            print("wrote " + ", ".join(files) if changed else f"{out.param} unchanged",
                   file=stream)
         return self.exit_code(run) if self.exit_code is not None else 0
 
