@@ -311,3 +311,31 @@ def test_explain_and_list_show_every_severity_the_findings_carry(capsys):
     assert main(["lint", "--list"]) == 0
     listed = capsys.readouterr().out
     assert "PS111  warning/info" in listed and "PS113  error " in listed
+
+
+# ---------------------------------------------------------------- runs claimed only when made
+
+def test_lint_run_runs_at_inputshape_or_says_why_not(tmp_path, capsys):
+    p = tmp_path / "m.param"
+    p.write_text("7767517\n2 2\nInput in0 0 1 x\nReLU r 1 1 x y\n")
+    assert main(["lint", "--run", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "PS400 info not run: no input shapes" in out and "All checks passed" not in out
+    assert main(["lint", "--run", str(p), "--inputshape", "x=[4,T]"]) == 0
+    assert "not run: --inputshape has a symbolic dim" in capsys.readouterr().out
+    # with numbers the run is made: a Slice without slices crashes ncnn (PS404 says so)
+    crash = tmp_path / "c.param"
+    crash.write_text("7767517\n3 4\nInput in0 0 1 x\nSlice s 1 2 x a b\nConcat c 2 1 a b y\n")
+    assert main(["lint", "--run", str(crash), "--inputshape", "x=[4,6]"]) == 1
+    out = capsys.readouterr().out
+    assert "PS404 error ncnn fails when the graph runs" in out and "not run" not in out
+
+
+def test_demo_claims_only_the_runs_it_made(capsys):
+    from conftest import CORPUS
+
+    assert main(["demo", str(CORPUS / "squeezenet.param")]) == 0
+    out = capsys.readouterr().out
+    assert "static rules only; not run: nothing to run it at" in out
+    assert "traced shapes" not in out and "all steps passed" not in out
+    assert "not done: lint's ncnn run" in out and "kv-cache parity (no kv-cache graph)" in out
