@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
+from paramsurgery.core.ncnn import BinaryOpType, EltwiseOpType
 from paramsurgery.core.layer_params import LAYER_PARAMS, param_info
 from paramsurgery.core.layer_types import is_converter_leftover, is_ncnn_layer
 from paramsurgery.core.values import Kind, is_mixed
@@ -222,13 +223,12 @@ _FLOAT_MATH = frozenset(("BinaryOp", "UnaryOp", "Clip", "Eltwise", "Scale", "Bia
                          "Exp", "Log", "AbsVal", "Reduction", "Threshold", "ReLU", "Sigmoid",
                          "TanH", "CumulativeSum", "Cast"))
 
-_BINOPS = {0: "add", 1: "sub", 2: "mul", 3: "div", 4: "max", 5: "min", 6: "pow", 7: "rsub",
-           8: "rdiv", 9: "rpow", 10: "atan2", 11: "ratan2"}
 
 
 def _describe_math(layer: "Layer") -> str:
     if layer.type == "BinaryOp":
-        op = _BINOPS.get(_int(layer, 0, 0), "op")
+        code = _int(layer, 0, 0)
+        op = BinaryOpType(code).name.lower() if code in BinaryOpType._value2member_map_ else "op"
         if _int(layer, 1, 0):
             b = layer.params.get(2, 0.0)
             return f"{op} {b}"
@@ -591,7 +591,7 @@ def unread_param(ctx: "LintContext") -> Iterator[Hit]:
 def _is_sum(layer: "Layer") -> bool:
     if layer.type == "BinaryOp":
         return _int(layer, 0, 0) == 0 and not _int(layer, 1, 0) and len(layer.inputs) == 2
-    return layer.type == "Eltwise" and _int(layer, 0, 1) == 1 and not layer.params.get(1)
+    return layer.type == "Eltwise" and _int(layer, 0, 1) == EltwiseOpType.SUM and not layer.params.get(1)
 
 
 _PASS_THROUGH = ("Reshape", "Split")

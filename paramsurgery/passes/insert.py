@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 from typing import Sequence
 
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.analysis.contracts import arity
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
@@ -30,7 +31,7 @@ from paramsurgery.ir.layer import Layer, _check_token
 from paramsurgery.core.layer_types import NCNN_LAYER_TYPES, is_ncnn_layer
 from paramsurgery.ir.params import Params
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, Skip, register
+from paramsurgery.passes.base import Pass, PassResult, register
 from paramsurgery.passes.set_param import apply_params, check_loads
 
 
@@ -131,8 +132,8 @@ class InsertLayer(Pass):
                 raise PassRefused(f"two targets would both get the name {name!r}")
             names.add(name)
             if self._already(g, target, slot, name):
-                result.skipped.append(Skip(name, f"already {self.side} {lname}:{slot}",
-                                           target.source_line))
+                result.skipped.append(MatchFailure(name, f"already {self.side} {lname}:{slot}",
+                                                   line=target.source_line))
                 continue
             other = g.find(name)
             if other is not None:

@@ -25,9 +25,9 @@ from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, Skip, check_selection, register
+from paramsurgery.passes.base import Pass, PassResult, check_selection, register
 from paramsurgery.patterns.match import InputAncestry
-from paramsurgery.core.match import Match, fail, matched
+from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
 ATTENTION_TYPES = ("SDPA", "MultiHeadAttention")
 
@@ -133,7 +133,7 @@ class AddKVCache(Pass):
                 todo.append((layer, i, m))
             else:
                 missed.append(m)
-                result.skipped.append(Skip(layer.name, m.reason, layer.source_line))
+                result.skipped.append(MatchFailure(layer.name, m.reason, line=layer.source_line))
         slots: list[CacheSlot] = []
         for layer, i, _m in todo:
             names = [f.format(i=i) for f in (k_in_f, v_in_f, k_out_f, v_out_f)]

@@ -28,6 +28,7 @@ import os
 import tempfile
 from typing import Any, Sequence, cast
 
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.analysis.contracts import arity_problem, param_problem
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
@@ -38,7 +39,7 @@ from paramsurgery.core.layer_types import is_ncnn_layer
 from paramsurgery.core.values import (ARRAY_KEY_BASE, Float, Floats, Int, Ints, Kind, Str, Value, ValueError_,
                                       parse_value, pnnx_float)
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, Skip, register
+from paramsurgery.passes.base import Pass, PassResult, register
 
 
 # ============================================================================ assignments
@@ -332,7 +333,7 @@ class SetParam(Pass):
             if why is None:
                 chosen.append(layer)
             else:
-                result.skipped.append(Skip(layer.name, why, layer.source_line))
+                result.skipped.append(MatchFailure(layer.name, why, line=layer.source_line))
         if not chosen:
             raise PassRefused("no selected layer matches " + " ".join(f"--where {w}"
                                                                         for w in self.where))
@@ -361,7 +362,7 @@ class SetParam(Pass):
         except PassRefused as exc:
             raise PassRefused(f"layer {layer.name!r}: {exc.message}", **where) from None
         if not changed and not removed:
-            result.skipped.append(Skip(layer.name, "already has these values", line))
+            result.skipped.append(MatchFailure(layer.name, "already has these values", line=line))
             return
         reads_after = _reads(layer.type, layer.params)
         if reads_before != reads_after and not self.force:
