@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from paramsurgery.core.text import count
 from paramsurgery.formats.io import load
 from paramsurgery.core.resources import fixture
 from paramsurgery.analysis.summary import format_summary, summarize
@@ -80,7 +81,7 @@ def step_round_trip(ctx: dict) -> None:
     ret = net.load_param(str(out))
     if ret != 0:
         raise DemoFailed(f"ncnn rejected the written file (load_param returned {ret})")
-    _say(f"ncnn load_param on the written file: 0 ({len(net.layers())} layers)")
+    _say(f"ncnn load_param on the written file: 0 ({count(len(net.layers()), 'layer')})")
 
 
 def step_add_kvcache(ctx: dict) -> None:
