@@ -164,12 +164,10 @@ def add_input_arg(p: argparse.ArgumentParser, what: str = "input .param",
 def write_graph(g: Any, out: str, note: str) -> None:
     """Write `g`'s text to `out` (atomically; '-' = stdout); then `note` (a format string
     of `out`) on stderr says what was written."""
-    from paramsurgery.core.fs import atomic_write
-    from paramsurgery.formats.io import param_bytes
+    from paramsurgery.formats.io import param_bytes, save
 
-    data = param_bytes(g, out)  # a .param.bin output stays binary
     if out == "-":
-        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.write(param_bytes(g, out))
     else:
-        atomic_write(out, data)
+        save(g, out)  # a .param.bin output stays binary, its names in x.id.h beside it
         print(note.format(out=out), file=sys.stderr)
