@@ -30,13 +30,14 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+from paramsurgery.core.ncnn import BinaryOpType
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.values import Floats
 from paramsurgery.formats import pnnx_traced as _traced
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, RepairContext, Skip, keep_or_refuse, register
-from paramsurgery.core.match import Match, NoMatch, fail, matched
+from paramsurgery.passes.base import Pass, PassResult, RepairContext, keep_or_refuse, register
+from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
 OP_NAMES = {0: "SUM", 1: "ASUM", 2: "SUMSQ", 3: "MEAN", 4: "MAX", 5: "MIN", 6: "PROD", 7: "L1",
             8: "L2", 9: "LogSum", 10: "LogSumExp"}
@@ -154,7 +155,7 @@ class FixReduction(Pass):
         try:
             return _traced.align(g.by_type("Reduction"), _traced.ops_of(ops, tuple(TORCH_REDUCE)),
                                  what="Reductions", op_what="reduction ops", agree=agree), None
-        except NoMatch as exc:
+        except MatchFailure as exc:
             return {}, f"cannot line it up with pnnx's IR: {exc}"
 
     # ------------------------------------------------------------------ run
@@ -167,20 +168,20 @@ class FixReduction(Pass):
         aligned, align_error = (None, None)
         if any(batch_concat(g, r) is None for r in cands):
             aligned, align_error = self._align(g, cands)
-        refused: list[Skip] = []
+        refused: list[MatchFailure] = []
         for red in cands:
             m = self._match_stack(g, red)
             if m:
                 self._rewrite_stack(g, m, result)
                 continue
             if batch_concat(g, red) is not None:
-                refused.append(Skip(red.name, m.reason, red.source_line))
+                refused.append(MatchFailure(red.name, m.reason, line=red.source_line))
                 continue
             m2 = self._match_lone(g, red, aligned, align_error)
             if m2:
                 self._rewrite_identity(g, m2, result)
             else:
-                refused.append(Skip(red.name, m2.reason, red.source_line))
+                refused.append(MatchFailure(red.name, m2.reason, line=red.source_line))
         keep_or_refuse(self.name, result, refused, partial=self.partial, what="Reduction(s)")
         return result
 
@@ -229,7 +230,7 @@ class FixReduction(Pass):
             steps.append(f"BinaryOp 0={bop}")
             acc = top
         if need_scale:
-            g.add_layer("BinaryOp", name, [acc], [out], {0: 2, 1: 1, 2: float(scale)})
+            g.add_layer("BinaryOp", name, [acc], [out], {0: int(BinaryOpType.MUL), 1: 1, 2: float(scale)})
             steps.append(f"BinaryOp 0=2 1=1 2={scale:g}")
         return f"{len(steps)} BinaryOps ({', '.join(steps[-2:])})"
 
