@@ -67,5 +67,13 @@ class ReductionOpType(IntEnum):
     PROD = 6
     L1 = 7
     L2 = 8
-    LOGSUM = 9
-    LOGSUMEXP = 10
+    LogSum = 9  # ncnn's own spelling (ReductionOp_LogSum)
+    LogSumExp = 10
+
+
+class EltwiseOpType(IntEnum):
+    """Eltwise `0=` (ncnn src/layer/eltwise.h)."""
+
+    PROD = 0
+    SUM = 1
+    MAX = 2

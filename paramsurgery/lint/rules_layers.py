@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from paramsurgery.core.ncnn import BinaryOpType
+from paramsurgery.core.ncnn import BinaryOpType, EltwiseOpType
 from paramsurgery.core.layer_params import LAYER_PARAMS, param_info
 from paramsurgery.core.layer_types import is_converter_leftover, is_ncnn_layer
 from paramsurgery.core.values import Kind, is_mixed
@@ -591,7 +591,7 @@ def unread_param(ctx: "LintContext") -> Iterator[Hit]:
 def _is_sum(layer: "Layer") -> bool:
     if layer.type == "BinaryOp":
         return _int(layer, 0, 0) == 0 and not _int(layer, 1, 0) and len(layer.inputs) == 2
-    return layer.type == "Eltwise" and _int(layer, 0, 1) == 1 and not layer.params.get(1)
+    return layer.type == "Eltwise" and _int(layer, 0, 1) == EltwiseOpType.SUM and not layer.params.get(1)
 
 
 _PASS_THROUGH = ("Reshape", "Split")

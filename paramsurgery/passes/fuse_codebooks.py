@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from paramsurgery.core.ncnn import BinaryOpType
+from paramsurgery.core.ncnn import BinaryOpType, EltwiseOpType
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
@@ -218,7 +218,7 @@ class FuseCodebooks(Pass):
                 return None
             branches = [_branch(g, b, g.consumers(b)[0][0]) for b in leaves]
             return _SumMatch(layer, adds, branches, list(branches[0].chain))
-        if layer.type == "Eltwise" and layer.params.get(0, 1) == 1:
+        if layer.type == "Eltwise" and layer.params.get(0, 1) == EltwiseOpType.SUM:
             coeffs = layer.params.get(1)
             if not any(self._leads_to_embed(g, b) for b in layer.inputs):
                 return None
