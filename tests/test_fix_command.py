@@ -267,7 +267,7 @@ def test_fix_with_nothing_to_repair_writes_nothing_unless_asked(tmp_path, capsys
     assert f"wrote {out}" in capsys.readouterr().out and out.read_text() == SIMPLE
     assert main(["fix", str(p), "-o", str(tmp_path / "j.param"), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["written"] is False and data["output"] is None
+    assert data["written"] is False and all(f["role"] != "output" for f in data["files"])
 
 
 def test_fix_applies_the_header_rewrite_its_findings_name(tmp_path, capsys):
