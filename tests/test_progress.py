@@ -123,7 +123,7 @@ def test_add_kvcache_verify_streams_on_the_real_size_talker(tmp_path):
                    check=True, env=env, capture_output=True)
     run = PtyRun("add-kvcache", real, "--bin", b, "-o", tmp_path / "kv.param", "--verify",
                  "--n", "4", "--m", "3", cwd=tmp_path)
-    assert run.finish() == 0, run.err.decode()
+    assert run.finish(timeout=3000) == 0, run.err.decode()
     first_at = run.err_lines[0][0]
     assert first_at < max(1.0, _startup(tmp_path) + 0.5), (first_at, run.lines)
     steps = [(at, t) for at, t in run.lines if t.strip().startswith("step ")]
