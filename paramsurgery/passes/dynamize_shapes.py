@@ -426,7 +426,7 @@ class ShapeDynamize:
         target = self.spec.target_len
         if rows is None and target is not None and target > t0:
             # the reference runs past the traced rows: cos/sin of p·θ computed at run time
-            self._change(layer, *_computed_table(g, layer, letter, ref, self._roles[layer.id]))
+            self._change(layer, *computed_table(g, layer, letter, ref, self._roles[layer.id]))
             return
         _crop_rows_to(g, layer, letter, ref)
         if rows is None:
@@ -515,7 +515,7 @@ def table_role(g: Graph, layer: Layer, letter: str) -> tuple[Layer, int, np.ndar
     return rope, slot, _theta(cos_l, sin_l, letter)
 
 
-def _computed_table(g: Graph, layer: Layer, letter: str, ref: str,
+def computed_table(g: Graph, layer: Layer, letter: str, ref: str,
                     role: tuple[Layer, int, np.ndarray]) -> tuple[str, str, str]:
     """Replace a proven cos/sin position table (its rows on the h axis) by cos/sin(p·θ)
     computed from the run-time h of `ref` (float32 p·θ, as torch computes it), after
