@@ -507,14 +507,9 @@ class Dynamize(Pass):
 
         if len(ss) != 1 or ss[0].pid != 1 or not layer.weights:
             return None
-        work = list(layer.outputs)
-        readers = []
-        while work:
-            for c in g.consumer_layers(work.pop()):
-                if c.type == "Split":
-                    work.extend(c.outputs)
-                else:
-                    readers.append(c)
+        from paramsurgery.patterns.match import readers_through_splits
+
+        readers = [r for r, _ in readers_through_splits(g, layer.outputs[0])[0]]
         if not readers or any(r.type != "RotaryEmbed" for r in readers):
             return None
         rope = readers[0]

@@ -132,18 +132,15 @@ def int_cast(s: Site) -> str:
 
 def _read_only_by(g: Graph, blob: str, cast) -> bool:
     """Every reader of graph input `blob`, through layout-only layers, is `cast`."""
-    work, seen = [blob], set()
-    while work:
-        b = work.pop()
-        if b in seen:
-            continue
-        seen.add(b)
+    from paramsurgery.patterns.match import visit_once
+
+    def expand(b: str) -> list[str]:
+        return [o for c in g.consumer_layers(b) if c.id != cast.id for o in c.outputs]
+
+    for b in visit_once([blob], expand):
         for c in g.consumer_layers(b):
-            if c.id == cast.id:
-                continue
-            if c.type not in _LAYOUT_ONLY or c.type.startswith("Tensor."):
+            if c.id != cast.id and (c.type not in _LAYOUT_ONLY or c.type.startswith("Tensor.")):
                 return False
-            work.extend(c.outputs)
     return True
 
 
