@@ -13,8 +13,9 @@ Composed into `lower`'s default rules (`paramsurgery.passes.lower.RULES`).
   integer tensor computed in the graph (positions from `arange`, shape arithmetic) already
   holds its integer values as floats, and the cast changes nothing. Integer tensors fed as
   graph inputs hold int32 bit patterns (what `Embed` reads): a cast of those is refused
-  unless the cast is the input's only reader (through layout layers) and goes int → float
-  (HF's `position_ids.float()` of a positions input): then the input takes float values
+  unless the cast is the input's only reader (through layout layers), goes int → float and
+  feeds float arithmetic (HF's `position_ids.float()` of a positions input; not a graph
+  output): then the input takes float values
   and the pass reports the contract change; refused as well are rounding casts (float →
   int of computed floats, float → f16/bf16). A bool → number
   cast of a comparison `lower_masks` lowered is the identity (it holds 0/1 already).
@@ -118,7 +119,8 @@ def int_cast(s: Site) -> str:
         return s.input(0)  # a lowered comparison already holds 0/1 as float32
     fed = _graph_input_source(s.g, s.input(0))
     if fed is not None and (din in _INTS) != (dout in _INTS):
-        if din in _INTS and dout in _FLOATS and _read_only_by(s.g, fed, s.layer):
+        if din in _INTS and dout in _FLOATS and _read_only_by(s.g, fed, s.layer) and \
+                s.g.consumers(s.layer.outputs[0]):  # computed on, not handed out as is
             # positions fed as ints and only ever used as floats (HF's rotary embedding:
             # `position_ids.float()`): the input takes float values instead
             s.shared.setdefault("contracts", []).append(
