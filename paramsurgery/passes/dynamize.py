@@ -28,14 +28,21 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.values import Kind, int_list
 from paramsurgery.formats import pnnx_traced as _traced
+<<<<<<< HEAD
 from paramsurgery.passes.causal_mask import CausalMask, memory_shape, prove_causal, rebuild
 from paramsurgery.passes.dynamize_shapes import computed_table, int_params
 from paramsurgery.passes.base import TRACED_LEN, FixInput, Pass, PassResult, RepairContext, Skip, register
+=======
+from paramsurgery.passes.causal_mask import CausalMask, prove_causal, rebuild
+from paramsurgery.passes.dynamize_shapes import int_params
+from paramsurgery.passes.base import (TRACED_LEN, FixInput, Pass, PassResult, RepairContext, register)
+>>>>>>> main
 from paramsurgery.core.changes import Change
 from paramsurgery.analysis.shapes import infer_shapes
 
@@ -198,11 +205,11 @@ class Dynamize(Pass):
         return f"{_frac(a)} + {_frac(b)}·T"
 
     # ------------------------------------------------------------------ candidate sites
-    def _sites_traced_len(self, g: Graph) -> tuple[list[_Site], list[Skip]]:
+    def _sites_traced_len(self, g: Graph) -> tuple[list[_Site], list[MatchFailure]]:
         T = self.T
         assert T is not None  # run only with a traced length (--traced-len)
         sites: list[_Site] = []
-        notes: list[Skip] = []
+        notes: list[MatchFailure] = []
         for layer in g:
             t = layer.type
             if t == "Reshape":

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from paramsurgery.ir.graph import Graph
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, Skip, register
-from paramsurgery.core.match import Match
+from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.core.match import Match, MatchFailure
 from paramsurgery.patterns.batch_reshape import DIM_PARAMS, NOT_A_CANDIDATE, match_pair
 
 @register
@@ -41,18 +41,19 @@ class FixBatchReshape(Pass):
             if m:
                 todo.append(m)
             elif m.kind != NOT_A_CANDIDATE:  # near-misses only, for --explain
-                result.skipped.append(Skip(r1.name, m.reason, r1.source_line))
+                result.skipped.append(MatchFailure(r1.name, m.reason, line=r1.source_line))
         for m in todo:
             r1, r2, target = m.layer, m["r2"], m["target"]
             line = r1.source_line
-            before = f"{r1.name} ({r1.params}) + {r2.name} ({r2.params})"
+            before = (f"{r1.name} ({' '.join(r1.params.tokens())}) + "
+                      f"{r2.name} ({' '.join(r2.params.tokens())})")
             ids = (0, 1, 2) if len(target) == 3 else DIM_PARAMS  # w,h,c | w,h,d,c
             params = {k: v for k, v in zip(ids, target)}
             src, out, name = r1.inputs[0], r2.outputs[0], r2.name
             g.remove_layer(r2)
-            g.replace_layer(r1, "Reshape", name, inputs=[src], outputs=[out], params=params)
+            new = g.replace_layer(r1, "Reshape", name, inputs=[src], outputs=[out], params=params)
             result.changes.append(Change(name, "lossy batch reshape pair merged", before,
-                                         f"Reshape {name} {params}", line))
+                                         f"Reshape {name} {' '.join(new.params.tokens())}", line))
             result.modified = True
         if not todo:
             result.notes.append("no lossy batch reshape pair")
