@@ -34,15 +34,9 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.values import Kind, int_list
 from paramsurgery.formats import pnnx_traced as _traced
-<<<<<<< HEAD
 from paramsurgery.passes.causal_mask import CausalMask, memory_shape, prove_causal, rebuild
 from paramsurgery.passes.dynamize_shapes import computed_table, int_params
-from paramsurgery.passes.base import TRACED_LEN, FixInput, Pass, PassResult, RepairContext, Skip, register
-=======
-from paramsurgery.passes.causal_mask import CausalMask, prove_causal, rebuild
-from paramsurgery.passes.dynamize_shapes import int_params
 from paramsurgery.passes.base import (TRACED_LEN, FixInput, Pass, PassResult, RepairContext, register)
->>>>>>> main
 from paramsurgery.core.changes import Change
 from paramsurgery.analysis.shapes import infer_shapes
 

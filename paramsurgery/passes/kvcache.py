@@ -29,15 +29,9 @@ from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
-<<<<<<< HEAD
-from paramsurgery.passes.base import Pass, PassResult, Skip, check_selection, register
-from paramsurgery.patterns.match import InputAncestry, readers_through_splits
-from paramsurgery.core.match import Match, fail, matched
-=======
 from paramsurgery.passes.base import Pass, PassResult, check_selection, register
-from paramsurgery.patterns.match import InputAncestry
+from paramsurgery.patterns.match import InputAncestry, readers_through_splits
 from paramsurgery.core.match import Match, MatchFailure, fail, matched
->>>>>>> main
 
 ATTENTION_TYPES = ("SDPA", "MultiHeadAttention")
 
