@@ -92,3 +92,90 @@ BinaryOp pow_1 1 1 2 out0 0=6 1=1 2=0.5
     assert not any(f.code == "PS018" for f in lint_graph(g, run=False))
     res = FixPow()(g)
     assert not res.modified and "its base is never negative" in res.format(explain=True)
+
+
+# ---------------------------------------------------------------- dynamize: learned tables
+
+def _fixtures_tool():  # noqa: ANN202
+    import sys
+
+    sys.path.insert(0, str(FIX.parent.parent / "tools"))
+    import fixtures_encoder
+
+    return fixtures_encoder
+
+
+def test_fix_dynamizes_learned_and_uniform_tables_from_one_trace(tmp_path, capsys) -> None:
+    """A BERT-like static export (T0=6) with its reference at T=4 next to it: the uniform
+    token-type table becomes one row, the learned position table is cropped at run time,
+    the all-zero folded mask goes; right at lengths no trace or reference used."""
+    tool = _fixtures_tool()
+    out = tmp_path / "y.param"
+    code = main(["fix", str(FIX / "learned_pos.ncnn.param"), "--bin",
+                 str(FIX / "learned_pos.ncnn.bin"), "-o", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "uniform table (its 6 rows are one row)" in text
+    assert "learned position table (row p = position p)" in text
+    assert "checked through ncnn against the reference at T=4" in text
+    assert "all-zero attention mask traced at 6: dropped from sdpa_3" in text
+    w = tool.learned_pos_weights()
+    for t in (1, 3, 5, 6):
+        x = np.random.default_rng(t).standard_normal((t, 8)).astype(np.float32)
+        got = run(out.read_text(), tmp_path / "y.bin", {"in0": Feed(x, 233)},
+                  [Fetch("out0", 233)])["out0"]
+        want = tool.learned_pos_forward(x, w)
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), t
+
+
+def test_a_reference_longer_than_the_learned_table_is_refused(tmp_path, capsys) -> None:
+    out = tmp_path / "y.param"
+    code = main(["dynamize", str(FIX / "learned_pos.ncnn.param"), "--bin",
+                 str(FIX / "learned_pos.ncnn.bin"), "--reference",
+                 str(FIX / "learned_pos_long.ref.npz"), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists()
+    assert "pnnx_fold_63: a learned position table of 6 rows (added by add_1) has no rows " \
+           "for T=9" in err and "--pair" in err
+
+
+def test_a_table_that_is_not_positions_fails_the_reference_check(tmp_path) -> None:
+    """Rows shuffled after the trace (a table not indexed by position, like ViT's
+    interpolated grid at another size): the crop is refused by the check through ncnn."""
+    from paramsurgery.formats.weights import set_weights
+    from paramsurgery.passes.dynamize import Dynamize
+    from paramsurgery.passes.dynamize_shapes import reference_shapes
+
+    g = paramsurgery.load(FIX / "learned_pos.ncnn.param", bin=FIX / "learned_pos.ncnn.bin")
+    table = g.layer("pnnx_fold_63")
+    set_weights(table, {"data": table.weights[0].array().reshape(6, 8)[::-1].copy().reshape(-1)})
+    ref = str(FIX / "learned_pos.ref.npz")
+    shapes = reference_shapes(ref)
+    assert shapes is not None
+    p = Dynamize(traced=FIX / "learned_pos.pnnx.param", reference=(shapes[0], shapes[1], ref))
+    with pytest.raises(paramsurgery.PassRefused, match="pnnx_fold_63: with the table.s. cropped "
+                                                       "to the length the output differs"):
+        p(g)
+
+
+def test_a_length_the_shape_analysis_loses_is_refused_naming_the_layer(tmp_path, capsys) -> None:
+    """A stride-2 conv (Whisper's stem, ViT's patches): values after it cannot be proven
+    length-derived, so the output would be wrong at the reference's length: refused, named."""
+    src = tmp_path / "m.ncnn.param"
+    src.write_text("7767517\n4 4\nInput in0 0 1 in0\n"
+                   "Convolution1D conv 1 1 in0 1 0=4 1=3 3=2 4=1 6=48\n"
+                   "Reshape flat 1 1 1 2 0=28\nReLU relu 1 1 2 out0\n")
+    (tmp_path / "m.pnnx.param").write_text(
+        "7767517\n2 1\npnnx.Input pnnx_input_0 0 1 0 #0=(1,4,14)f32\n"
+        "pnnx.Output pnnx_output_0 1 0 0 #0=(1,28)f32\n")
+    from paramsurgery.core.npz import write_npz
+
+    write_npz(tmp_path / "m.ref.npz", {"input_x": np.zeros((1, 4, 10), np.float32),
+                                       "output_y": np.zeros((1, 20), np.float32)})
+    out = tmp_path / "y.param"
+    code = main(["dynamize", str(src), "--reference", str(tmp_path / "m.ref.npz"), "-o",
+                 str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists()
+    assert "the shape analysis loses the length at Convolution1D 'conv'" in err

@@ -7,6 +7,12 @@ weights, so every file is byte-identical on every run.
   it: the table (`MemoryData`, 12 rows of 8) as an InnerProduct's input, the hidden states
   added as if a bias (lint PS017, `fix-tied-linear`).
 
+- `learned_pos.ncnn.param/.ncnn.bin` (+ `.pnnx.param`, `.ref.npz`, `.ref.io.json`): a
+  BERT-like static export traced at T=6 (input (1, 6, 8)): a uniform token-type table and
+  a learned position table (MemoryData of 6 rows, added), an all-zero attention mask folded
+  at 6x6, Gemm/Reshape sizes baked at 6; the reference (numpy, the same formulas) at T=4;
+  `learned_pos_long.ref.npz` at T=9, longer than the table (`dynamize` refuses it).
+
     python tools/fixtures_encoder.py
 """
 
@@ -17,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 import paramsurgery
+from paramsurgery.core.npz import write_npz
 from paramsurgery.formats.weights import set_weights
 
 OUT = Path(__file__).resolve().parents[1] / "fixtures" / "encoder"
@@ -44,9 +51,79 @@ def tied_head() -> None:
     print(f"wrote {OUT / 'tied_head.param'}, {OUT / 'tied_head.bin'}")
 
 
+T0 = 6  # the traced length of learned_pos
+LEARNED_POS = f"""7767517
+15 19
+Input                    in0                      0 1 in0
+MemoryData               pnnx_fold_61             0 1 1 0={HIDDEN} 1={T0}
+MemoryData               pnnx_fold_63             0 1 2 0={HIDDEN} 1={T0}
+BinaryOp                 add_0                    2 1 in0 1 3 0=0
+BinaryOp                 add_1                    2 1 3 2 4 0=0
+MemoryData               pnnx_fold_attention_mask.1 0 1 5 0={T0} 1={T0} 2=1
+Gemm                     gemm_0                   1 1 4 6 10=4 2=0 3=1 4=0 5=1 6=1 7={T0} 8={HIDDEN} 9={HIDDEN}
+Reshape                  reshape_1                1 1 6 7 0=4 1=2 2={T0}
+Permute                  transpose_2              1 1 7 8 0=2
+Split                    splitncnn_0              1 3 8 9 10 11
+SDPA                     sdpa_3                   4 1 9 10 11 5 12 5=1
+Permute                  transpose_4              1 1 12 13 0=2
+Reshape                  reshape_5                1 1 13 14 0={HIDDEN} 1={T0}
+ReLU                     relu_6                   1 1 14 out0
+"""
+LEARNED_POS_PNNX = f"""7767517
+2 1
+pnnx.Input               pnnx_input_0             0 1 0 #0=(1,{T0},{HIDDEN})f32
+pnnx.Output              pnnx_output_0            1 0 0 #0=(1,{T0},{HIDDEN})f32
+"""
+
+
+def learned_pos_weights() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(6)
+    return {"type_row": rng.standard_normal(HIDDEN).astype(np.float32),
+            "pos": rng.standard_normal((T0, HIDDEN)).astype(np.float32),
+            "B": (rng.standard_normal((HIDDEN, HIDDEN)) / np.sqrt(HIDDEN)).astype(np.float32),
+            "C": (0.1 * rng.standard_normal(HIDDEN)).astype(np.float32)}
+
+
+def learned_pos_forward(x: np.ndarray, w: dict[str, np.ndarray]) -> np.ndarray:
+    """What the graph means at any length T ≤ 6, for x of (T, 8) (float64)."""
+    t = x.shape[0]
+    h = x.astype(np.float64) + w["type_row"] + w["pos"][:t]
+    y = h @ w["B"].T.astype(np.float64) + w["C"]
+    q = y.reshape(t, 2, 4).transpose(1, 0, 2)  # (heads, T, head_dim)
+    s = q @ q.transpose(0, 2, 1) / np.sqrt(4.0)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return np.maximum((p @ q).transpose(1, 0, 2).reshape(t, HIDDEN), 0)
+
+
+def learned_pos() -> None:
+    import json
+
+    g = paramsurgery.loads(LEARNED_POS)
+    w = learned_pos_weights()
+    set_weights(g.layer("pnnx_fold_61"), {"data": np.tile(w["type_row"], T0)})
+    set_weights(g.layer("pnnx_fold_63"), {"data": w["pos"].reshape(-1)})
+    set_weights(g.layer("pnnx_fold_attention_mask.1"), {"data": np.zeros(T0 * T0, np.float32)})
+    set_weights(g.layer("gemm_0"), {"B": w["B"], "C": w["C"].reshape(1, -1)})
+    stem = OUT / "learned_pos"
+    paramsurgery.save(g, f"{stem}.ncnn.param", bin=f"{stem}.ncnn.bin")
+    (OUT / "learned_pos.pnnx.param").write_text(LEARNED_POS_PNNX)
+    io = {"inputs": [{"blob": "in0", "key": "input_x", "batch_index": 0}],
+          "outputs": [{"blob": "out0", "key": "output_y", "batch_index": 0}]}
+    for name, t in (("learned_pos", 4), ("learned_pos_long", 9)):
+        x = np.random.default_rng(100 + t).standard_normal((t, HIDDEN)).astype(np.float32)
+        y = learned_pos_forward(x, w) if t <= T0 else np.zeros((t, HIDDEN))
+        write_npz(OUT / f"{name}.ref.npz", {"input_x": x[None],
+                                            "output_y": y.astype(np.float32)[None]})
+        (OUT / f"{name}.ref.io.json").write_text(json.dumps(io, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {stem}.ncnn.param, .ncnn.bin, .pnnx.param, .ref.npz (T=4), "
+          f"learned_pos_long.ref.npz (T=9)")
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     tied_head()
+    learned_pos()
 
 
 if __name__ == "__main__":
