@@ -179,3 +179,79 @@ def test_a_length_the_shape_analysis_loses_is_refused_naming_the_layer(tmp_path,
     err = capsys.readouterr().err
     assert code == 2 and not out.exists()
     assert "the shape analysis loses the length at Convolution1D 'conv'" in err
+
+
+# ---------------------------------------------------------------- fix-lossy-reshape
+
+@pytest.mark.parametrize("t", [3, 6, 11, 16])
+def test_fix_lossy_reshape_keeps_every_position(tmp_path, t) -> None:
+    """The dynamic Whisper form: table[:T] + x through pnnx's broadcast Reshape to one row;
+    after the repair right at every length up to the table's 16 rows."""
+    from paramsurgery.passes.fix_lossy_reshape import FixLossyReshape
+
+    g = paramsurgery.load(FIX / "broadcast_table.ncnn.param", bin=FIX / "broadcast_table.ncnn.bin")
+    assert any(f.code == "PS019" for f in lint_graph(
+        g, pnnx_param=FIX / "broadcast_table.pnnx.param", run=False))
+    table = g.layer("encoder.embed_positions").weights[0].array().reshape(16, 8)
+    x = np.random.default_rng(t).standard_normal((t, 8)).astype(np.float32)
+    want = np.maximum(x + table[:t], 0)
+    feeds, fetch = {"in0": Feed(x, 233)}, [Fetch("out0", 233)]
+    raw = run(dumps(g), FIX / "broadcast_table.ncnn.bin", feeds, fetch)["out0"]
+    assert t == 1 or np.abs(raw - want).max() > 0.1  # every row got table row 0
+    res = FixLossyReshape(FIX / "broadcast_table.pnnx.param")(g)
+    assert res.modified
+    got = run(dumps(res.graph), FIX / "broadcast_table.ncnn.bin", feeds, fetch)["out0"]
+    assert np.array_equal(got, want)
+    assert not FixLossyReshape(FIX / "broadcast_table.pnnx.param")(res.graph).modified
+
+
+def test_shape_rules_follow_an_expression_crop() -> None:
+    from paramsurgery.analysis.shapes import infer_shapes
+
+    g = paramsurgery.load(FIX / "broadcast_table.ncnn.param")
+    # the 16-row table cropped to the input's T rows: min(16, T), not affine in T
+    assert infer_shapes(g, inputshape={"in0": ("T", 8)}).shape_of("4") == (None, 8)
+    assert infer_shapes(g, inputshape={"in0": (6, 8)}).shape_of("4") == (6, 8)
+    assert infer_shapes(g, inputshape={"in0": (20, 8)}).shape_of("4") == (16, 8)
+
+
+PARTIAL_ROPE = """7767517
+9 12
+Input                    in0                      0 1 in0
+MemoryData               pnnx_fold_cos.4          0 1 1 0=4 1={T}
+MemoryData               pnnx_fold_sin.4          0 1 2 0=4 1={T}
+Reshape                  reshape_0                1 1 in0 3 0=8 1=2 2={T}
+Permute                  transpose_1              1 1 3 4 0=2
+Slice                    tensor_split_1           1 2 4 5 6 -23300=2,4,-233 1=2
+RotaryEmbed              rope_0                   3 1 5 1 2 7 0=0
+Concat                   cat_0                    2 1 7 6 8 0=2
+Permute                  transpose_2              1 1 8 out0 0=2
+"""
+
+
+def test_partial_rotary_table_cropped_after_the_rotated_part(tmp_path) -> None:
+    """Phi-3 / GPT-NeoX partial rotary: the rotated part is a Slice written after the cos/sin
+    tables, so the tables' Crops go after it (the graph stays topological); right at T=4."""
+    from paramsurgery.passes.dynamize_shapes import LengthSpec, ShapeDynamize
+    from paramsurgery.analysis.shapes.affine import Affine
+    from paramsurgery.formats.weights import set_weights
+
+    t0, theta = 6, 1.0 / (10000 ** (np.arange(2) / 2))
+    p = np.arange(t0)[:, None] * np.concatenate([theta, theta])[None, :]
+    g = paramsurgery.loads(PARTIAL_ROPE.format(T=t0), "m.param")
+    set_weights(g.layer("pnnx_fold_cos.4"), {"data": np.cos(p).astype(np.float32).reshape(-1)})
+    set_weights(g.layer("pnnx_fold_sin.4"), {"data": np.sin(p).astype(np.float32).reshape(-1)})
+    spec = LengthSpec({"in0": (Affine.symbol("T"), 16)}, {}, t0)
+    res = ShapeDynamize(spec).run(g)
+    assert not [f for f in paramsurgery.validate(g) if f.severity == "error"]
+    assert any("position table" in c.format() for c in res.changes)
+    x = np.random.default_rng(4).standard_normal((4, 16)).astype(np.float32)
+    paramsurgery.save(g, tmp_path / "y.param", bin=tmp_path / "y.bin")
+    got = run((tmp_path / "y.param").read_text(), tmp_path / "y.bin", {"in0": Feed(x, 233)},
+              [Fetch("out0", 233)])["out0"].reshape(4, 2, 8)
+    h = x.reshape(4, 2, 8).astype(np.float64)
+    rot, rest = h[..., :4], h[..., 4:]
+    half = np.concatenate([-rot[..., 2:], rot[..., :2]], -1)
+    c, s = np.cos(p[:4])[:, None, :], np.sin(p[:4])[:, None, :]
+    want = np.concatenate([rot * c + half * s, rest], -1)
+    assert np.abs(got - want).max() <= 1e-5

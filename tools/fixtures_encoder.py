@@ -13,6 +13,12 @@ weights, so every file is byte-identical on every run.
   at 6x6, Gemm/Reshape sizes baked at 6; the reference (numpy, the same formulas) at T=4;
   `learned_pos_long.ref.npz` at T=9, longer than the table (`dynamize` refuses it).
 
+- `broadcast_table.ncnn.param/.ncnn.bin` (+ `.pnnx.param`, `broadcast_table_ncnn.py`): the
+  dynamic Whisper form of `embed_positions.weight[:T]` added to the hidden states: the table
+  (16 rows of 8) cropped to the input's length, then pnnx's broadcast helper
+  `Reshape add_0_ncnnreshape0 0=8 1=1` (every position gets row 0; lint PS019,
+  `fix-lossy-reshape`); traced at T=6 (`torch.rand(1, 6, 8)` in pnnx's script).
+
     python tools/fixtures_encoder.py
 """
 
@@ -120,10 +126,63 @@ def learned_pos() -> None:
           f"learned_pos_long.ref.npz (T=9)")
 
 
+BROADCAST_TABLE = f"""7767517
+7 8
+Input                    in0                      0 1 in0
+MemoryData               encoder.embed_positions  0 1 1 0={HIDDEN} 1=16
+Split                    splitncnn_0              1 2 in0 2 3
+Crop                     slice1_0                 2 1 1 3 4 19="0" 20="1h" 21="0"
+Reshape                  add_0_ncnnreshape0       1 1 4 5 0={HIDDEN} 1=1
+BinaryOp                 add_0                    2 1 2 5 6 0=0
+ReLU                     relu_1                   1 1 6 out0
+"""
+BROADCAST_TABLE_PNNX = f"""7767517
+5 4
+pnnx.Input               pnnx_input_0             0 1 0 #0=(1,?,{HIDDEN})f32
+pnnx.Attribute           encoder.embed_positions  0 1 1 @data=(16,{HIDDEN})f32 #1=(16,{HIDDEN})f32
+Tensor.slice             Tensor.slice_0           1 1 1 2 dim=0 start=0 step=1 end=? #1=(16,{HIDDEN})f32 #2=(?,{HIDDEN})f32
+pnnx.Expression          pnnx_expr_0              2 1 0 2 3 expr=relu(add(@0,@1)) #0=(1,?,{HIDDEN})f32 #2=(?,{HIDDEN})f32 #3=(1,?,{HIDDEN})f32
+pnnx.Output              pnnx_output_0            1 0 3 #3=(1,?,{HIDDEN})f32
+"""
+BROADCAST_TABLE_SCRIPT = f"""import numpy as np
+import ncnn
+import torch
+
+def test_inference():
+    torch.manual_seed(0)
+    in0 = torch.rand(1, 6, {HIDDEN}, dtype=torch.float)
+    out = []
+
+    with ncnn.Net() as net:
+        net.load_param("broadcast_table.ncnn.param")
+        net.load_model("broadcast_table.ncnn.bin")
+
+        with net.create_extractor() as ex:
+            ex.input("in0", ncnn.Mat(in0.numpy(), batch_index=0).clone())
+
+            _, out0 = ex.extract("out0")
+            out.append(torch.from_numpy(out0.numpy(batch_index=0)))
+
+    return out[0]
+"""
+
+
+def broadcast_table() -> None:
+    g = paramsurgery.loads(BROADCAST_TABLE)
+    table = np.random.default_rng(16).standard_normal(16 * HIDDEN).astype(np.float32)
+    set_weights(g.layer("encoder.embed_positions"), {"data": table})
+    stem = OUT / "broadcast_table"
+    paramsurgery.save(g, f"{stem}.ncnn.param", bin=f"{stem}.ncnn.bin")
+    (OUT / "broadcast_table.pnnx.param").write_text(BROADCAST_TABLE_PNNX)
+    (OUT / "broadcast_table_ncnn.py").write_text(BROADCAST_TABLE_SCRIPT)
+    print(f"wrote {stem}.ncnn.param, .ncnn.bin, .pnnx.param, broadcast_table_ncnn.py")
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     tied_head()
     learned_pos()
+    broadcast_table()
 
 
 if __name__ == "__main__":

@@ -46,3 +46,27 @@ def pow_negative_base(ctx: "LintContext") -> Iterator[Hit]:
     for s in find_scalar_pows(ctx.graph):
         yield Hit(s.layer, f"BinaryOp {s.layer.name!r} raises {s.layer.inputs[0]!r} to the "
                            f"power {s.exponent}: ncnn's pow is wrong for a negative base")
+
+
+@rule("PS019", "lossy-reshape", ERROR,
+      "a Reshape to static dims whose input has another element count at the traced shapes "
+      "(pnnx's broadcast helper with 1 for a dynamic dim)", fix_pass="fix-lossy-reshape",
+      needs=("pnnx",))
+def lossy_reshape(ctx: "LintContext") -> Iterator[Hit]:
+    """ncnn's Reshape to fixed dims keeps the first elements of a larger input without an
+    error. pnnx 20261020 writes one as `<op>_ncnnreshape<k>`, the broadcast helper of a
+    `BinaryOp` operand whose traced shape has a dynamic dim, with 1 for that dim: Whisper's
+    `embed_positions.weight[:T]` added to the hidden states becomes `Crop` to T, then
+    `Reshape 0=32 1=1`: every position gets row 0 (the dynamic export is wrong at every length,
+    its traced one too). Checked at pnnx's traced input shapes (its `X_ncnn.py` or static
+    `X.pnnx.param`). `paramsurgery fix-lossy-reshape` infers that dim (-1) when every other
+    dim equals the input's."""
+    from paramsurgery.patterns.lossy_reshape import find_lossy_reshapes, traced_inputshape
+
+    if ctx.pnnx is None:
+        return
+    shapes = traced_inputshape(ctx.pnnx, ctx.pnnx.path, ctx.graph)
+    if shapes is None:
+        return
+    for s in find_lossy_reshapes(ctx.graph, shapes):
+        yield Hit(s.layer, s.describe() + ": ncnn drops or invents elements")

@@ -199,6 +199,7 @@ class ShapeDynamize:
                 learned.append(layer.name)
         if tables:
             g.insert_splits()
+            _in_order(g)
         self._check_outputs(g)
         self._check_followed(g)
         if learned:
@@ -531,7 +532,7 @@ class ShapeDynamize:
                               f"export's) has no rows for T={t1}, the reference's length: give "
                               f"--pair with an export traced at {t1} or more (its longer table)",
                               line=layer.source_line)
-        _crop_rows_to(g, layer, letter, ref, after_table=False)
+        _crop_rows_to(g, layer, letter, ref)
         src = "" if rows is None else f"the paired export's {rows} rows (its first {t0} equal " \
                                       f"these), "
         self._change(layer, f"learned position table (row p = position p): {src}cropped to the "
@@ -629,17 +630,26 @@ def _table_shape(layer: Layer) -> tuple[int, ...]:
     return tuple(d for d in dims if isinstance(d, int) and d)
 
 
-def _crop_rows_to(g: Graph, layer: Layer, letter: str, ref: str, *,
-                  after_table: bool = True) -> None:
-    """Read `layer`'s table through a Crop to the run-time `letter` extent of `ref` (placed
-    after the table, or else after the last producer of the two)."""
+def _crop_rows_to(g: Graph, layer: Layer, letter: str, ref: str) -> None:
+    """Read `layer`'s table through a Crop to the run-time `letter` extent of `ref`, right
+    after the table (the caller restores topological order when `ref` is written later)."""
     top = layer.outputs[0]
     shape = _table_shape(layer)
     ax = len(shape) + NUMPY_AXIS[letter]
     out = g.unique_blob_name(f"{top}_rows")
     g.replace_uses(top, out)
     g.add_layer("Crop", g.unique_layer_name(f"{layer.name}_rows"), [top, ref], [out],
-                {19: "0", 20: f"1{letter}", 21: str(ax)}, after=layer if after_table else None)
+                {19: "0", 20: f"1{letter}", 21: str(ax)}, after=layer)
+
+
+def _in_order(g: Graph) -> None:
+    """Toposort (stable) only when a Crop read a blob written after its table."""
+    seen: set[str] = set(g.inputs)
+    for x in g:
+        if any(b not in seen and g.producer(b) is not None for b in x.inputs):
+            g.toposort()
+            return
+        seen.update(x.outputs)
 
 
 def traced_input_shapes(ops: Sequence, g: Graph) -> list[tuple[tuple, int | None]] | None:
