@@ -59,7 +59,7 @@ def tied_head() -> None:
 
 T0 = 6  # the traced length of learned_pos
 LEARNED_POS = f"""7767517
-15 19
+14 16
 Input                    in0                      0 1 in0
 MemoryData               pnnx_fold_61             0 1 1 0={HIDDEN} 1={T0}
 MemoryData               pnnx_fold_63             0 1 2 0={HIDDEN} 1={T0}
