@@ -42,7 +42,7 @@ def test_renders_match_for_pnnx_style_lines():
     """Re-rendering an untouched corpus layer keeps every param token's text."""
     g = paramsurgery.load(CORPUS / "vision_transformer.param")
     for layer in g:
-        assert layer.params.tokens() == layer._body.split()[4 + len(layer.inputs) + len(layer.outputs):]
+        assert layer.params.tokens() == layer.origin.body.split()[4 + len(layer.inputs) + len(layer.outputs):]
 
 
 def test_nanodet_header_mismatch_is_reported_and_kept():

@@ -13,7 +13,7 @@ import pytest
 import paramsurgery
 from paramsurgery import PassRefused
 from paramsurgery.core.layer_types import is_converter_leftover
-from paramsurgery.core.match import NoMatch
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.passes.passthrough import RemovePassthrough, cast_verdict
 from paramsurgery.runtime.child import Feed, Fetch, run
 
@@ -93,7 +93,7 @@ def test_cast_verdicts(din, dout, ok):
     if ok:
         assert cast_verdict(din, dout)
     else:
-        with pytest.raises(NoMatch):
+        with pytest.raises(MatchFailure):
             cast_verdict(din, dout)
 
 

@@ -118,11 +118,12 @@ def test_weight_layout_change_refused():
 
 
 def test_arity_changing_params_refused():
-    with pytest.raises(PassRefused, match="BinaryOp with 1=0 reads 2 bottom\\(s\\), but it has 1"):
+    with pytest.raises(PassRefused, match="BinaryOp with 1=0 reads 2 bottoms and writes 1 top, but it has 1 and 1"):
         setp("with_scalar=0", types=["BinaryOp"])
     path = FIXTURES / "qwen3_tts" / "tiny" / "predictor_decoder.ported.ncnn.param"
     with pytest.raises(PassRefused, match="SDPA with 5=1 7=1 reads 6 bottoms and writes 3 tops, "
-                                          "but it has 4 and 1 \\(paramsurgery add-kvcache"):
+                                          "but it has 4 and 1 \\(7=1 needs the cache blobs: leave 7=0 "
+                                          "and let paramsurgery add-kvcache"):
         SetParam(["kv_cache=1"], types=["SDPA"])(paramsurgery.load(path))
 
 

@@ -51,7 +51,7 @@ def test_registry_codes_docs_and_fixes_are_data():
         if r.fix_pass is not None:
             assert r.fix_pass in KNOWN_PASSES and r.fix == f"paramsurgery {r.fix_pass}"
         text = r.explain()
-        assert text.startswith(f"{code} ({r.name}) [{r.severity}]") and r.doc in text
+        assert text.startswith(f"{code} ({r.name}) [{'/'.join(r.severities)}]") and r.doc in text
     # every code issue 6 asks for exists
     for code in ("PS001", "PS003", "PS004", "PS006", "PS007", "PS008", "PS101", "PS104", "PS105",
                  "PS106", "PS111", "PS201", "PS203", "PS204", "PS301", "PS302", "PS401",

@@ -83,7 +83,10 @@ def test_grammar_agrees_with_ncnn(name):
         for layer in g:
             layer.params.check()
         assert dump_bytes(g) == text.encode()
-        assert not [f for f in validate(g) if f.severity == ERROR]
+        # the cases use a one-bottom BinaryOp as a generic layer: their grammar is under
+        # test, not the run-time contract of its params (PS113, which ncnn's loader
+        # does not check either)
+        assert not [f for f in validate(g) if f.severity == ERROR and f.code != "PS113"]
     else:
         assert not ncnn_ok, "case list is wrong: ncnn accepts it"
         with pytest.raises(ParamSyntaxError) as info:

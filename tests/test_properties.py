@@ -112,7 +112,8 @@ def test_random_graph_round_trips_in_any_layout(layers, layout):
     text = render(layers, layout)
     g = paramsurgery.loads(text)
     assert dump_bytes(g) == text.encode()
-    assert not [f for f in validate(g) if f.severity == ERROR]
+    # structure only: random params break layers' run-time contracts (PS113/PS114) at will
+    assert not [f for f in validate(g) if f.severity == ERROR and f.code not in ("PS113", "PS114")]
     again = paramsurgery.loads(dumps(g))
     assert structure(again) == structure(g)
     # the normalised form is the same graph too, and ncnn reads it
@@ -134,6 +135,9 @@ EDITS = st.lists(st.tuples(st.sampled_from(["insert_after", "insert_before", "by
 def test_random_edits_keep_the_graph_loadable(layers, edits):
     g = paramsurgery.loads(render(layers, {"sep": " ", "eol": "\n", "pad": True,
                                            "final_eol": True, "blank": False}))
+    # random params may break a layer's run-time contract (PS113/PS114) from the start;
+    # the edits must not add one
+    broken = {(f.code, f.layer) for f in validate(g) if f.code in ("PS113", "PS114")}
     for n, (op, r) in enumerate(edits):
         body = [l for l in g if l.type != "Input"]
         if not body:
@@ -157,7 +161,7 @@ def test_random_edits_keep_the_graph_loadable(layers, edits):
             g.move_after(target, None)
             g.toposort()
     g.insert_splits()
-    errs = [f for f in validate(g) if f.severity == ERROR]
+    errs = [f for f in validate(g) if f.severity == ERROR and (f.code, f.layer) not in broken]
     assert not errs, errs
     text = dumps(g)
     assert ncnn_loads(text) == 0

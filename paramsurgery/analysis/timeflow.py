@@ -13,7 +13,7 @@ The walk goes once over the layers in file order (topological). Every layer eith
 - or computes constants only (`MemoryData`, `Reshape` of constants, ...);
 
 and anything else that touches a time blob is refused with the layer and the reason
-(`Refusal`). A blob's emitted sample count after n input frames is `max(0, rate*n - offset)`:
+(`MatchFailure`). A blob's emitted sample count after n input frames is `max(0, rate*n - offset)`:
 a causal conv keeps the count (`offset` grows by its start trim `(K-1)*d - pad` when it pads
 less than its receptive field), a transposed conv multiplies by its stride and drops its left
 trim at the stream start.
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Un
 
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
-from paramsurgery.core.match import NoMatch
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.analysis.shape_expr import split_top_level
 from paramsurgery.analysis.shapes import infer_shapes
 
@@ -55,8 +55,6 @@ class Dim:
 
 Extent = Union[int, Dim, str]
 
-
-Refusal = NoMatch  # a layer the streaming rewrite cannot handle, and why
 
 
 def _activation_params(p: Any) -> list:
@@ -194,7 +192,7 @@ def _axis_w_index(axis: int, rank: int) -> int:
 
 class TimeFlow:
     """Run the analysis. `layouts` maps each graph input to (rank, time axis index in ncnn
-    order: 0 = w, 1 = h); raises `Refusal` on the first layer it cannot stream."""
+    order: 0 = w, 1 = h); raises `MatchFailure` on the first layer it cannot stream."""
 
     def __init__(self, g: Graph, layouts: dict[str, tuple[int, int]], *,
                  shapes: "ShapeMap | None" = None,
@@ -216,7 +214,7 @@ class TimeFlow:
             info = self.info.get(b)
             if not isinstance(info, TimeBlob):
                 prod = g.producer(b)
-                raise Refusal(prod, f"graph output {b!r} does not depend on the frames; a "
+                raise MatchFailure(prod, f"graph output {b!r} does not depend on the frames; a "
                                     f"streaming graph has only per-frame outputs")
 
     # ------------------------------------------------------------------ helpers
@@ -224,7 +222,7 @@ class TimeFlow:
         out = []
         for b in layer.inputs:
             if b not in self.info:
-                raise Refusal(layer, f"reads blob {b!r} that no earlier layer produces")
+                raise MatchFailure(layer, f"reads blob {b!r} that no earlier layer produces")
             out.append(self.info[b])
         return out
 
@@ -239,9 +237,9 @@ class TimeFlow:
                 return
             e = e.value
         if e == TIME:
-            raise Refusal(layer, f"{what} would be the time axis")
+            raise MatchFailure(layer, f"{what} would be the time axis")
         if e != want:
-            raise Refusal(layer, f"{what} is {e}, the layer needs {want}")
+            raise MatchFailure(layer, f"{what} is {e}, the layer needs {want}")
 
     def _single_consumer(self, blob: str) -> Layer | None:
         cons = self.g.consumer_layers(blob)
@@ -253,7 +251,7 @@ class TimeFlow:
         if t == "Input":
             for b in layer.outputs:
                 if b not in layouts:
-                    raise Refusal(layer, f"input {b!r} has no time layout")
+                    raise MatchFailure(layer, f"input {b!r} has no time layout")
                 rank, axis = layouts[b]
                 shape: list = [Dim() for _ in range(rank)]
                 known = self.shapes.shape_of(b) if b in self.given else None
@@ -270,7 +268,7 @@ class TimeFlow:
             self._set(layer, *[ConstBlob(s) for s in self._const_shapes(layer, ins)])
             return
         if any(isinstance(i, Padded) for i in ins) and t not in CONVS:
-            raise Refusal(layer, "reads a Padding output that was taken for a conv")
+            raise MatchFailure(layer, "reads a Padding output that was taken for a conv")
         handler = getattr(self, "_" + t, None)
         if t in UNARY:
             handler = self._unary
@@ -281,7 +279,7 @@ class TimeFlow:
         if handler is None:
             why = ("mixes samples along the time axis" if t in TIME_MIXING else
                    "its behaviour along the time axis is not known to paramsurgery")
-            raise Refusal(layer, f"{why}; cannot stream it")
+            raise MatchFailure(layer, f"{why}; cannot stream it")
         handler(layer, ins)
 
     # ------------------------------------------------------------------ constants
@@ -303,18 +301,18 @@ class TimeFlow:
 
     def _unary(self, layer: Layer, ins: list) -> None:
         if len(ins) != 1:
-            raise Refusal(layer, f"has {len(ins)} inputs; expected 1")
+            raise MatchFailure(layer, f"has {len(ins)} inputs; expected 1")
         self._set(layer, ins[0])
 
     def _per_channel(self, layer: Layer, ins: list) -> None:
         if len(ins) != 1:
-            raise Refusal(layer, f"has {len(ins)} inputs; only the 1-input form is handled")
+            raise MatchFailure(layer, f"has {len(ins)} inputs; only the 1-input form is handled")
         x = ins[0]
         count = layer.params.get_int(PER_CHANNEL[layer.type], 0)
         if count > 1:
             ch = x.rank - 1  # 1-D: w, 2-D: h, 3-D: c
             if ch == x.axis:
-                raise Refusal(layer, f"its {count} per-channel values would run along the time "
+                raise MatchFailure(layer, f"its {count} per-channel values would run along the time "
                                      f"axis")
             self._pin(layer, x.shape[ch], count, "its channel axis")
         self._set(layer, x)
@@ -330,7 +328,7 @@ class TimeFlow:
             w = value_of(x.shape[0])
             normalized = {0} if (w == affine or w is None) else {0, 1}
         if x.axis in normalized:
-            raise Refusal(layer, f"normalizes over the time axis ({'w' if x.axis == 0 else 'h'})")
+            raise MatchFailure(layer, f"normalizes over the time axis ({'w' if x.axis == 0 else 'h'})")
         if x.rank == 2 and affine:
             self._pin(layer, x.shape[0], affine, "its normalized axis")
         self._set(layer, x)
@@ -339,9 +337,9 @@ class TimeFlow:
         x = ins[0]
         axis = layer.params.get_int(0, 0)
         if x.rank == 3 and not layer.params.get(1, 0):
-            raise Refusal(layer, "3-D Softmax without fixbug0 (1=1): legacy axis meaning")
+            raise MatchFailure(layer, "3-D Softmax without fixbug0 (1=1): legacy axis meaning")
         if _axis_w_index(axis, x.rank) == x.axis:
-            raise Refusal(layer, "Softmax along the time axis")
+            raise MatchFailure(layer, "Softmax along the time axis")
         self._set(layer, x)
 
     def _Permute(self, layer: Layer, ins: list) -> None:
@@ -349,7 +347,7 @@ class TimeFlow:
         order = layer.params.get_int(0, 0)
         table = PERMUTE.get(x.rank, {})
         if order not in table:
-            raise Refusal(layer, f"Permute order_type {order} on a {x.rank}-D blob is not handled")
+            raise MatchFailure(layer, f"Permute order_type {order} on a {x.rank}-D blob is not handled")
         src = table[order]
         shape = [x.shape[i] for i in src]
         self._set(layer, x.like(shape=shape, axis=src.index(x.axis)))
@@ -358,10 +356,10 @@ class TimeFlow:
         a = xs[0]
         for b in xs[1:]:
             if (b.rank, b.axis) != (a.rank, a.axis):
-                raise Refusal(layer, f"operands carry time on different axes ({a.rank}-D axis "
+                raise MatchFailure(layer, f"operands carry time on different axes ({a.rank}-D axis "
                                      f"{a.axis} vs {b.rank}-D axis {b.axis})")
             if (b.rate, b.offset) != (a.rate, a.offset):
-                raise Refusal(layer, f"operands run at different rates/offsets "
+                raise MatchFailure(layer, f"operands run at different rates/offsets "
                                      f"({a.rate}/frame from {a.offset} vs {b.rate}/frame from "
                                      f"{b.offset})")
 
@@ -378,7 +376,7 @@ class TimeFlow:
 
     def _Eltwise(self, layer: Layer, ins: list) -> None:
         if not all(isinstance(i, TimeBlob) for i in ins):
-            raise Refusal(layer, "Eltwise of a time blob and a constant")
+            raise MatchFailure(layer, "Eltwise of a time blob and a constant")
         self._check_same_time(layer, ins)
         self._set(layer, self._merge(layer, ins))
 
@@ -401,17 +399,17 @@ class TimeFlow:
         constant broadcasts explicitly (size-1 axes), a lower-rank one aligns with the outer
         axes, except a 1-D constant whose size equals the inner extent)."""
         if c.shape is None:
-            raise Refusal(layer, "a constant operand of unknown shape: cannot tell whether it "
+            raise MatchFailure(layer, "a constant operand of unknown shape: cannot tell whether it "
                                  "varies along time")
         shape = list(c.shape)
         if all(v == 1 for v in shape):
             return
         rt, rc = t.rank, len(shape)
         if rc > rt:
-            raise Refusal(layer, f"a {rc}-D constant broadcast against a {rt}-D time blob")
+            raise MatchFailure(layer, f"a {rc}-D constant broadcast against a {rt}-D time blob")
         if rc == rt:
             if shape[t.axis] != 1:
-                raise Refusal(layer, f"the constant operand has {shape[t.axis]} values along "
+                raise MatchFailure(layer, f"the constant operand has {shape[t.axis]} values along "
                                      f"the time axis")
             for i, v in enumerate(shape):
                 if i != t.axis and v != 1:
@@ -420,31 +418,31 @@ class TimeFlow:
         if rc == 1:
             n = shape[0]
             if t.axis == 0:
-                raise Refusal(layer, f"a 1-D constant of {n} values against a blob whose "
+                raise MatchFailure(layer, f"a 1-D constant of {n} values against a blob whose "
                                      f"innermost axis is time: ncnn aligns it with time "
                                      f"whenever a chunk has {n} samples")
             if value_of(t.shape[0]) == n:
                 return  # inner axis
             if t.axis == rt - 1:
-                raise Refusal(layer, "a 1-D constant aligned with the outer (time) axis")
+                raise MatchFailure(layer, "a 1-D constant aligned with the outer (time) axis")
             self._pin(layer, t.shape[rt - 1], n, "the outer axis")
             return
         first = rt - rc  # aligned with the outer axes
         for j, v in enumerate(shape):
             i = first + j
             if i == t.axis and v != 1:
-                raise Refusal(layer, f"the constant operand has {v} values along the time axis")
+                raise MatchFailure(layer, f"the constant operand has {v} values along the time axis")
             if i != t.axis and v != 1:
                 self._pin(layer, t.shape[i], v, f"axis {i}")
 
     def _Concat(self, layer: Layer, ins: list) -> None:
         if not all(isinstance(i, TimeBlob) for i in ins):
-            raise Refusal(layer, "Concat of a time blob and a constant")
+            raise MatchFailure(layer, "Concat of a time blob and a constant")
         self._check_same_time(layer, ins)
         x = ins[0]
         axis = _axis_w_index(layer.params.get_int(0, 0), x.rank)
         if axis == x.axis:
-            raise Refusal(layer, "concatenates along the time axis")
+            raise MatchFailure(layer, "concatenates along the time axis")
         out = x.like()
         vals = [value_of(i.shape[axis]) for i in ins]
         ints = [v for v in vals if isinstance(v, int)]
@@ -455,7 +453,7 @@ class TimeFlow:
         x = ins[0]
         axis = _axis_w_index(layer.params.get_int(1, 0), x.rank)
         if axis == x.axis:
-            raise Refusal(layer, "slices the time axis")
+            raise MatchFailure(layer, "slices the time axis")
         outs = []
         for _ in layer.outputs:
             o = x.like()
@@ -470,27 +468,27 @@ class TimeFlow:
         if x.rank >= 3:
             pads[x.rank - 1] = (p.get_int(7, 0), p.get_int(8, 0))
         if len(ins) != 1:
-            raise Refusal(layer, "Padding with pads from a second input")
+            raise MatchFailure(layer, "Padding with pads from a second input")
         left, right = pads.get(x.axis, (0, 0))
         consumer = self._single_consumer(layer.outputs[0])
         other = any(v for a, v2 in pads.items() if a != x.axis for v in v2)
         if (left or right) and consumer is not None and consumer.type in CONVS \
                 and x.axis == 0 and x.rank == 2:
             if right:
-                raise Refusal(layer, f"pads the right of the time axis by {right}: the conv "
+                raise MatchFailure(layer, f"pads the right of the time axis by {right}: the conv "
                                      f"after it looks {right} samples ahead")
             if other:
-                raise Refusal(layer, "pads the channel axis too")
+                raise MatchFailure(layer, "pads the channel axis too")
             if p.get(4, 0) != 0:
-                raise Refusal(layer, f"padding type {p.get(4, 0)} (replicate/reflect) depends "
+                raise MatchFailure(layer, f"padding type {p.get(4, 0)} (replicate/reflect) depends "
                                      f"on the stream start's samples; only constant padding "
                                      f"streams")
             if p.get(6, 0):
-                raise Refusal(layer, "per-channel pad values")
+                raise MatchFailure(layer, "per-channel pad values")
             self._set(layer, Padded(x, layer, left, p.get_float(5, 0.0)))
             return
         if left or right:
-            raise Refusal(layer, f"pads the time axis ({left}, {right}) without feeding a "
+            raise MatchFailure(layer, f"pads the time axis ({left}, {right}) without feeding a "
                                  f"causal conv")
         out = x.like()
         for a, (lo, hi) in pads.items():
@@ -502,16 +500,16 @@ class TimeFlow:
     def _Crop(self, layer: Layer, ins: list) -> None:
         x = ins[0]
         if len(ins) != 1:
-            raise Refusal(layer, "Crop to a reference blob")
+            raise MatchFailure(layer, "Crop to a reference blob")
         spans = crop_spans(layer, x.rank)
         if spans is None:
-            raise Refusal(layer, "Crop form not understood (legacy offsets or expressions)")
+            raise MatchFailure(layer, "Crop form not understood (legacy offsets or expressions)")
         out = x.like()
         for axis, (start, end) in spans.items():
             if axis == x.axis:
                 if start == 0 and end == 0:
                     continue
-                raise Refusal(layer, "crops the time axis, and not right after a transposed "
+                raise MatchFailure(layer, "crops the time axis, and not right after a transposed "
                                      "conv")
             out.shape[axis] = Dim()
         self._set(layer, out)
@@ -519,15 +517,15 @@ class TimeFlow:
     def _Gemm(self, layer: Layer, ins: list) -> None:
         p = layer.params
         if len(ins) != 1 or p.get(4, 0) or not p.get(5, 0):
-            raise Refusal(layer, "Gemm with more than one input (only x·W with constant B is "
+            raise MatchFailure(layer, "Gemm with more than one input (only x·W with constant B is "
                                  "handled)")
         x = ins[0]
         if x.rank != 2:
-            raise Refusal(layer, f"Gemm on a {x.rank}-D blob")
+            raise MatchFailure(layer, f"Gemm on a {x.rank}-D blob")
         trans_a = p.get_int(2, 0)
         k_axis = 1 if trans_a else 0
         if x.axis == k_axis:
-            raise Refusal(layer, "Gemm reduces over the time axis")
+            raise MatchFailure(layer, "Gemm reduces over the time axis")
         k = p.get_int(9, 0)
         if k:
             self._pin(layer, x.shape[k_axis], k, "its reduced axis")
@@ -538,7 +536,7 @@ class TimeFlow:
     def _InnerProduct(self, layer: Layer, ins: list) -> None:
         x = ins[0]
         if x.rank != 2 or x.axis != 1:
-            raise Refusal(layer, "InnerProduct flattens its input, time included (only 2-D "
+            raise MatchFailure(layer, "InnerProduct flattens its input, time included (only 2-D "
                                  "[w=features, h=time] rows are handled)")
         n = layer.params.get_int(0, 0)
         size = layer.params.get_int(2, 0)
@@ -549,7 +547,7 @@ class TimeFlow:
     # ------------------------------------------------------------------ stages
     def _conv_common(self, layer: Layer, x: TimeBlob) -> None:
         if x.rank != 2 or x.axis != 0:
-            raise Refusal(layer, f"reads time on axis {x.axis} of a {x.rank}-D blob; a 1-D conv "
+            raise MatchFailure(layer, f"reads time on axis {x.axis} of a {x.rank}-D blob; a 1-D conv "
                                  f"needs [w=time, h=channels]")
 
     def _conv(self, layer: Layer, ins: list) -> None:
@@ -559,27 +557,27 @@ class TimeFlow:
         x = padded.base if padded else src
         self._conv_common(layer, x)
         if p.get(19, 0):
-            raise Refusal(layer, "dynamic weights (19=1)")
+            raise MatchFailure(layer, "dynamic weights (19=1)")
         k, d, s = p.get_int(1, 0), p.get_int(2, 1), p.get_int(3, 1)
         if s != 1:
-            raise Refusal(layer, f"stride {s}: downsampling convs are not handled")
+            raise MatchFailure(layer, f"stride {s}: downsampling convs are not handled")
         pl = p.get_int(4, 0)
         pr = p.get_int(15, pl)
         if pl in (-233, -234) or pr in (-233, -234):
-            raise Refusal(layer, "SAME padding (-233/-234) pads both sides")
+            raise MatchFailure(layer, "SAME padding (-233/-234) pads both sides")
         if pr > 0:
-            raise Refusal(layer, f"pads the right by {pr}: output sample t would need input "
+            raise MatchFailure(layer, f"pads the right by {pr}: output sample t would need input "
                                  f"t+{pr}")
         value = p.get_float(18, 0.0)
         total = pl
         if padded:
             if pl and padded.value != value:
-                raise Refusal(layer, "the Padding and the conv pad with different values")
+                raise MatchFailure(layer, "the Padding and the conv pad with different values")
             value = padded.value
             total += padded.left
         state = d * (k - 1)
         if total > state:
-            raise Refusal(layer, f"left pad {total} > (K-1)*d = {state}: the output would be "
+            raise MatchFailure(layer, f"left pad {total} > (K-1)*d = {state}: the output would be "
                                  f"longer than the input")
         num_out = p.get_int(0, 0)
         wds = p.get_int(6, 0)
@@ -605,15 +603,15 @@ class TimeFlow:
         x = ins[0]
         self._conv_common(layer, x)
         if p.get(28, 0):
-            raise Refusal(layer, "dynamic weights (28=1)")
+            raise MatchFailure(layer, "dynamic weights (28=1)")
         k, d, s = p.get_int(1, 0), p.get_int(2, 1), p.get_int(3, 1)
         extent = d * (k - 1) + 1
         if extent < s:
-            raise Refusal(layer, f"kernel extent {extent} < stride {s}: frames leave gaps")
+            raise MatchFailure(layer, f"kernel extent {extent} < stride {s}: frames leave gaps")
         pl = p.get_int(4, 0)
         pr = p.get_int(15, pl)
         if pl in (-233, -234) or pr in (-233, -234) or p.get(20, 0):
-            raise Refusal(layer, "output_w / SAME padding: the output length is fixed or "
+            raise MatchFailure(layer, "output_w / SAME padding: the output length is fixed or "
                                  "depends on the whole input")
         opr = p.get_int(18, 0)
         left, right = pl, pr - opr
@@ -628,15 +626,15 @@ class TimeFlow:
                 right += trims[1]
         overlap = extent - s
         if right > overlap:
-            raise Refusal(layer, f"right trim {right} > K-s = {overlap}: the last samples "
+            raise MatchFailure(layer, f"right trim {right} > K-s = {overlap}: the last samples "
                                  f"before the trim depend on the stream end")
         if right < overlap:
-            raise Refusal(layer, f"right trim {right} < K-s = {overlap}: flush would have to "
+            raise MatchFailure(layer, f"right trim {right} < K-s = {overlap}: flush would have to "
                                  f"push the last {overlap - right} samples through the layers "
                                  f"after it (not handled; causal upsamplers trim K-s)")
         act = p.get_int(9, 0)
         if act not in (0, 1, 2, 3, 4):
-            raise Refusal(layer, f"fused activation {act}")
+            raise MatchFailure(layer, f"fused activation {act}")
         num_out = p.get_int(0, 0)
         group = p.get_int(7, 1) if layer.type == "DeconvolutionDepthWise1D" else 1
         wds = p.get_int(6, 0)
@@ -756,25 +754,25 @@ def infer_layouts(g: Graph, given: dict[str, tuple[int, int]] | None = None,
                   ) -> tuple[TimeFlow, dict[str, tuple[int, int]]]:
     """Try [w=time, h=channels] and [w=channels, h=time] for every input not in `given`
     (2-D only); keep the combination the analysis accepts. Raises the most informative
-    Refusal when none is accepted, and Refusal(None, ...) when several are."""
+    MatchFailure when none is accepted, and MatchFailure(None, ...) when several are."""
     import itertools
 
     inputs = list(g.inputs)
     if not inputs:
-        raise Refusal(None, "the graph has no Input layer")
+        raise MatchFailure(None, "the graph has no Input layer")
     given = dict(given or {})
     shapes = infer_shapes(g, inputshape=inputshape)  # once, shared by every candidate layout
     free = [b for b in inputs if b not in given]
     ok: list[tuple[TimeFlow, dict]] = []
-    errors: list[tuple[int, Refusal, dict]] = []
+    errors: list[tuple[int, MatchFailure, dict]] = []
     pos = g.position()
     for combo in itertools.product([(2, 1), (2, 0)], repeat=len(free)):
         layouts = dict(given)
         layouts.update(zip(free, combo))
         try:
             ok.append((TimeFlow(g, layouts, shapes=shapes, inputshape=inputshape), layouts))
-        except Refusal as exc:
-            depth = pos.get(exc.layer.id, -1) if exc.layer is not None else -1
+        except MatchFailure as exc:
+            depth = pos.get(exc.stopped_at.id, -1) if exc.stopped_at is not None else -1
             errors.append((depth, exc, layouts))
     if len(ok) == 1:
         return ok[0][0], ok[0][1]
@@ -782,7 +780,12 @@ def infer_layouts(g: Graph, given: dict[str, tuple[int, int]] | None = None,
         stateful = [(f, l) for f, l in ok if any(s.stateful for s in f.stages)]
         if len(stateful) == 1:
             return stateful[0]
-        raise Refusal(None, "cannot tell which input axis is time (several layouts stream); "
+        raise MatchFailure(None, "cannot tell which input axis is time (several layouts stream); "
                             "give it explicitly (time_axis)")
     errors.sort(key=lambda e: e[0])
     raise errors[-1][1]
+
+
+# Transitional spelling for branches written before the one failure type; removed by the
+# migration once they have landed.
+Refusal = MatchFailure

@@ -23,6 +23,9 @@ TRIVIAL_SPLIT = "PS107"
 INPUT_WITH_BOTTOMS = "PS108"
 EMPTY_GRAPH = "PS109"
 IGNORED_LINES = "PS110"
+# a layer's run-time contract (paramsurgery.analysis.contracts): bottoms/tops, params
+LAYER_ARITY = "PS113"
+PARAM_CONSISTENCY = "PS114"
 
 
 def validate(g: "Graph") -> list[Finding]:
@@ -139,5 +142,9 @@ def validate_graph(g: "Graph") -> list[Finding]:
               f"blob {b!r} is read by {len(readers)} layers ({names}) without a Split: ncnn's "
               f"light mode frees it after the first read and the second reader crashes",
               layer_of[ordered[1]], "Graph.insert_splits()")
+    # ---- each layer's run-time contract (the table set-param, insert and the passes read)
+    from paramsurgery.analysis.contracts import contract_findings
+
+    out.extend(contract_findings(g))
     out.sort(key=lambda x: (x.line if x.line is not None else -1))
     return out

@@ -245,7 +245,7 @@ class GraphCommand:
             data: dict[str, Any] = {"pass": result.pass_name, "output": out.param,
                                     "modified": result.modified,
                                     "changes": [c.__dict__ for c in result.changes],
-                                    "skipped": [s.__dict__ for s in result.skipped],
+                                    "skipped": [s.to_json() for s in result.skipped],
                                     "notes": result.notes,
                                     "contract_changes": result.contract_changes}
             if run.check is not None and hasattr(run.check, "to_json"):

@@ -76,7 +76,8 @@ def run_cmd(args: argparse.Namespace) -> int:
             for r in rules.values():
                 fix = f"  [{r.fix}]" if r.fix else ""
                 off = "  (off by default)" if not r.default else ""
-                print(f"{r.code}  {r.severity:<7}  {r.name:<26} {r.summary}{fix}{off}")
+                sev = "/".join(r.severities)
+                print(f"{r.code}  {sev:<13}  {r.name:<26} {r.summary}{fix}{off}")
         return 0
     if not args.param:
         raise ParamSurgeryError("no input: give one or more .param files (or --explain CODE, "

@@ -35,6 +35,12 @@ class Kind(str, Enum):
     def is_array(self) -> bool:
         return self in (Kind.INTS, Kind.FLOATS)
 
+    @property
+    def noun(self) -> str:
+        """`an int`, `a float array`: the kind in a sentence."""
+        return {"int": "an int", "float": "a float", "int[]": "an int array",
+                "float[]": "a float array", "string": "a string"}[self.value]
+
 
 PyValue = Union[int, float, str, list]  # as Python code sees a param (arrays as lists)
 Stored = Union[int, float, str, tuple]  # as a Value holds it (arrays as tuples)
@@ -127,6 +133,14 @@ def infer(v: object, *, like: Value | None = None) -> Value:
             raise TypeError("param is an int array; refusing to store floats")
         if like.kind is Kind.STRING and isinstance(v, str):
             return Str(v)
+        if like.kind in (Kind.INT, Kind.FLOAT) and isinstance(v, (str, list, tuple, np.ndarray)):
+            what = "a string" if isinstance(v, str) else "a list"
+            raise TypeError(f"param is {like.kind.noun}; refusing to store {what} {v!r} "
+                            f"(ncnn would read its default)")
+        if like.kind.is_array and isinstance(v, (str, int, float, np.integer, np.floating)) \
+                and not isinstance(v, bool):
+            raise TypeError(f"param is {like.kind.noun}; refusing to store {v!r} "
+                            f"(give a list: ncnn's load_param rejects a scalar there)")
     if isinstance(v, (bool, np.bool_)):
         return Int(int(v))
     if isinstance(v, (int, np.integer)):

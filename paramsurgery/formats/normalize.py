@@ -11,8 +11,7 @@ def normalize(g: Graph) -> Graph:
     (same float32 value)."""
     for layer in g:
         layer.params.normalize()
-        layer._lead = ""
-        layer._eol = "\n"
+        layer.origin = None  # pnnx's layout: no blank lines, "\n" line ends
         layer._mark_edited()
     g.source.header = b""
     g.source.trailer = b""

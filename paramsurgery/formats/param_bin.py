@@ -38,7 +38,8 @@ from paramsurgery.ir.graph import Graph, Source
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.layer_params import param_kind
 from paramsurgery.core.layer_types import NCNN_LAYER_TYPES, TYPE_INDEX
-from paramsurgery.ir.params import Params, _Entry
+from paramsurgery.ir.params import Params
+from paramsurgery.formats.param_text import TextOrigin
 from paramsurgery.core.values import LONG_ARRAY, Kind, Packed, Value, format_value, is_mixed
 
 MAGIC = 7767517
@@ -229,16 +230,12 @@ def read_param_bin(data: bytes, path: str | None = None, *,
         if any(isinstance(v, Packed) for _, v in params) and \
                 len({pid for pid, _ in params}) == len(params):
             # a long array: its typed values as they are, not through text and back
-            p = Params("", layer)
-            p._entries = {pid: _Entry(pid, v, None) for pid, v in params}
+            p = Params.of_values(params, layer)
         else:
             text = " " + " ".join(format_value(pid, v) for pid, v in params) if params else ""
             p = Params(text, layer)
             p.check()
-            for e in p._owned().values():  # typed values: re-encode bits, not text, on edit
-                e.text = None
-            for e in p._dupes:
-                e.text = None
+            p.forget_tokens()  # typed values: re-encode bits, not text, on edit
         layer.params = p
         layer.source_file = path
         layer.meta["param_bin_offset"] = rec_start
@@ -249,8 +246,7 @@ def read_param_bin(data: bytes, path: str | None = None, *,
         layers.append(layer)
     g = Graph._from_layers(layers)
     for layer in layers:
-        layer._body = layer.render()
-        layer._eol = "\n"
+        layer.origin = TextOrigin(layer.render(), "\n")
     g.source = Source(path=path, format="param.bin", header=b"", declared_layers=layer_count,
                       declared_blobs=blob_count, trailer=b"",
                       extra={"param_bin_header": data[:12], "param_bin_trailer": trailer,
@@ -460,13 +456,10 @@ def encode_value(pid: int, value: Value) -> bytes:
 def encode_params(params: Params) -> bytes:
     """A layer's param section (without the end marker): original tokens as ncnn2mem
     encodes them, edited values bit-exact from their typed value."""
-    entries = params._load()
-    if params._dupes and not params.edited:
+    if params.has_duplicates and not params.edited:
         return b"".join(encode_token(t) for t in params.tokens())
-    out = []
-    for e in entries.values():
-        out.append(encode_token(e.text) if e.text is not None else encode_value(e.pid, e.value))
-    return b"".join(out)
+    return b"".join(encode_token(text) if text is not None else encode_value(pid, value)
+                    for pid, value, text in params.encoding())
 
 
 def write_param_bin(g: Graph) -> bytes:

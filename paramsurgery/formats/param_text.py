@@ -26,6 +26,19 @@ from paramsurgery.ir.graph import Graph, Source, count_ncnn_blobs
 from paramsurgery.ir.layer import Layer
 from paramsurgery.ir.params import Params
 
+
+class TextOrigin:
+    """A layer's record as the `.param` text held it: the record (one line, or several for a
+    record ncnn's tokenizer reads across line ends), its line end, and the blank lines before
+    it. Written back verbatim while the layer is unedited; the lead and line end always."""
+
+    __slots__ = ("body", "eol", "lead")
+
+    def __init__(self, body: str, eol: str, lead: str = "") -> None:
+        self.body = body
+        self.eol = eol
+        self.lead = lead
+
 MAGIC = 7767517
 BINARY_MAGIC = b"\xdd\x85\x76\x00"  # 7767517 as little-endian int32: a .param.bin
 
@@ -191,7 +204,7 @@ class _Reader:
                 lead = []
                 break
             if lead:
-                layer._lead = "".join(lead)
+                layer.origin.lead = "".join(lead)
                 lead = []
             layer.source_file = path
             layer.source_line = self.lineno(i)
@@ -232,8 +245,7 @@ class _Reader:
         else:
             ptext = ""
         layer = Layer(toks[0], toks[1], toks[4:4 + nin], toks[4 + nin:need], Params(ptext))
-        layer._body = line
-        layer._eol = self.eols[i]
+        layer.origin = TextOrigin(line, self.eols[i])
         if check:
             layer.source_line = self.lineno(i)
             layer.source_file = self.path
@@ -299,13 +311,10 @@ class _Reader:
             # parsed entry shares this string instead of copying it
             ptext = ptext.strip(_C_WS)
         layer = Layer(names[0], names[1], names[4:4 + nin], names[4 + nin:], Params(ptext))
-        layer._body = "".join(lines[k] + self.eols[k] for k in range(start, last_line)) + \
-            lines[last_line]
-        layer._eol = self.eols[last_line]
+        layer.origin = TextOrigin("".join(lines[k] + self.eols[k] for k in range(start, last_line))
+                                  + lines[last_line], self.eols[last_line])
         layer.source_line = self.lineno(start)
         layer.source_file = self.path
-        layer.source_params_col = (self.colno(start, last_end + 1) if last_line == start
-                                   else None)
         if ptext:
             layer.params.check()
         return layer, last_line + 1
@@ -406,13 +415,15 @@ def write_param(g: Graph) -> bytes:
     last = len(layers) - 1
     trailer = src.trailer.decode("utf-8", "surrogateescape")
     for idx, layer in enumerate(layers):
-        body = layer._body
-        if body is None:
-            body = layer.render()
-        eol = layer._eol
+        origin = layer.origin
+        if isinstance(origin, TextOrigin):
+            lead, eol = origin.lead, origin.eol
+            body = layer.render() if layer.edited else origin.body
+        else:  # made in memory or read from another format
+            lead, eol, body = "", "\n", layer.render()
         if not eol and (idx != last or trailer):
             eol = "\n"  # a record that ended the file is no longer last
-        parts.append(layer._lead)
+        parts.append(lead)
         parts.append(body)
         parts.append(eol)
     parts.append(trailer)

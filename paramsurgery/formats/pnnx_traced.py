@@ -9,7 +9,7 @@ Pairing (`align`, `op_named`): pnnx keeps a converter leftover's name in the ncn
 (`Tensor.expand_39` stays `Tensor.expand_39`), so leftovers are found by name and type;
 layers pnnx converted are renamed (`torch.sum_0` becomes `sum_3`), so they are paired by
 kind and order: the k-th ncnn Reduction with the k-th pnnx reduction op, all or none,
-refused (NoMatch) when the counts differ or a pair does not agree.
+refused (MatchFailure) when the counts differ or a pair does not agree.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from paramsurgery.formats.pnnx_param import Op, PnnxGraph
-from paramsurgery.core.match import NoMatch
+from paramsurgery.core.match import MatchFailure
 
 if TYPE_CHECKING:
     from paramsurgery.ir.layer import Layer
@@ -69,26 +69,26 @@ def align(layers: Sequence["Layer"], ops: Sequence[Op], *, what: str = "layers",
           op_what: str = "ops",
           agree: Callable[["Layer", Op], str | None] | None = None) -> dict[int, Op]:
     """Layer id → pnnx op, pairing renamed (converted) layers by kind and order: the k-th
-    layer with the k-th op. All or none: NoMatch when the counts differ ("the graph has N
+    layer with the k-th op. All or none: MatchFailure when the counts differ ("the graph has N
     <what>, the .pnnx.param M <op_what>") or `agree(layer, op)` names a reason."""
     if len(layers) != len(ops):
-        raise NoMatch(layers[0] if layers else None,
+        raise MatchFailure(layers[0] if layers else None,
                       f"the graph has {len(layers)} {what}, the .pnnx.param {len(ops)} "
                       f"{op_what}")
     out: dict[int, Op] = {}
     for layer, op in zip(layers, ops):
         why = agree(layer, op) if agree is not None else None
         if why:
-            raise NoMatch(layer, why)
+            raise MatchFailure(layer, why)
         out[layer.id] = op
     return out
 
 
 def op_named(pnnx: PnnxGraph, layer: "Layer", path: str | None) -> Op:
     """pnnx's op for a converter leftover (pnnx keeps its name and type in the ncnn graph;
-    found through the graph's name index, not a scan per layer); NoMatch naming the file
+    found through the graph's name index, not a scan per layer); MatchFailure naming the file
     when there is none."""
     op = pnnx.op_by_name(layer.name)
     if op is not None and op.type == layer.type:
         return op
-    raise NoMatch(layer, f"{path} has no {layer.type} op named {layer.name!r}")
+    raise MatchFailure(layer, f"{path} has no {layer.type} op named {layer.name!r}")

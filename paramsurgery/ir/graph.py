@@ -4,10 +4,11 @@
 The layer order (what the `.param` lists, which ncnn requires to be topological) and the
 blob indexes (producers and consumers per name) are the graph: every query and edit uses
 them, so queries are O(1) and no edit rescans the graph. Every traversal is iterative.
-`Graph.nx` is a view for networkx's algorithms, built on first use and kept in sync by
-every edit afterwards: nodes are layers (node id = `Layer.id`, attribute ``layer``); each
-edge is one blob read by one consumer slot, ``producer -> consumer`` with key = the
-consumer's input slot and data ``{"blob", "src", "dst"}`` (producer slot, consumer slot).
+`Graph.nx` is a view for networkx's algorithms, one of the graph's cached analyses (built on
+first use, rebuilt after an edit, never kept in sync by the edits): nodes are layers (node
+id = `Layer.id`, attribute ``layer``); each edge is one blob read by one consumer slot,
+``producer -> consumer`` with key = the consumer's input slot and data
+``{"blob", "src", "dst"}`` (producer slot, consumer slot).
 
 ncnn semantics kept here (ncnn-format.md §1.2): a blob's producer is its first writer;
 graph inputs are the tops of `Input` layers; graph outputs are blobs with a producer and no
@@ -69,7 +70,6 @@ class Graph:
     ``g.insert_after(l, "ReLU", "relu_x").graph.insert_splits().remove_dead()``."""
 
     def __init__(self) -> None:
-        self._nx: nx.MultiDiGraph | None = None  # materialised on first use of `.nx`
         self._layers: dict[int, Layer] = {}
         self._next: dict[int, int | None] = {}
         self._prev: dict[int, int | None] = {}
@@ -147,30 +147,9 @@ class Graph:
     def nx(self) -> nx.MultiDiGraph:
         """The graph as a `networkx.MultiDiGraph`: node = layer id (attribute ``layer``), one
         edge per blob read, ``producer -> consumer``, key = consumer slot, data ``blob``,
-        ``src`` (producer slot), ``dst`` (consumer slot). Built on first access (loading and
-        saving never need it) and kept in sync by every edit afterwards."""
-        if self._nx is None:
-            G = nx.MultiDiGraph()
-            node, succ, pred = G._node, G._succ, G._pred  # direct fill: ~3x faster than add_edge
-            for lid, layer in self._layers.items():
-                node[lid] = {"layer": layer}
-                succ[lid] = {}
-                pred[lid] = {}
-            producers = self._producers
-            for b, cons in self._consumers.items():
-                p = producers.get(b)
-                if not p:
-                    continue
-                u, us = p[0]
-                su = succ[u]
-                for c, slot in cons:
-                    e = su.get(c)
-                    if e is None:
-                        e = su[c] = {}
-                        pred[c][u] = e
-                    e[slot] = {"blob": b, "src": us, "dst": slot}
-            self._nx = G
-        return self._nx
+        ``src`` (producer slot), ``dst`` (consumer slot). An analysis: built on first access
+        per edit version (loading and saving never need it); read-only for callers."""
+        return self.analysis("networkx", _networkx_view)
 
     # ================================================================== queries
     def __len__(self) -> int:
@@ -366,20 +345,9 @@ class Graph:
         return f"{base}_{i}"
 
     # ================================================================== low-level index upkeep
-    def _nx_add_edge(self, u: int, v: int, blob: str, src: int, dst: int) -> None:
-        if self._nx is not None:
-            self._nx.add_edge(u, v, key=dst, blob=blob, src=src, dst=dst)
-
-    def _nx_remove_edge(self, u: int, v: int, dst: int) -> None:
-        if self._nx is not None and self._nx.has_edge(u, v, key=dst):
-            self._nx.remove_edge(u, v, key=dst)
-
     def _link_input(self, lid: int, slot: int, blob: str) -> None:
         self._blob_count = None
         self._consumers.setdefault(blob, []).append((lid, slot))
-        p = self._producers.get(blob)
-        if p:
-            self._nx_add_edge(p[0][0], lid, blob, p[0][1], slot)
 
     def _unlink_input(self, lid: int, slot: int, blob: str) -> None:
         self._blob_count = None
@@ -388,32 +356,19 @@ class Graph:
             cons.remove((lid, slot))
             if not cons:
                 del self._consumers[blob]
-        p = self._producers.get(blob)
-        if p:
-            self._nx_remove_edge(p[0][0], lid, slot)
 
     def _link_output(self, lid: int, slot: int, blob: str) -> None:
         self._blob_count = None
         p = self._producers.get(blob)
         if p is None:
             self._producers[blob] = [(lid, slot)]
-            for c, s in self._consumers.get(blob, ()):
-                self._nx_add_edge(lid, c, blob, slot, s)
         else:
             p.append((lid, slot))
 
     def _unlink_output(self, lid: int, slot: int, blob: str) -> None:
         self._blob_count = None
         p = self._producers[blob]
-        first = p[0] == (lid, slot)
         p.remove((lid, slot))
-        if first:
-            for c, s in self._consumers.get(blob, ()):
-                self._nx_remove_edge(lid, c, s)
-            if p:
-                u, us = p[0]
-                for c, s in self._consumers.get(blob, ()):
-                    self._nx_add_edge(u, c, blob, us, s)
         if not p:
             del self._producers[blob]
 
@@ -528,8 +483,6 @@ class Graph:
         layer.id = lid
         layer.graph = self
         self._layers[lid] = layer
-        if self._nx is not None:
-            self._nx.add_node(lid, layer=layer)
         self._order_link(lid, after_id)
         self._name(layer._name, lid)
         self._by_type.setdefault(layer._type, {})[lid] = None
@@ -584,8 +537,6 @@ class Graph:
         for slot, b in enumerate(layer._outputs):
             self._unlink_output(lid, slot, b)
         self._order_unlink(lid)
-        if self._nx is not None:
-            self._nx.remove_node(lid)
         del self._layers[lid]
         self._unname(layer._name, lid)
         del self._by_type[layer._type][lid]
@@ -877,8 +828,7 @@ class Graph:
             new.params = _copy_params(layer.params, new)
             new.source_file = layer.source_file
             new.source_line = layer.source_line
-            new.source_params_col = layer.source_params_col
-            new._lead, new._body, new._eol = layer._lead, layer._body, layer._eol
+            new.origin, new._edited = layer.origin, layer._edited
             new.weights = layer.weights
             if layer._meta:
                 new.meta = dict(layer._meta)
@@ -934,3 +884,26 @@ def _fill_params(layer: Layer, params: ParamsLike) -> None:
         return
     for k, v in params.items():
         layer.params.set(int(k), v)
+
+
+def _networkx_view(g: "Graph") -> nx.MultiDiGraph:
+    G = nx.MultiDiGraph()
+    node, succ, pred = G._node, G._succ, G._pred  # direct fill: ~3x faster than add_edge
+    for lid, layer in g._layers.items():
+        node[lid] = {"layer": layer}
+        succ[lid] = {}
+        pred[lid] = {}
+    producers = g._producers
+    for b, cons in g._consumers.items():
+        p = producers.get(b)
+        if not p:
+            continue
+        u, us = p[0]
+        su = succ[u]
+        for c, slot in cons:
+            e = su.get(c)
+            if e is None:
+                e = su[c] = {}
+                pred[c][u] = e
+            e[slot] = {"blob": b, "src": us, "dst": slot}
+    return G

@@ -1,5 +1,8 @@
 """One ncnn layer: type, name, ordered bottoms/tops, params, and where it came from.
 
+The record's source text belongs to the format that read it (`origin`, opaque to the IR);
+the IR only tracks whether the layer was edited since.
+
 Bottoms and tops are tuples (one allocation each, and `inputs`/`outputs` hand them out
 without a copy); rewiring goes through `Graph`, which replaces them, so the blob indexes
 (and the networkx view, once built) stay consistent.
@@ -17,8 +20,7 @@ if TYPE_CHECKING:
 
 class Layer:
     __slots__ = ("id", "_type", "_name", "_inputs", "_outputs", "params", "graph",
-                 "source_file", "source_line", "source_params_col", "_lead", "_body", "_eol",
-                 "weights", "_meta")
+                 "source_file", "source_line", "origin", "_edited", "weights", "_meta")
 
     def __init__(self, type: str, name: str, inputs: Sequence[str], outputs: Sequence[str],
                  params: Params | None = None) -> None:
@@ -32,10 +34,10 @@ class Layer:
         self.graph: Graph | None = None
         self.source_file: str | None = None
         self.source_line: int | None = None
-        self.source_params_col: int | None = None
-        self._lead = ""  # blank lines before the record, kept verbatim
-        self._body: str | None = None  # the original record text; None once edited
-        self._eol = "\n"
+        # what the reader needs to write the record back as it was (its text, the blank
+        # lines before it, its line end): owned by the format that read it, opaque here
+        self.origin: Any = None
+        self._edited = False
         self.weights: Any = None  # filled by the .bin reader (paramsurgery.formats.weights)
         self._meta: dict | None = None  # made on first use: most layers never have any
 
@@ -92,11 +94,11 @@ class Layer:
     # ------------------------------------------------------------------ state
     @property
     def edited(self) -> bool:
-        return self._body is None
+        """Changed since it was read (or made in memory): its record must be rendered."""
+        return self._edited or self.origin is None
 
     def _mark_edited(self) -> None:
-        if self._body is not None:
-            self._body = None
+        self._edited = True
         if self.graph is not None:
             self.graph._modified = True
 

@@ -8,7 +8,7 @@ per line); values are typed the first time a layer's params are read or edited.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast
 
 from paramsurgery.core.values import (Kind, PyValue, Value, ValueError_, format_value, infer, parse_value,
                                       pnnx_order_key)
@@ -217,6 +217,34 @@ class Params:
             return None
         return self._text
 
+    @classmethod
+    def of_values(cls, values: Iterable[tuple[int, Value]], owner: "Layer | None" = None) -> "Params":
+        """Params holding typed values with no source text (a binary reader's): written back
+        from the values' bits. The ids must be distinct."""
+        p = cls("", owner)
+        p._entries = {pid: _Entry(pid, v, None) for pid, v in values}
+        return p
+
+    def forget_tokens(self) -> None:
+        """Drop the text each value was spelled with, so an edit re-encodes every value from
+        its bits (a reader whose source was binary: the text was only made up from them)."""
+        for e in self._owned().values():
+            e.text = None
+        for e in self._dupes:
+            e.text = None
+
+    def encoding(self) -> list[tuple[int, Value, str | None]]:
+        """(id, typed value, original token or None once edited) in order, last of a
+        duplicated id only: what a writer encodes."""
+        return [(e.pid, e.value, e.text) for e in self._load().values()]
+
+    def may_hold(self, pid: int) -> bool:
+        """False when `pid` is certainly absent, tested on the unparsed text where it has not
+        been parsed yet (a cheap filter before `get`)."""
+        if self._entries is not None:
+            return pid in self._entries
+        return f"{-23300 - pid}=" in self._text or f"{pid}=" in self._text
+
     @property
     def has_duplicates(self) -> bool:
         self._load()
@@ -351,7 +379,8 @@ def _located(params: Params, token: str, offset: int, message: str):
     if owner is None or owner.source_line is None:
         return ParamSyntaxError(f"{message} in {token!r}")
     col = None
-    body = owner._body
+    # a text origin's record (any origin with a `body`), while it still is the layer's text
+    body = None if owner.edited else getattr(owner.origin, "body", None)
     if body is not None:
         line_no = owner.source_line
         lines = body.split("\n")

@@ -37,6 +37,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 
+from paramsurgery.core.ncnn import AUTO_SLICE
 from paramsurgery.formats.pnnx_mapping import ordered_outputs as _ordered_outputs, map_blobs
 from paramsurgery.core.layer_types import is_ncnn_layer
 from paramsurgery.core.ncnn import NO_BATCH
@@ -95,7 +96,7 @@ class Conformance:
         out = []
         for lay in self.ctx.graph.by_type("Slice"):
             v = lay.params.get(0)
-            if isinstance(v, list) and not lay.params.get(2) and sum(1 for s in v if s == -233) >= 2:
+            if isinstance(v, list) and not lay.params.get(2) and sum(1 for s in v if s == AUTO_SLICE) >= 2:
                 out.append(lay)
         return out
 
@@ -347,8 +348,8 @@ def uneven_split(layer: "Layer", shapes: dict[str, tuple[int, ...]]) -> SplitRep
     ax = axes[0]
     slices = layer.params.get_ints(0) or []
     parts = [o[ax] for o in outs]
-    fixed = [(i, s) for i, s in enumerate(slices[:len(parts)]) if s != -233]
-    auto_idx = [i for i, s in enumerate(slices[:len(parts)]) if s == -233]
+    fixed = [(i, s) for i, s in enumerate(slices[:len(parts)]) if s != AUTO_SLICE]
+    auto_idx = [i for i, s in enumerate(slices[:len(parts)]) if s == AUTO_SLICE]
     if len(auto_idx) < 2 or any(parts[i] != s for i, s in fixed):
         return None
     rest = ins[ax] - sum(s for _, s in fixed)

@@ -67,6 +67,12 @@ class Rule:
     needs: frozenset[str] = frozenset()
     doc: str = ""
     default: bool = True  # False: runs only when selected (--select PS009, PS0, ALL)
+    also: tuple[str, ...] = ()  # other severities its findings carry (a hit's own severity)
+
+    @property
+    def severities(self) -> tuple[str, ...]:
+        """Every severity its findings carry, the default first (`warning/info`)."""
+        return (self.severity,) + tuple(s for s in self.also if s != self.severity)
 
     @property
     def category(self) -> str:
@@ -74,7 +80,7 @@ class Rule:
 
     def explain(self) -> str:
         """What `paramsurgery lint --explain CODE` prints."""
-        head = f"{self.code} ({self.name}) [{self.severity}]: {self.summary}"
+        head = f"{self.code} ({self.name}) [{'/'.join(self.severities)}]: {self.summary}"
         lines = [head, ""]
         if self.doc:
             lines.append(self.doc)
@@ -88,6 +94,7 @@ class Rule:
 
     def to_json(self) -> dict:
         return {"code": self.code, "name": self.name, "severity": self.severity,
+                "severities": list(self.severities),
                 "summary": self.summary, "fix": self.fix, "fix_pass": self.fix_pass,
                 "needs": sorted(self.needs), "category": self.category,
                 "default": self.default}
@@ -106,13 +113,14 @@ _CODE_RE = re.compile(r"PS[0-9]{3}$")
 
 def rule(code: str, name: str, severity: str, summary: str, *, fix: str | None = None,
          fix_pass: str | None = None, needs: Sequence[str] = (),
-         default: bool = True) -> Callable[[CheckFn], CheckFn]:
+         default: bool = True, also: Sequence[str] = ()) -> Callable[[CheckFn], CheckFn]:
     """Register a check function as a rule. `fix_pass` without `fix` means the command
-    `paramsurgery <fix_pass>`. `default=False`: the rule runs only when selected."""
+    `paramsurgery <fix_pass>`. `default=False`: the rule runs only when selected. `also`:
+    the other severities its hits may carry (what `--explain` and `--list` show)."""
     if not _CODE_RE.match(code):
         raise ValueError(f"bad rule code {code!r}")
-    if severity not in SEVERITIES:
-        raise ValueError(f"bad severity {severity!r}")
+    if severity not in SEVERITIES or any(a not in SEVERITIES for a in also):
+        raise ValueError(f"bad severity {severity!r} / {tuple(also)!r}")
     bad = set(needs) - set(NEEDS)
     if bad:
         raise ValueError(f"unknown needs {bad}")
@@ -122,7 +130,8 @@ def rule(code: str, name: str, severity: str, summary: str, *, fix: str | None =
             raise ValueError(f"two rules have the code {code}")
         RULES[code] = Rule(code, name, severity, summary, fn,
                            fix or (f"paramsurgery {fix_pass}" if fix_pass else None), fix_pass,
-                           frozenset(needs), inspect.cleandoc(fn.__doc__ or ""), default)
+                           frozenset(needs), inspect.cleandoc(fn.__doc__ or ""), default,
+                           tuple(also))
         return fn
 
     return deco

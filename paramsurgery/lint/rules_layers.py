@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
+from paramsurgery.core.ncnn import BinaryOpType, EltwiseOpType
 from paramsurgery.core.layer_params import LAYER_PARAMS, param_info
 from paramsurgery.core.layer_types import is_converter_leftover, is_ncnn_layer
 from paramsurgery.core.values import Kind, is_mixed
@@ -222,13 +223,12 @@ _FLOAT_MATH = frozenset(("BinaryOp", "UnaryOp", "Clip", "Eltwise", "Scale", "Bia
                          "Exp", "Log", "AbsVal", "Reduction", "Threshold", "ReLU", "Sigmoid",
                          "TanH", "CumulativeSum", "Cast"))
 
-_BINOPS = {0: "add", 1: "sub", 2: "mul", 3: "div", 4: "max", 5: "min", 6: "pow", 7: "rsub",
-           8: "rdiv", 9: "rpow", 10: "atan2", 11: "ratan2"}
 
 
 def _describe_math(layer: "Layer") -> str:
     if layer.type == "BinaryOp":
-        op = _BINOPS.get(_int(layer, 0, 0), "op")
+        code = _int(layer, 0, 0)
+        op = BinaryOpType(code).name.lower() if code in BinaryOpType._value2member_map_ else "op"
         if _int(layer, 1, 0):
             b = layer.params.get(2, 0.0)
             return f"{op} {b}"
@@ -293,7 +293,7 @@ def _leaves_batch(layer: "Layer") -> bool:
 
 
 @rule("PS008", "axis-into-batch", WARNING,
-      "Reshape moving a tensor axis into ncnn's batch n (12=233, 13!=233)")
+      "Reshape moving a tensor axis into ncnn's batch n (12=233, 13!=233)", also=(INFO,))
 def axis_into_batch(ctx: "LintContext") -> Iterator[Hit]:
     """pnnx ≥ 2026-07 (Tencent/ncnn PR #6784) can move a real axis into the ncnn Mat's
     batch `n` with `Reshape 12=233 13=k` (input has no batch axis, output axis k is the
@@ -410,7 +410,7 @@ def _kind_problem(expected: Kind, got: Kind) -> tuple[str, str] | None:
         return ERROR, "ncnn expects an int array; the float bits are read as ints"
     if expected is Kind.FLOATS and got is Kind.INTS:
         return WARNING, "ncnn expects a float array; write the elements with a '.'"
-    return WARNING, f"ncnn reads a {expected.value}"
+    return WARNING, f"ncnn reads {expected.noun}"
 
 
 def _float_bits(vals: tuple) -> list[float] | None:
@@ -435,7 +435,8 @@ def _float_bits(vals: tuple) -> list[float] | None:
 
 
 @rule("PS011", "param-kind", ERROR,
-      "a param written with the kind ncnn does not read (float for int, scalar for array, …)")
+      "a param written with the kind ncnn does not read (float for int, scalar for array, …)",
+      also=(WARNING,))
 def param_kind(ctx: "LintContext") -> Iterator[Hit]:
     """ncnn types a param by its text (`.`/`e` = float, `,` = array, a letter or `"` =
     string) and each layer reads every id with a fixed kind (layer_params.py, from every
@@ -487,7 +488,7 @@ def _param_kind_hits(layer: "Layer") -> Iterator[Hit]:
                    f"the integers instead; write the floats")
         shown = "[]" if value.kind.is_array and not value.value else value.python
         yield Hit(layer, f"{t} {layer.name!r} param {pid} ({info.name}) is written as "
-                         f"{value.kind.value} {shown!r} but ncnn reads a {info.kind.value}: "
+                         f"{value.kind.value} {shown!r} but ncnn reads {info.kind.noun}: "
                          f"{why}", severity=sev)
     if params.has_duplicates:
         dup = sorted({d.pid for d in params._dupes})
@@ -590,7 +591,7 @@ def unread_param(ctx: "LintContext") -> Iterator[Hit]:
 def _is_sum(layer: "Layer") -> bool:
     if layer.type == "BinaryOp":
         return _int(layer, 0, 0) == 0 and not _int(layer, 1, 0) and len(layer.inputs) == 2
-    return layer.type == "Eltwise" and _int(layer, 0, 1) == 1 and not layer.params.get(1)
+    return layer.type == "Eltwise" and _int(layer, 0, 1) == EltwiseOpType.SUM and not layer.params.get(1)
 
 
 _PASS_THROUGH = ("Reshape", "Split")

@@ -35,7 +35,8 @@ def _run_hit(layer: "Layer | None", message: str, run: "Run") -> Hit:
                                 "this exact)", severity=WARNING)
 
 
-@rule("PS400", "conformance-skipped", INFO, "the conformance run could not be done")
+@rule("PS400", "conformance-skipped", INFO, "the conformance run could not be done",
+      also=(WARNING,))
 def conformance_skipped(ctx: "LintContext") -> Iterator[Hit]:
     """Says why the PS4xx run rules did not run when pnnx's IR or a reference is
     available: no concrete input shapes for a dynamic export, layers ncnn cannot load (the
@@ -67,7 +68,8 @@ def conformance_skipped(ctx: "LintContext") -> Iterator[Hit]:
 
 
 @rule("PS401", "traced-shape-mismatch", ERROR,
-      "a blob's shape differs from the shape pnnx traced for its operand", needs=("pnnx", "run"))
+      "a blob's shape differs from the shape pnnx traced for its operand",
+      also=(WARNING,), needs=("pnnx", "run"))
 def traced_shape_mismatch(ctx: "LintContext") -> Iterator[Hit]:
     """Runs the ncnn graph at the traced input shapes (pnnx's `X_ncnn.py`, a static
     export's inputs, or `--input-shape`) and compares every blob that maps to a pnnx
@@ -123,7 +125,7 @@ def traced_shape_mismatch(ctx: "LintContext") -> Iterator[Hit]:
 
 @rule("PS402", "uneven-split", ERROR,
       "an automatic Slice split a length unevenly, unlike torch's chunk/tensor_split",
-      needs=("run",))
+      also=(WARNING,), needs=("run",))
 def uneven_split_run(ctx: "LintContext") -> Iterator[Hit]:
     """`Slice -23300=k,-233,…,-233` (what pnnx writes for `chunk(k)` / `tensor_split(k)`
     of a dynamic axis) gives each part `remaining / parts_left`, so the remainder goes to
@@ -153,7 +155,8 @@ def uneven_split_run(ctx: "LintContext") -> Iterator[Hit]:
 
 
 @rule("PS403", "reference-shape-mismatch", ERROR,
-      "an output's shape differs from the torch reference", needs=("run",))
+      "an output's shape differs from the torch reference", also=(WARNING,),
+      needs=("run",))
 def reference_shape_mismatch(ctx: "LintContext") -> Iterator[Hit]:
     """Runs the graph at a reference's inputs (`X.ref.npz` / `ref.npz` next to the file,
     or `--reference`: arrays `in0…`/`out0…` or `input_*`/`output_*`) and compares each
@@ -195,7 +198,7 @@ def run_failure(ctx: "LintContext") -> Iterator[Hit]:
 
 
 @rule("PS405", "rope-4d", ERROR, "RotaryEmbed receives a 4-D blob (only one head rotated)",
-      needs=("run",))
+      also=(WARNING,), needs=("run",))
 def rope_4d(ctx: "LintContext") -> Iterator[Hit]:
     """`RotaryEmbed` handles `[w=head_dim, h=seq, c=heads]`; given a 4-D blob (pnnx
     inferred no batch axis, so a torch `(1, H, T, D)` stays 4-D) it rotates one "head" and
@@ -261,7 +264,7 @@ _SPLITS = ("torch.chunk", "torch.tensor_split")
 
 @rule("PS411", "uneven-split-traced", WARNING,
       "chunk/tensor_split into automatic parts of a dynamic or non-divisible traced length",
-      needs=("pnnx",))
+      needs=("pnnx",), also=(ERROR,))
 def uneven_split_traced(ctx: "LintContext") -> Iterator[Hit | Finding]:
     """pnnx converts `chunk(k)` / `tensor_split(k)` to `Slice -23300=k,-233,…` (ncnn:
     remainder to the last parts; torch: to the first). From pnnx's traced shapes: when the

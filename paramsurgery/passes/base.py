@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Sequence
 
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.core.findings import ERROR, Finding
@@ -80,24 +81,11 @@ def repair_for(layer: "Layer") -> str | None:
 
 
 @dataclass
-class Skip:
-    """A candidate the pass looked at and left alone, with the reason (for --explain)."""
-
-    layer: str
-    reason: str
-    line: int | None = None
-
-    def format(self) -> str:
-        where = f"line {self.line}: " if self.line is not None else ""
-        return f"{where}{self.layer}: {self.reason}"
-
-
-@dataclass
 class PassResult:
     graph: Graph
     modified: bool
     changes: list[Change] = field(default_factory=list)
-    skipped: list[Skip] = field(default_factory=list)
+    skipped: list[MatchFailure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     pass_name: str = ""
     data: dict = field(default_factory=dict)  # pass-specific facts (e.g. cache blob names)
@@ -260,7 +248,7 @@ def check_selection(layers: Sequence["Layer"], named: set[str], kind: str, *,
                           f"{', '.join(sorted(unknown))}")
 
 
-def keep_or_refuse(pass_name: str, result: PassResult, refused: list[Skip], *, partial: bool,
+def keep_or_refuse(pass_name: str, result: PassResult, refused: list[MatchFailure], *, partial: bool,
                    what: str) -> None:
     """The candidates a pass could not prove: listed as skipped with `partial`, else one
     PassRefused naming each (`<pass> cannot prove the rewrite of N <what>: layer (line L):
@@ -282,3 +270,9 @@ def new_errors(before: Iterable[Finding], after: Iterable[Finding]) -> list[Find
     seen_loose = {(f.code, f.layer) for f in before if f.severity == ERROR}
     return [f for f in after if f.severity == ERROR and (f.code, f.layer, f.message) not in seen
             and (f.code, f.layer) not in seen_loose]
+
+
+def Skip(layer: str, reason: str, line: int | None = None) -> MatchFailure:  # noqa: N802
+    """Transitional spelling of `MatchFailure(layer_name, reason, line=...)` for branches
+    written before the one failure type; removed by the migration once they have landed."""
+    return MatchFailure(layer, reason, line=line)

@@ -22,7 +22,7 @@ In the graph: one `Input` provides `conv_state_in_<i>`, every stateful layer get
 `BinaryOp` add + `Concat` + relative `Crop`s (deconv overlap-add), and its new state is a
 graph output `conv_state_out_<i>` (i counts stateful layers in file order). Pointwise layers
 pass through unchanged; anything else touching time is refused with the reason
-(`_timeflow.Refusal`).
+(`_timeflow.MatchFailure`).
 
 Start trims (a transposed conv's left trim, a conv padding less than its receptive field)
 live in a second graph, the *start graph* (same layers and weights plus one `Crop` per
@@ -40,10 +40,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
-from paramsurgery.analysis.timeflow import (ConvStage, DeconvStage, Refusal, TimeBlob, TimeFlow,
+from paramsurgery.analysis.timeflow import (ConvStage, DeconvStage, TimeBlob, TimeFlow,
                                             infer_layouts, value_of)
 from paramsurgery.core.changes import Change
 from paramsurgery.passes.base import Pass, PassResult, register
@@ -114,8 +115,8 @@ class AddConvCache(Pass):
             if layouts is not None and set(layouts) == set(g.inputs):
                 return TimeFlow(g, layouts, inputshape=self.inputshape)
             return infer_layouts(g, layouts, self.inputshape)[0]
-        except Refusal as exc:
-            where = exc.layer
+        except MatchFailure as exc:
+            where = exc.stopped_at
             raise PassRefused(f"cannot stream: {exc.format()}",
                               file=where.source_file if where else g.source.path,
                               line=where.source_line if where else None) from None

@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.values import Kind, int_list
 from paramsurgery.formats import pnnx_traced as _traced
 from paramsurgery.passes.dynamize_shapes import int_params
-from paramsurgery.passes.base import TRACED_LEN, FixInput, Pass, PassResult, RepairContext, Skip, register
+from paramsurgery.passes.base import (TRACED_LEN, FixInput, Pass, PassResult, RepairContext, register)
 from paramsurgery.core.changes import Change
 from paramsurgery.analysis.shapes import infer_shapes
 
@@ -196,11 +197,11 @@ class Dynamize(Pass):
         return f"{_frac(a)} + {_frac(b)}·T"
 
     # ------------------------------------------------------------------ candidate sites
-    def _sites_traced_len(self, g: Graph) -> tuple[list[_Site], list[Skip]]:
+    def _sites_traced_len(self, g: Graph) -> tuple[list[_Site], list[MatchFailure]]:
         T = self.T
         assert T is not None  # run only with a traced length (--traced-len)
         sites: list[_Site] = []
-        notes: list[Skip] = []
+        notes: list[MatchFailure] = []
         for layer in g:
             t = layer.type
             if t == "Reshape":

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from paramsurgery.ir.graph import Graph
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, Skip, register
-from paramsurgery.core.match import Match
+from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.core.match import Match, MatchFailure
 from paramsurgery.patterns.batch_reshape import DIM_PARAMS, NOT_A_CANDIDATE, match_pair
 
 @register
@@ -41,7 +41,7 @@ class FixBatchReshape(Pass):
             if m:
                 todo.append(m)
             elif m.kind != NOT_A_CANDIDATE:  # near-misses only, for --explain
-                result.skipped.append(Skip(r1.name, m.reason, r1.source_line))
+                result.skipped.append(MatchFailure(r1.name, m.reason, line=r1.source_line))
         for m in todo:
             r1, r2, target = m.layer, m["r2"], m["target"]
             line = r1.source_line

@@ -30,19 +30,26 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+from paramsurgery.core.ncnn import BinaryOpType, EltwiseOpType, ReductionOpType
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.values import Floats
 from paramsurgery.formats import pnnx_traced as _traced
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, RepairContext, Skip, keep_or_refuse, register
-from paramsurgery.core.match import Match, NoMatch, fail, matched
+from paramsurgery.passes.base import Pass, PassResult, RepairContext, keep_or_refuse, register
+from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
-OP_NAMES = {0: "SUM", 1: "ASUM", 2: "SUMSQ", 3: "MEAN", 4: "MAX", 5: "MIN", 6: "PROD", 7: "L1",
-            8: "L2", 9: "LogSum", 10: "LogSumExp"}
-ELEMENTWISE_OPS = (0, 3, 4, 5, 6)  # ops that combine K equal-shape parts element-wise
-TORCH_REDUCE = {"torch.sum": 0, "torch.mean": 3, "torch.amax": 4, "torch.max": 4,
-                "torch.amin": 5, "torch.min": 5, "torch.prod": 6}
+R = ReductionOpType
+OP_NAMES = {op.value: op.name for op in ReductionOpType}
+ELEMENTWISE_OPS = (R.SUM, R.MEAN, R.MAX, R.MIN, R.PROD)  # combine K equal-shape parts element-wise
+# the Eltwise op for each reduction it can stand for (a mean is a sum with coefficients)
+ELTWISE_FOR = {R.SUM: EltwiseOpType.SUM, R.MEAN: EltwiseOpType.SUM, R.MAX: EltwiseOpType.MAX,
+               R.PROD: EltwiseOpType.PROD}
+# the BinaryOp that folds the parts pairwise for each reduction
+BINARY_FOR = {R.SUM: BinaryOpType.ADD, R.MEAN: BinaryOpType.ADD, R.MAX: BinaryOpType.MAX,
+              R.MIN: BinaryOpType.MIN, R.PROD: BinaryOpType.MUL}
+TORCH_REDUCE = {"torch.sum": R.SUM, "torch.mean": R.MEAN, "torch.amax": R.MAX, "torch.max": R.MAX,
+                "torch.amin": R.MIN, "torch.min": R.MIN, "torch.prod": R.PROD}
 
 
 def has_empty_axes(layer: Layer) -> bool:
@@ -154,7 +161,7 @@ class FixReduction(Pass):
         try:
             return _traced.align(g.by_type("Reduction"), _traced.ops_of(ops, tuple(TORCH_REDUCE)),
                                  what="Reductions", op_what="reduction ops", agree=agree), None
-        except NoMatch as exc:
+        except MatchFailure as exc:
             return {}, f"cannot line it up with pnnx's IR: {exc}"
 
     # ------------------------------------------------------------------ run
@@ -167,20 +174,20 @@ class FixReduction(Pass):
         aligned, align_error = (None, None)
         if any(batch_concat(g, r) is None for r in cands):
             aligned, align_error = self._align(g, cands)
-        refused: list[Skip] = []
+        refused: list[MatchFailure] = []
         for red in cands:
             m = self._match_stack(g, red)
             if m:
                 self._rewrite_stack(g, m, result)
                 continue
             if batch_concat(g, red) is not None:
-                refused.append(Skip(red.name, m.reason, red.source_line))
+                refused.append(MatchFailure(red.name, m.reason, line=red.source_line))
                 continue
             m2 = self._match_lone(g, red, aligned, align_error)
             if m2:
                 self._rewrite_identity(g, m2, result)
             else:
-                refused.append(Skip(red.name, m2.reason, red.source_line))
+                refused.append(MatchFailure(red.name, m2.reason, line=red.source_line))
         keep_or_refuse(self.name, result, refused, partial=self.partial, what="Reduction(s)")
         return result
 
@@ -195,13 +202,13 @@ class FixReduction(Pass):
         out = red.outputs[0]
         name = red.name
         g.remove_layer(concat)
-        if k == 1 and op in (0, 3, 4, 5, 6) and coeff == 1.0:
+        if k == 1 and op in ELEMENTWISE_OPS and coeff == 1.0:
             g.replace_layer(red, "Noop", name, inputs=parts, outputs=[out])
             after = "Noop (one part)"
-        elif self.style == "eltwise" and op != 5:
-            params: dict = {0: {0: 1, 3: 1, 4: 2, 6: 0}[op]}
-            scale = coeff / k if op == 3 else coeff
-            if op in (0, 3) and scale != 1.0:
+        elif self.style == "eltwise" and op in ELTWISE_FOR:
+            params: dict = {0: int(ELTWISE_FOR[op])}
+            scale = coeff / k if op == R.MEAN else coeff
+            if op in (R.SUM, R.MEAN) and scale != 1.0:
                 params[1] = Floats([scale] * k)
             new = g.replace_layer(red, "Eltwise", name, inputs=parts, outputs=[out], params=params)
             after = "Eltwise " + " ".join(new.params.tokens())
@@ -213,11 +220,11 @@ class FixReduction(Pass):
 
     def _binary_chain(self, g: Graph, red: Layer, parts: list[str], op: int,
                       coeff: float) -> str:
-        bop = {0: 0, 3: 0, 4: 4, 5: 5, 6: 2}[op]
+        bop = int(BINARY_FOR[ReductionOpType(op)])
         out = red.outputs[0]
         name = red.name
-        scale = coeff / len(parts) if op == 3 else coeff
-        need_scale = op in (0, 3) and scale != 1.0
+        scale = coeff / len(parts) if op == R.MEAN else coeff
+        need_scale = op in (R.SUM, R.MEAN) and scale != 1.0
         g.remove_layer(red)
         acc = parts[0]
         steps = []
@@ -229,8 +236,8 @@ class FixReduction(Pass):
             steps.append(f"BinaryOp 0={bop}")
             acc = top
         if need_scale:
-            g.add_layer("BinaryOp", name, [acc], [out], {0: 2, 1: 1, 2: float(scale)})
-            steps.append(f"BinaryOp 0=2 1=1 2={scale:g}")
+            g.add_layer("BinaryOp", name, [acc], [out], {0: int(BinaryOpType.MUL), 1: 1, 2: float(scale)})
+            steps.append(f"BinaryOp 0={int(BinaryOpType.MUL)} 1=1 2={scale:g}")
         return f"{len(steps)} BinaryOps ({', '.join(steps[-2:])})"
 
     def _rewrite_identity(self, g: Graph, m: Match, result: PassResult) -> None:

@@ -32,8 +32,8 @@ from paramsurgery.ir.layer import Layer
 from paramsurgery.core.values import Ints
 from paramsurgery.formats import pnnx_traced as _traced
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, RepairContext, Skip, keep_or_refuse, register
-from paramsurgery.core.match import Match, NoMatch, fail, matched
+from paramsurgery.passes.base import Pass, PassResult, RepairContext, keep_or_refuse, register
+from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
 KIND_OPS = {"unbind": ("torch.unbind", "Tensor.unbind"), "chunk": ("torch.chunk", "Tensor.chunk"),
             "tensor_split": ("torch.tensor_split", "Tensor.tensor_split"),
@@ -97,7 +97,7 @@ class FixSlice(Pass):
             ops = _traced.ops_of(self.traced, types)
             try:
                 pairs = _traced.align(layers, ops)
-            except NoMatch:  # counts differ: pair on the graph inputs instead
+            except MatchFailure:  # counts differ: pair on the graph inputs instead
                 out.update(self._aligned_on_inputs(g, layers, ops))
                 continue
             out.update((l.id, pairs[l.id]) for l in layers
@@ -134,7 +134,7 @@ class FixSlice(Pass):
             return result
         aligned = self._aligned(g)
         cands = self._merge_split_unbinds(g, cands, aligned, result)
-        refused: list[Skip] = []
+        refused: list[MatchFailure] = []
         for layer, why in cands:
             op = aligned.get(layer.id)
             if why == "Slice without slices or indices":
@@ -142,7 +142,7 @@ class FixSlice(Pass):
             else:
                 m = self._match_batch(g, layer, op, why)
             if not m:
-                refused.append(Skip(layer.name, f"{why}: {m.reason}", layer.source_line))
+                refused.append(MatchFailure(layer.name, f"{why}: {m.reason}", line=layer.source_line))
                 continue
             m.captures["apply"](g, m, result)
         keep_or_refuse(self.name, result, refused, partial=self.partial, what="layer(s)")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.core.values import format_value
@@ -27,7 +28,7 @@ from paramsurgery.formats.io import save
 from paramsurgery.formats.weights import set_weights
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
-from paramsurgery.passes.base import Pass, PassResult, Skip, register
+from paramsurgery.passes.base import Pass, PassResult, register
 from paramsurgery.runtime.child import RunOptions, run_isolated
 
 LAYOUT_TYPES = ("Reshape", "Permute", "ExpandDims", "Squeeze", "Flatten")
@@ -104,7 +105,7 @@ def _chains(g: Graph, result: PassResult) -> list[_Chain]:
         if layers:
             out.append(_Chain(m, layers, blob))
         elif len(g.consumers(m.outputs[0])) > 1:
-            result.skipped.append(Skip(m.name, "read by several layers", m.source_line))
+            result.skipped.append(MatchFailure(m.name, "read by several layers", line=m.source_line))
     return out
 
 

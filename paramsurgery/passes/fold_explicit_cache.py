@@ -24,8 +24,8 @@ from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, Skip, register
-from paramsurgery.core.match import Match, fail, matched
+from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
 SEQ_AXES = (1, -2)  # SDPA k/v are [w=D, h=seq, c=heads]: seq is axis 1 of 3
 
@@ -102,13 +102,13 @@ class FoldExplicitCache(Pass):
         result = PassResult(g, False)
         for sdpa in sdpas:
             if sdpa.params.get(7, 0) == 1:
-                result.skipped.append(Skip(sdpa.name, "already has a native kv cache (7=1)",
-                                           sdpa.source_line))
+                result.skipped.append(MatchFailure(sdpa.name, "already has a native kv cache (7=1)",
+                                                   line=sdpa.source_line))
                 continue
             mk, mv = self._side(g, sdpa, 1), self._side(g, sdpa, 2)
             if not (mk and mv):
                 reason = mk.reason if not mk else mv.reason
-                result.skipped.append(Skip(sdpa.name, reason, sdpa.source_line))
+                result.skipped.append(MatchFailure(sdpa.name, reason, line=sdpa.source_line))
                 continue
             self._rewrite(g, sdpa, mk, mv, result)
         return result

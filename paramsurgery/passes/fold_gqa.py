@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Mapping
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, Skip, check_selection, register
-from paramsurgery.core.match import NoMatch
+from paramsurgery.passes.base import Pass, PassResult, check_selection, register
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.patterns.match import above_splits, readers_through_splits
 from paramsurgery.analysis.shape_expr import int_or_none, reshape_dims
 from paramsurgery.analysis.shapes import infer_shapes
@@ -70,7 +70,7 @@ class KVExpansion:
     heads: int = 0  # H = kv_heads * rep
 
 
-NOT_EXPANDED = "not-expanded"  # NoMatch.kind: SDPA reads k/v as they come (maybe kv heads)
+NOT_EXPANDED = "not-expanded"  # MatchFailure.kind: SDPA reads k/v as they come (maybe kv heads)
 
 
 def _ints(v) -> list[int] | None:
@@ -85,7 +85,7 @@ def kv_layout(g: Graph, blob: str, shapes: "ShapeMap | None" = None) -> tuple[in
     """(head_dim, kv_heads) of a K/V blob `[w=D, h=T, c=G]`: from the shape analysis when it
     knows the blob's D and G (e.g. an Input given by `--inputshape`), else read from the
     Reshape that split the heads, walking up through Split / RotaryEmbed (data input) /
-    RMSNorm / LayerNorm / Permute 0=2. Raises NoMatch with the reason."""
+    RMSNorm / LayerNorm / Permute 0=2. Raises MatchFailure with the reason."""
     known = shapes.shape_of(blob) if shapes is not None else None
     if known is not None and len(known) == 3 and isinstance(known[0], int) and \
             isinstance(known[2], int):
@@ -94,7 +94,7 @@ def kv_layout(g: Graph, blob: str, shapes: "ShapeMap | None" = None) -> tuple[in
     for _ in range(64):
         p = g.producer(cur)
         if p is None:
-            raise NoMatch(None, f"cannot find how {blob!r} was split into heads (no producer of "
+            raise MatchFailure(None, f"cannot find how {blob!r} was split into heads (no producer of "
                                 f"{cur!r})")
         if p.type in PASS_THROUGH_LAYOUT and p.inputs:
             passed.append(p.type)
@@ -109,26 +109,26 @@ def kv_layout(g: Graph, blob: str, shapes: "ShapeMap | None" = None) -> tuple[in
                 swapped = not swapped
                 cur = p.inputs[0]
                 continue
-            raise NoMatch(p, f"Permute {p.name!r} (0={order}) above {blob!r} moves the head_dim "
+            raise MatchFailure(p, f"Permute {p.name!r} (0={order}) above {blob!r} moves the head_dim "
                              f"axis")
         if p.type == "Reshape":
             dims = reshape_dims(p)
             if not dims or len(dims) != 3:
-                raise NoMatch(p, f"Reshape {p.name!r} above {blob!r} is not a 3-D head split "
+                raise MatchFailure(p, f"Reshape {p.name!r} above {blob!r} is not a 3-D head split "
                                  f"({dims})")
             w, h, c = dims
             d = int_or_none(w)
             heads = int_or_none(h) if swapped else int_or_none(c)
             if d is None or heads is None or d <= 0 or heads <= 0:
-                raise NoMatch(p, f"Reshape {p.name!r} above {blob!r} ({','.join(dims)}) does not "
+                raise MatchFailure(p, f"Reshape {p.name!r} above {blob!r} ({','.join(dims)}) does not "
                                  f"give head_dim and head count as numbers")
             return d, heads
         hint = ""
         if p.type == "Input":
             hint = f"; its shape is not known: give --inputshape {cur}=[G,T,D]"
-        raise NoMatch(p, f"cannot find how {blob!r} was split into heads: {p.type} {p.name!r} "
+        raise MatchFailure(p, f"cannot find how {blob!r} was split into heads: {p.type} {p.name!r} "
                          f"is in the way{hint}")
-    raise NoMatch(None, f"cannot find how {blob!r} was split into heads (path too long)")
+    raise MatchFailure(None, f"cannot find how {blob!r} was split into heads (path too long)")
 
 
 _BLOB_REF = re.compile(r"(?<![\w.])(\d+)([whdcn])")
@@ -155,7 +155,7 @@ class FoldGQA(Pass):
         expanded, _ = above_splits(g, blob)
         r2 = g.producer(expanded)
         if r2 is None or r2.type != "Reshape":
-            raise NoMatch(r2, f"{side} ({blob!r}) is not expanded: it does not come from a "
+            raise MatchFailure(r2, f"{side} ({blob!r}) is not expanded: it does not come from a "
                               f"Reshape of repeated heads", kind=NOT_EXPANDED)
         src = g.producer(r2.inputs[0])
         layers: list[Layer] = [r2]
@@ -165,12 +165,12 @@ class FoldGQA(Pass):
             reps = _ints(tile.params.get(2))
             if reps is not None:
                 if len(reps) != 4 or reps[0] != 1 or reps[2] != 1 or reps[3] != 1 or reps[1] < 1:
-                    raise NoMatch(tile, f"Tile {tile.name!r} repeats {reps}: want [1, rep, 1, 1] "
+                    raise MatchFailure(tile, f"Tile {tile.name!r} repeats {reps}: want [1, rep, 1, 1] "
                                         f"(only the new axis after the heads)")
                 rep = reps[1]
             else:
                 if tile.params.get(0, 0) != 1:
-                    raise NoMatch(tile, f"Tile {tile.name!r} tiles axis {tile.params.get(0, 0)}, "
+                    raise MatchFailure(tile, f"Tile {tile.name!r} tiles axis {tile.params.get(0, 0)}, "
                                         f"not the new axis 1")
                 rep = tile.params.get_int(1, 1)
             exp = g.producer(tile.inputs[0])
@@ -189,11 +189,11 @@ class FoldGQA(Pass):
             return self._match_stack(g, sdpa, slot, blob, expanded, r2, src)
         else:
             what = f"{src.type} {src.name!r}" if src is not None else "nothing"
-            raise NoMatch(r2, f"{side}: Reshape {r2.name!r} reshapes {what}, not a Tile / "
+            raise MatchFailure(r2, f"{side}: Reshape {r2.name!r} reshapes {what}, not a Tile / "
                               f"Tensor.expand / stack of repeated heads")
         if exp is None or exp.type != "ExpandDims" or _ints(exp.params.get(3)) != [1]:
             what = f"{exp.type} {exp.name!r}" if exp is not None else "nothing"
-            raise NoMatch(None, f"{side}: the repeated tensor comes from {what}, not from ExpandDims "
+            raise MatchFailure(None, f"{side}: the repeated tensor comes from {what}, not from ExpandDims "
                                 f"adding axis 1 right after the heads (-23303=1,1)")
         layers.append(exp)
         root, splits = above_splits(g, exp.inputs[0])
@@ -206,14 +206,14 @@ class FoldGQA(Pass):
         side = "k" if slot == 1 else "v"
         cat = g.producer(r1.inputs[0])
         if cat is None or cat.type != "Concat":
-            raise NoMatch(r2, f"{side}: Reshape {r2.name!r} reshapes Reshape {r1.name!r}, which "
+            raise MatchFailure(r2, f"{side}: Reshape {r2.name!r} reshapes Reshape {r1.name!r}, which "
                               f"does not reshape a Concat of copies")
         sources = {above_splits(g, b)[0] for b in cat.inputs}
         if len(sources) != 1:
-            raise NoMatch(cat, f"{side}: Concat {cat.name!r} joins different tensors, not copies")
+            raise MatchFailure(cat, f"{side}: Concat {cat.name!r} joins different tensors, not copies")
         axis = cat.params.get(0, 0)
         if axis not in (1, -2):
-            raise NoMatch(cat, f"{side}: Concat {cat.name!r} repeats along axis {axis}: query head j "
+            raise MatchFailure(cat, f"{side}: Concat {cat.name!r} repeats along axis {axis}: query head j "
                                f"would read kv head j mod G (repeat order), not j // rep as SDPA's "
                                f"GQA does")
         rep = len(cat.inputs)
@@ -222,7 +222,7 @@ class FoldGQA(Pass):
         dims = reshape_dims(r1)
         if not dims or len(dims) != 4 or dims[0] not in (str(d), "0w") or \
                 int_or_none(dims[2]) != rep or int_or_none(dims[3]) != groups:
-            raise NoMatch(r1, f"{side}: Reshape {r1.name!r} ({dims}) does not split the copies into "
+            raise MatchFailure(r1, f"{side}: Reshape {r1.name!r} ({dims}) does not split the copies into "
                               f"[D={d}, T, rep={rep}, G={groups}]")
         heads = self._check_merge(r2, d, groups, rep, side)
         return self._finish(g, sdpa, slot, "stack", root, expanded, [r2, r1, cat], d, groups,
@@ -232,10 +232,10 @@ class FoldGQA(Pass):
         """The final Reshape must map [D, T, rep, G] to [D, T, G*rep]; returns H."""
         dims = reshape_dims(r2)
         if not dims or len(dims) != 3:
-            raise NoMatch(r2, f"{side}: Reshape {r2.name!r} ({dims}) is not 3-D [D, T, H]")
+            raise MatchFailure(r2, f"{side}: Reshape {r2.name!r} ({dims}) is not 3-D [D, T, H]")
         w, h, c = dims
         if w not in (str(d), "0", "0w"):
-            raise NoMatch(r2, f"{side}: Reshape {r2.name!r} gives width {w}, not head_dim {d}")
+            raise MatchFailure(r2, f"{side}: Reshape {r2.name!r} gives width {w}, not head_dim {d}")
         keeps_t = h in ("0", "0h")
         cn = int_or_none(c)
         if rep is not None:
@@ -246,7 +246,7 @@ class FoldGQA(Pass):
             ok = keeps_t and cn is not None and cn % groups == 0
             heads = cn if ok and cn is not None else 0
         if not ok:
-            raise NoMatch(r2, f"{side}: Reshape {r2.name!r} ({','.join(dims)}) is not provably "
+            raise MatchFailure(r2, f"{side}: Reshape {r2.name!r} ({','.join(dims)}) is not provably "
                               f"[D={d}, T, H=G*rep] (G={groups}" +
                               (f", rep={rep})" if rep is not None else ", rep unknown)"))
         return heads
@@ -264,9 +264,9 @@ class FoldGQA(Pass):
                 if exprs[0] and exprs[1] and all(dim in "wh" for blob_i, dim in refs
                                                  if blob_i == "1"):
                     continue
-                raise NoMatch(layer, f"{side}: the expanded blob is the reference of Crop "
+                raise MatchFailure(layer, f"{side}: the expanded blob is the reference of Crop "
                                      f"{layer.name!r}, which uses more than its width/length")
-            raise NoMatch(layer, f"{side}: the expanded blob {expanded!r} is also read by {layer.type} "
+            raise MatchFailure(layer, f"{side}: the expanded blob {expanded!r} is also read by {layer.type} "
                                  f"{layer.name!r}, which would see {groups} heads instead of {heads}")
         return KVExpansion(sdpa, slot, form, root, expanded, layers + splits, readers, d,
                            groups, heads)
@@ -281,29 +281,29 @@ class FoldGQA(Pass):
         already = 0
         for sdpa in sdpas:
             if self.only and sdpa.name not in self.only:
-                result.skipped.append(Skip(sdpa.name, "not selected by --only", sdpa.source_line))
+                result.skipped.append(MatchFailure(sdpa.name, "not selected by --only",
+                                                   line=sdpa.source_line))
                 continue
             if sdpa.name in self.skip:
-                result.skipped.append(Skip(sdpa.name, "excluded by --skip", sdpa.source_line))
+                result.skipped.append(MatchFailure(sdpa.name, "excluded by --skip", line=sdpa.source_line))
                 continue
             if len(sdpa.inputs) < 3:
-                result.skipped.append(Skip(sdpa.name, f"has {len(sdpa.inputs)} bottoms (q k v "
-                                                      f"needed)", sdpa.source_line))
+                result.skipped.append(MatchFailure(sdpa.name, f"has {len(sdpa.inputs)} bottoms (q k v "
+                                                      f"needed)", line=sdpa.source_line))
                 continue
             try:
                 k = self.match(g, sdpa, 1)
                 v = self.match(g, sdpa, 2)
-            except NoMatch as exc:
+            except MatchFailure as exc:
                 reason = exc.reason
                 if exc.kind == NOT_EXPANDED and self._both_plain(g, sdpa):
                     already += 1
                     reason = "k and v are not expanded (SDPA already reads kv heads)"
-                result.skipped.append(Skip(sdpa.name, reason, sdpa.source_line))
+                result.skipped.append(MatchFailure(sdpa.name, reason, line=sdpa.source_line))
                 continue
             if (k.kv_heads, k.heads) != (v.kv_heads, v.heads):
-                result.skipped.append(Skip(sdpa.name, f"k is {k.kv_heads}->{k.heads} heads but v "
-                                                      f"{v.kv_heads}->{v.heads}",
-                                           sdpa.source_line))
+                result.skipped.append(MatchFailure(sdpa.name, f"k is {k.kv_heads}->{k.heads} heads but v "
+                                                      f"{v.kv_heads}->{v.heads}", line=sdpa.source_line))
                 continue
             todo.append((sdpa, k, v))
         if not todo:
@@ -374,7 +374,7 @@ def expand_gqa(g: Graph, form: str = "tile") -> list[str]:
             d, heads = kv_layout(g, sdpa.inputs[0])
             dk, groups = kv_layout(g, sdpa.inputs[1])
             dv, groups_v = kv_layout(g, sdpa.inputs[2])
-        except NoMatch:
+        except MatchFailure:
             continue
         if groups != groups_v or heads == groups or heads % groups:
             continue

@@ -46,12 +46,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from paramsurgery.core.ncnn import BinaryOpType, EltwiseOpType
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, Skip, register
-from paramsurgery.core.match import NoMatch
+from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.patterns.match import chain_up
 from paramsurgery.analysis.shape_expr import int_or_none, reshape_dims
 
@@ -82,7 +83,7 @@ class _SumMatch:
 
 def _is_add(layer: Layer) -> bool:
     p = layer.params
-    return (layer.type == "BinaryOp" and p.get(0, 0) == 0 and not p.get(1, 0)
+    return (layer.type == "BinaryOp" and p.get(0, 0) == BinaryOpType.ADD and not p.get(1, 0)
             and len(layer.inputs) == 2 and len(layer.outputs) == 1)
 
 
@@ -171,9 +172,9 @@ class FuseCodebooks(Pass):
                 continue
             try:
                 m = self._match_root(g, layer)
-            except NoMatch as exc:
+            except MatchFailure as exc:
                 if self._mentions_embed(g, layer):
-                    result.skipped.append(Skip(layer.name, str(exc), layer.source_line))
+                    result.skipped.append(MatchFailure(layer.name, str(exc), line=layer.source_line))
                 continue
             if m is None:
                 continue
@@ -182,15 +183,14 @@ class FuseCodebooks(Pass):
                 if not names & set(self.embeds):
                     continue
                 if not names <= set(self.embeds):
-                    result.skipped.append(Skip(layer.name, f"sums Embeds "
+                    result.skipped.append(MatchFailure(layer.name, f"sums Embeds "
                                                f"{', '.join(sorted(names - set(self.embeds)))} "
-                                               f"that --embeds does not name",
-                                               layer.source_line))
+                                               f"that --embeds does not name", line=layer.source_line))
                     continue
             try:
                 self._check_branches(g, m)
-            except NoMatch as exc:
-                result.skipped.append(Skip(layer.name, str(exc), layer.source_line))
+            except MatchFailure as exc:
+                result.skipped.append(MatchFailure(layer.name, str(exc), line=layer.source_line))
                 continue
             taken.update(x.id for x in m.removed)
             matches.append(m)
@@ -218,12 +218,12 @@ class FuseCodebooks(Pass):
                 return None
             branches = [_branch(g, b, g.consumers(b)[0][0]) for b in leaves]
             return _SumMatch(layer, adds, branches, list(branches[0].chain))
-        if layer.type == "Eltwise" and layer.params.get(0, 1) == 1:
+        if layer.type == "Eltwise" and layer.params.get(0, 1) == EltwiseOpType.SUM:
             coeffs = layer.params.get(1)
             if not any(self._leads_to_embed(g, b) for b in layer.inputs):
                 return None
             if isinstance(coeffs, list) and any(float(c) != 1.0 for c in coeffs):
-                raise NoMatch(layer, f"Eltwise SUM with coefficients {coeffs}: not a plain sum")
+                raise MatchFailure(layer, f"Eltwise SUM with coefficients {coeffs}: not a plain sum")
             if len(layer.inputs) < 2:
                 return None
             branches = [_branch(g, b, layer) for b in layer.inputs]
@@ -235,7 +235,7 @@ class FuseCodebooks(Pass):
     def _leads_to_embed(self, g: Graph, blob: str) -> bool:
         try:
             chain_up(g, blob, LAYOUT_TYPES, ("Embed",), limit=32)
-        except NoMatch:
+        except MatchFailure:
             return False
         return True
 
@@ -254,21 +254,21 @@ class FuseCodebooks(Pass):
             return None
         cat_axis = concat.params.get_int(0, 0)
         if cat_axis == -233:
-            raise NoMatch(concat, f"Concat {concat.name!r} stacks along the batch axis (pnnx-bugs case "
+            raise MatchFailure(concat, f"Concat {concat.name!r} stacks along the batch axis (pnnx-bugs case "
                           f"4: the graph is broken); run `paramsurgery fix-reduction` first")
         if p.get(1, 1) != 0:
-            raise NoMatch(red, f"Reduction {red.name!r} reduces everything (1=1), not the stacked axis")
+            raise MatchFailure(red, f"Reduction {red.name!r} reduces everything (1=1), not the stacked axis")
         if p.get_float(2, 1.0) != 1.0:
-            raise NoMatch(red, f"Reduction {red.name!r} scales the sum by {p.get(2)}")
+            raise MatchFailure(red, f"Reduction {red.name!r} scales the sum by {p.get(2)}")
         axes = _ints(p.get(3))
         if not axes or len(axes) != 1:
-            raise NoMatch(red, f"Reduction {red.name!r} has axes {axes}: want exactly the stacked "
+            raise MatchFailure(red, f"Reduction {red.name!r} has axes {axes}: want exactly the stacked "
                           f"axis (an empty list reduces nothing, pnnx-bugs case 4)")
         axis = axes[0]
         keep = p.get_int(4, 0)
         for b in [concat.outputs[0]] + ([reshape.outputs[0]] if reshape else []):
             if len(g.consumers(b)) != 1:
-                raise NoMatch(None, f"the stacked blob {b!r} is also read elsewhere")
+                raise MatchFailure(None, f"the stacked blob {b!r} is also read elsewhere")
         n = len(concat.inputs)
         branches = [_branch(g, b, concat) for b in concat.inputs]
         if reshape is None:
@@ -277,16 +277,16 @@ class FuseCodebooks(Pass):
         # the parts' memory blocks, a Reshape makes N the outermost dim, Reduction sums it
         dims = reshape_dims(reshape)
         if cat_axis != 0:
-            raise NoMatch(concat, f"Concat {concat.name!r} joins axis {cat_axis}, Reshape "
+            raise MatchFailure(concat, f"Concat {concat.name!r} joins axis {cat_axis}, Reshape "
                           f"{reshape.name!r} then regroups: only a Concat along the outermost "
                           f"axis (0) keeps each term a contiguous block")
         if reshape.params.get(12, 233) != 233 or reshape.params.get(13, 233) != 233:
-            raise NoMatch(reshape, f"Reshape {reshape.name!r} moves an axis into ncnn's batch axis")
+            raise MatchFailure(reshape, f"Reshape {reshape.name!r} moves an axis into ncnn's batch axis")
         if not dims or dims[-1] != str(n):
-            raise NoMatch(reshape, f"Reshape {reshape.name!r} ({dims}) does not make the N={n} stacked "
+            raise MatchFailure(reshape, f"Reshape {reshape.name!r} ({dims}) does not make the N={n} stacked "
                           f"terms its outermost axis")
         if axis not in (0, -len(dims)) or keep:
-            raise NoMatch(red, f"Reduction {red.name!r} (axes {axes}, keepdims {keep}) does not sum "
+            raise MatchFailure(red, f"Reduction {red.name!r} (axes {axes}, keepdims {keep}) does not sum "
                           f"the outermost (stacked) axis away")
         rest = dims[:-1]
         post = list(branches[0].chain)
@@ -297,7 +297,7 @@ class FuseCodebooks(Pass):
         if identity:
             return m  # the rows [d, T] already have the per-term shape
         if not all(int_or_none(t) is not None for t in rest) or sum(t == "-1" for t in rest) > 1:
-            raise NoMatch(reshape, f"Reshape {reshape.name!r} ({dims}): the per-term shape "
+            raise MatchFailure(reshape, f"Reshape {reshape.name!r} ({dims}): the per-term shape "
                           f"{rest} refers to the stacked blob's dims; it cannot be restated for "
                           f"one term")
         m.post_extra.append(("Reshape", _dims_params([int(t) for t in rest])))
@@ -312,7 +312,7 @@ class FuseCodebooks(Pass):
         for br, last in zip(branches, lasts):
             if last is None or last0 is None or last.type not in ("ExpandDims", "Reshape") or \
                     (last.type, _params_text(last)) != (last0.type, _params_text(last0)):
-                raise NoMatch(concat, f"Concat {concat.name!r} + Reduction {red.name!r}: the terms do "
+                raise MatchFailure(concat, f"Concat {concat.name!r} + Reduction {red.name!r}: the terms do "
                               f"not all end in the same ExpandDims/Reshape giving them extent "
                               f"1 on the stacked axis ({br.embed.name!r})")
         assert last0 is not None  # the loop refused a branch without one
@@ -322,33 +322,33 @@ class FuseCodebooks(Pass):
             known = self.shapes.shape_of(concat.outputs[0]) if self.shapes is not None else None
             rank = len(known) if known is not None else None
             if _ints(last0.params.get(3)) != [cat_axis]:
-                raise NoMatch(last0, f"ExpandDims {last0.name!r} adds axis "
+                raise MatchFailure(last0, f"ExpandDims {last0.name!r} adds axis "
                               f"{_ints(last0.params.get(3))}, Concat {concat.name!r} stacks "
                               f"axis {cat_axis}")
             reduced = None
         else:
             dims = reshape_dims(last0)
             if not dims or last0.params.get(12, 233) != 233 or last0.params.get(13, 233) != 233:
-                raise NoMatch(last0, f"Reshape {last0.name!r}: shape unknown or batch axis moved")
+                raise MatchFailure(last0, f"Reshape {last0.name!r}: shape unknown or batch axis moved")
             rank = len(dims)
             a = cat_axis + rank if cat_axis < 0 else cat_axis
             idx = rank - 1 - a  # dims are innermost first, axes outermost first
             if not 0 <= idx < rank or dims[idx] != "1":
-                raise NoMatch(last0, f"Reshape {last0.name!r} ({dims}) does not give the terms extent "
+                raise MatchFailure(last0, f"Reshape {last0.name!r} ({dims}) does not give the terms extent "
                               f"1 on the stacked axis {cat_axis}")
             rest = dims[:idx] + dims[idx + 1:]
             if not rest:
-                raise NoMatch(last0, f"Reshape {last0.name!r} makes each term a single element")
+                raise MatchFailure(last0, f"Reshape {last0.name!r} makes each term a single element")
             reduced = ("Reshape", _dims_params(rest) if all(int_or_none(t) is not None for t in rest)
                        else {6: ",".join(rest)})
         norm = lambda x, r: x + r if (x < 0 and r) else x  # noqa: E731
         if axis != cat_axis and rank is None:
-            raise NoMatch(red, f"Reduction {red.name!r} reduces axis {axis}, Concat "
+            raise MatchFailure(red, f"Reduction {red.name!r} reduces axis {axis}, Concat "
                                f"{concat.name!r} stacks axis {cat_axis}, and the rank of "
                                f"{concat.outputs[0]!r} is not known: give the id inputs' "
                                f"shapes (--inputshape NAME=[T])")
         if axis != cat_axis and norm(axis, rank) != norm(cat_axis, rank):
-            raise NoMatch(red, f"Reduction {red.name!r} reduces axis {axis}, Concat "
+            raise MatchFailure(red, f"Reduction {red.name!r} reduces axis {axis}, Concat "
                                f"{concat.name!r} stacks axis {cat_axis}")
         removed = [concat, red] + [x for x in lasts if x is not None]
         for br in branches:
@@ -362,12 +362,12 @@ class FuseCodebooks(Pass):
 
     def _check_branches(self, g: Graph, m: _SumMatch) -> None:
         if len(m.branches) < 2:
-            raise NoMatch(None, "fewer than 2 Embed terms")
+            raise MatchFailure(None, "fewer than 2 Embed terms")
         first = m.branches[0]
         sig = [(x.type, _params_text(x)) for x in first.chain]
         for br in m.branches[1:]:
             if [(x.type, _params_text(x)) for x in br.chain] != sig:
-                raise NoMatch(br.embed, f"the layout layers after {br.embed.name!r} differ from those "
+                raise MatchFailure(br.embed, f"the layout layers after {br.embed.name!r} differ from those "
                               f"after {first.embed.name!r}; the sum cannot be moved past them")
         self._check_embeds(g, [br.embed for br in m.branches])
 
@@ -377,41 +377,41 @@ class FuseCodebooks(Pass):
         for e in embeds:
             p = e.params
             if p.get(18, 0):
-                raise NoMatch(e, f"Embed {e.name!r} is int8 (18={p.get(18)}): not supported")
+                raise MatchFailure(e, f"Embed {e.name!r} is int8 (18={p.get(18)}): not supported")
             num = p.get_int(0, 0)
             size = p.get_int(3, 0)
             if num <= 0 or size <= 0 or size % num:
-                raise NoMatch(e, f"Embed {e.name!r}: weight_data_size {size} is not a multiple of "
+                raise MatchFailure(e, f"Embed {e.name!r}: weight_data_size {size} is not a multiple of "
                               f"num_output {num}")
             if p.get(1) is not None and p.get_int(1) * num != size:
-                raise NoMatch(e, f"Embed {e.name!r}: input_dim {p.get(1)} x num_output {num} != "
+                raise MatchFailure(e, f"Embed {e.name!r}: input_dim {p.get(1)} x num_output {num} != "
                               f"weight_data_size {size}")
             if d is None:
                 d = num
             elif num != d:
-                raise NoMatch(None, f"Embeds have different num_output ({embeds[0].name!r}: {d}, "
+                raise MatchFailure(None, f"Embeds have different num_output ({embeds[0].name!r}: {d}, "
                               f"{e.name!r}: {num})")
             if len(e.inputs) != 1:
-                raise NoMatch(e, f"Embed {e.name!r} has {len(e.inputs)} bottoms")
+                raise MatchFailure(e, f"Embed {e.name!r} has {len(e.inputs)} bottoms")
             ids = e.inputs[0]
             src = g.producer(ids)
             if src is None or src.type != "Input":
-                raise NoMatch(e, f"the ids of Embed {e.name!r} ({ids!r}) are not a graph input "
+                raise MatchFailure(e, f"the ids of Embed {e.name!r} ({ids!r}) are not a graph input "
                               f"(they come from {src.type + ' ' + repr(src.name) if src else 'nowhere'}"
                               f"); fuse-codebooks needs one id input per Embed")
             if ids in seen_inputs:
-                raise NoMatch(e, f"Embeds {seen_inputs[ids]!r} and {e.name!r} read the same ids "
+                raise MatchFailure(e, f"Embeds {seen_inputs[ids]!r} and {e.name!r} read the same ids "
                               f"{ids!r}")
             seen_inputs[ids] = e.name
             others = [r.name for r in g.consumer_layers(ids) if r is not e]
             if others:
-                raise NoMatch(e, f"the ids {ids!r} of Embed {e.name!r} are also read by "
+                raise MatchFailure(e, f"the ids {ids!r} of Embed {e.name!r} are also read by "
                               f"{', '.join(others)}")
             if e.weights is not None and e.weights.get("weight") is None:
-                raise NoMatch(e, f"Embed {e.name!r} has no weight blob loaded")
+                raise MatchFailure(e, f"Embed {e.name!r} has no weight blob loaded")
         have = [e.weights is not None for e in embeds]
         if any(have) and not all(have):
-            raise NoMatch(None, "only some of the Embeds have weights loaded")
+            raise MatchFailure(None, "only some of the Embeds have weights loaded")
 
     # ------------------------------------------------------------------ split matching
     def _match_split(self, g: Graph, result: PassResult) -> list[Layer]:
@@ -430,8 +430,8 @@ class FuseCodebooks(Pass):
             for e in embeds:
                 src = g.producer(e.inputs[0]) if e.inputs else None
                 if src is None or src.type != "Input" or g.consumer_layers(e.inputs[0]) != [e]:
-                    result.skipped.append(Skip(e.name, "its ids are not a graph input of its own",
-                                               e.source_line))
+                    result.skipped.append(MatchFailure(e.name, "its ids are not a graph input of its own",
+                                                       line=e.source_line))
                     continue
                 chosen.append(e)
             dims = {e.params.get_int(0, 0) for e in chosen}
@@ -443,7 +443,7 @@ class FuseCodebooks(Pass):
             raise PassRefused("split mode needs at least 2 Embeds with their own id inputs")
         try:
             self._check_embeds(g, chosen)
-        except NoMatch as exc:
+        except MatchFailure as exc:
             raise PassRefused(str(exc)) from None
         return chosen
 

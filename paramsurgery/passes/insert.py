@@ -23,22 +23,16 @@ from __future__ import annotations
 import difflib
 from typing import Sequence
 
+from paramsurgery.core.match import MatchFailure
+from paramsurgery.analysis.contracts import arity
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer, _check_token
 from paramsurgery.core.layer_types import NCNN_LAYER_TYPES, is_ncnn_layer
 from paramsurgery.ir.params import Params
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, Skip, register
+from paramsurgery.passes.base import Pass, PassResult, register
 from paramsurgery.passes.set_param import apply_params, check_loads
-
-
-# types whose forward reads more than one bottom (with these params): not 1 -> 1
-_MULTI_INPUT = {
-    "BinaryOp": lambda p: 0 if p.get(1, 0) else 2,  # two operands unless 1=1 (with_scalar)
-    "MatMul": lambda p: 2, "SDPA": lambda p: 3, "RotaryEmbed": lambda p: 3,
-    "GridSample": lambda p: 2, "CopyTo": lambda p: 2,
-}
 
 
 def parse_target(text: str) -> tuple[str, int]:
@@ -87,7 +81,8 @@ class InsertLayer(Pass):
             reads = reads_for(self.layer_type, probe.params)
         except SchemaError as exc:
             raise PassRefused(f"{self.layer_type} with these params: {exc.message}") from None
-        need = _MULTI_INPUT.get(self.layer_type, lambda p: 0)(probe.params)
+        fixed = arity(self.layer_type, probe.params)  # ncnn's contract table (validate PS113)
+        need = fixed[0] if fixed is not None and (fixed[0] > 1 or fixed[2] > 1) else 0
         if need:
             hint = " (set 1=1 and 2=<scalar> for an operation with a constant)" \
                 if self.layer_type == "BinaryOp" else ""
@@ -137,8 +132,8 @@ class InsertLayer(Pass):
                 raise PassRefused(f"two targets would both get the name {name!r}")
             names.add(name)
             if self._already(g, target, slot, name):
-                result.skipped.append(Skip(name, f"already {self.side} {lname}:{slot}",
-                                           target.source_line))
+                result.skipped.append(MatchFailure(name, f"already {self.side} {lname}:{slot}",
+                                                   line=target.source_line))
                 continue
             other = g.find(name)
             if other is not None:

@@ -20,13 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from paramsurgery.analysis.contracts import arity
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, Skip, check_selection, register
+from paramsurgery.passes.base import Pass, PassResult, check_selection, register
 from paramsurgery.patterns.match import InputAncestry
-from paramsurgery.core.match import Match, fail, matched
+from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
 ATTENTION_TYPES = ("SDPA", "MultiHeadAttention")
 
@@ -94,8 +95,9 @@ class AddKVCache(Pass):
                                f"cache has exactly 1")
         mask = p.get(5, 0)
         n_in = len(layer.inputs)
+        lo, hi, _ = arity(layer.type, p) or (1, 3, 1)  # ncnn's contract table (PS113)
         if layer.type == "SDPA":
-            want = 4 if mask else 3
+            want = lo
             if n_in != want:
                 return fail(layer, f"has {n_in} bottoms but 5={mask} means {want} "
                                    f"(q k v{' mask' if mask else ''})")
@@ -110,7 +112,7 @@ class AddKVCache(Pass):
                 return fail(layer, "not self-attention: q and k share no graph input")
             return matched(layer, mode="self")
         # MultiHeadAttention: the bottom count picks the mode (resolve_bottom_blob_index)
-        if n_in - (1 if mask else 0) not in (1, 2, 3):
+        if not lo <= n_in <= hi:
             return fail(layer, f"has {n_in} bottoms, which 5={mask} does not explain")
         mode = "self" if n_in - (1 if mask else 0) == 1 else "cross"
         return matched(layer, mode=mode)
@@ -131,7 +133,7 @@ class AddKVCache(Pass):
                 todo.append((layer, i, m))
             else:
                 missed.append(m)
-                result.skipped.append(Skip(layer.name, m.reason, layer.source_line))
+                result.skipped.append(MatchFailure(layer.name, m.reason, line=layer.source_line))
         slots: list[CacheSlot] = []
         for layer, i, _m in todo:
             names = [f.format(i=i) for f in (k_in_f, v_in_f, k_out_f, v_out_f)]

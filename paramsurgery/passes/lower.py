@@ -35,10 +35,10 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.layer_types import is_converter_leftover
 from paramsurgery.passes.shared_tables import share_added_tables
-from paramsurgery.passes.base import TRACED_LEN, Pass, PassResult, RepairContext, Skip, register
+from paramsurgery.passes.base import TRACED_LEN, Pass, PassResult, RepairContext, register
 from paramsurgery.core.changes import Change
-from paramsurgery.core.match import NoMatch
-from paramsurgery.passes.lowering import Declined, Rule, Rules, Site, BASE_RULES
+from paramsurgery.core.match import MatchFailure
+from paramsurgery.passes.lowering import Rule, Rules, Site, BASE_RULES
 from paramsurgery.passes.lower_layout import LAYOUT_RULES
 from paramsurgery.passes.lower_masks import MASK_RULES
 from paramsurgery.passes.lower_values import VALUE_RULES
@@ -116,12 +116,12 @@ class Lower(Pass):
             site = Site(g, layer, pnnx, self.traced, shared=shared)
             try:
                 if len(layer.outputs) != 1:
-                    raise Declined(f"has {len(layer.outputs)} tops")
+                    raise MatchFailure.declined(f"has {len(layer.outputs)} tops")
                 out = r.fn(site)
                 bypass = not site.steps and (out in layer.inputs or g.has_blob(out))
                 if not bypass and (not site.steps or out != site.steps[-1].out):
-                    raise Declined("the rule produced no layer")
-            except NoMatch as exc:  # a rule's Declined, or a shared walk's NoMatch
+                    raise MatchFailure.declined("the rule produced no layer")
+            except MatchFailure as exc:  # a rule's declined check or a shared walk's no-match
                 declined.append((layer, r, str(exc)))
                 continue
             if bypass:
@@ -140,8 +140,8 @@ class Lower(Pass):
                               f"(nothing written; --partial lowers the rest and keeps these)",
                               file=first.source_file, line=first.source_line)
         for layer, r, why in declined:
-            result.skipped.append(Skip(layer.name, f"{layer.type} kept ({r.name}): {why}",
-                                       layer.source_line))
+            result.skipped.append(MatchFailure(layer.name, f"{layer.type} kept ({r.name}): {why}",
+                                               line=layer.source_line))
         for t, names in unknown.items():
             result.notes.append(f"no rule for {t} ({', '.join(names[:3])}"
                                 f"{', ...' if len(names) > 3 else ''})")

@@ -25,9 +25,10 @@ and moves a real axis into ncnn's `n` only with an explicit `Reshape 12=/13=`
 
 from __future__ import annotations
 
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.ir.graph import Graph
 from paramsurgery.analysis.int_affine import Affine, NotAffine, ShapeArith
-from paramsurgery.passes.lowering import Declined, Rule, Rules, Site, checked_dim, rule
+from paramsurgery.passes.lowering import Rule, Rules, Site, checked_dim, rule
 
 _LAYOUT: list[Rule] = []
 INT_MAX = 2**31 - 1  # pnnx's "no select" / "to the end"
@@ -52,15 +53,15 @@ def ncnn_axis(s: Site, dim: object, shape: tuple | None) -> int:
     assert shape is not None  # checked_dim declined otherwise
     ones = [i for i, n in enumerate(shape) if n == 1]
     if d in ones:
-        raise Declined(f"dim {d} has traced size 1 and may be pnnx's batch axis (ncnn's n), "
+        raise MatchFailure.declined(f"dim {d} has traced size 1 and may be pnnx's batch axis (ncnn's n), "
                        f"which ncnn layers cannot address")
     if all(i < d for i in ones):
         if rank - d > 4:
-            raise Declined(f"dim {d} of a rank-{rank} tensor: ncnn blobs have at most 4 dims")
+            raise MatchFailure.declined(f"dim {d} of a rank-{rank} tensor: ncnn blobs have at most 4 dims")
         return d - rank
     if all(i > d for i in ones) and not _has_batch_reshape(s.g):
         return d
-    raise Declined(f"dim {d} of traced shape {_shape_text(shape)}: pnnx's batch axis may sit "
+    raise MatchFailure.declined(f"dim {d} of traced shape {_shape_text(shape)}: pnnx's batch axis may sit "
                    f"before or after it, so its ncnn axis is not known")
 
 
@@ -76,12 +77,12 @@ def _bounds(start: object, end: object, size: int | None, what: str) -> tuple[in
     """Normalised [start, end) of a static slice; end None = to the end of a dynamic dim."""
     start = 0 if start is None else start
     if not isinstance(start, int) or (end is not None and not isinstance(end, int)):
-        raise Declined(f"{what}: start={start!r} end={end!r} are not static ints")
+        raise MatchFailure.declined(f"{what}: start={start!r} end={end!r} are not static ints")
     if end is None or end >= INT_MAX:
         end = size
     if start < 0 or (end is not None and end < 0):
         if size is None:
-            raise Declined(f"{what}: a negative index on a dynamic dim")
+            raise MatchFailure.declined(f"{what}: a negative index on a dynamic dim")
         start = start + size if start < 0 else start
         end = end + size if end is not None and end < 0 else end
     if size is not None:
@@ -94,7 +95,7 @@ def _bounds(start: object, end: object, size: int | None, what: str) -> tuple[in
 
 def _positions(start: int, end: int | None, step: int, what: str) -> range:
     if end is None:
-        raise Declined(f"{what}: a step of {step} to the end of a dynamic dim has no static "
+        raise MatchFailure.declined(f"{what}: a step of {step} to the end of a dynamic dim has no static "
                        f"element list")
     return range(start, end, step)
 
@@ -106,7 +107,7 @@ def _positions(start: int, end: int | None, step: int, what: str) -> range:
       "Squeeze", into=_LAYOUT)
 def tensor_slice(s: Site) -> str:
     if len(s.layer.inputs) != 1:
-        raise Declined("a start or end is computed at run time (an extra bottom)")
+        raise MatchFailure.declined("a start or end is computed at run time (an extra bottom)")
     op = s.op()
     shape = s.shape(0)
     if "dims" in op.params:
@@ -114,7 +115,7 @@ def tensor_slice(s: Site) -> str:
         steps, selects = op.param("steps"), op.param("selects", None)
         if not (isinstance(dims, tuple) and isinstance(starts, tuple) and
                 isinstance(ends, tuple) and isinstance(steps, tuple)):
-            raise Declined(f"dims/starts/ends/steps are not static tuples ({op.params})")
+            raise MatchFailure.declined(f"dims/starts/ends/steps are not static tuples ({op.params})")
         selects = selects if isinstance(selects, tuple) else (INT_MAX,) * len(dims)
     else:
         dims, starts, ends = (op.param("dim"),), (op.param("start", 0),), (op.param("end"),)
@@ -129,12 +130,12 @@ def tensor_slice(s: Site) -> str:
         if sel != INT_MAX:
             idx = sel + size if isinstance(sel, int) and sel < 0 and size is not None else sel
             if not isinstance(idx, int) or idx < 0:
-                raise Declined(f"{what}: select {sel!r} is not a static index")
+                raise MatchFailure.declined(f"{what}: select {sel!r} is not a static index")
             x = _crop(s, x, axis, idx, idx + 1)
             squeeze.append(axis)
             continue
         if not isinstance(sp, int) or sp < 1:
-            raise Declined(f"{what}: step {sp!r} is not a positive int")
+            raise MatchFailure.declined(f"{what}: step {sp!r} is not a positive int")
         start, end = _bounds(st, en, size, what)
         if sp == 1:
             if start == 0 and end == size:
@@ -143,12 +144,12 @@ def tensor_slice(s: Site) -> str:
             continue
         picks = [_crop(s, x, axis, p, p + 1) for p in _positions(start, end, sp, what)]
         if not picks:
-            raise Declined(f"{what}: the slice is empty")
+            raise MatchFailure.declined(f"{what}: the slice is empty")
         x = picks[0] if len(picks) == 1 else s.emit("Concat", picks, {0: axis}, "concat")
     if squeeze:
         x = s.emit("Squeeze", [x], {3: squeeze}, "squeeze")
     if not s.steps:
-        raise Declined("the slice keeps the whole tensor (nothing to lower)")
+        raise MatchFailure.declined("the slice keeps the whole tensor (nothing to lower)")
     return x
 
 
@@ -158,11 +159,11 @@ def tensor_slice(s: Site) -> str:
 def slice_copy(s: Site) -> str:
     op = s.op()
     if "self" not in op.arg_names or "src" not in op.arg_names:
-        raise Declined("pnnx recorded no $self/$src operands")
+        raise MatchFailure.declined("pnnx recorded no $self/$src operands")
     i_self = op.inputs.index(op.arg_names["self"])
     i_src = op.inputs.index(op.arg_names["src"])
     if "dim" not in op.params:
-        raise Declined("a multi-dim slice assignment")
+        raise MatchFailure.declined("a multi-dim slice assignment")
     shape, src_shape = s.shape(i_self), s.shape(i_src)
     dim = op.param("dim")
     axis = ncnn_axis(s, dim, shape)
@@ -170,10 +171,10 @@ def slice_copy(s: Site) -> str:
     d = dim % len(shape)
     step = op.param("step", 1)
     if not isinstance(step, int) or step < 1:
-        raise Declined(f"step {step!r} is not a positive int")
+        raise MatchFailure.declined(f"step {step!r} is not a positive int")
     start, end = _bounds(op.param("start", 0), op.param("end"), shape[d], "the slice")
     if step == 1 and end is None:
-        raise Declined("assigns to the end of a dynamic dim (the source extent is not static)")
+        raise MatchFailure.declined("assigns to the end of a dynamic dim (the source extent is not static)")
     pos = list(_positions(start, end, step, "the slice"))
     assert end is not None  # _positions declined otherwise
     expect = list(shape)
@@ -181,7 +182,7 @@ def slice_copy(s: Site) -> str:
     if src_shape is None or len(src_shape) != len(shape) or any(
             a != b for i, (a, b) in enumerate(zip(src_shape, expect)) if i != d) \
             or src_shape[d] != len(pos):
-        raise Declined(f"src {_shape_text(src_shape or ())} does not fill {len(pos)} positions "
+        raise MatchFailure.declined(f"src {_shape_text(src_shape or ())} does not fill {len(pos)} positions "
                        f"of self {_shape_text(shape)} exactly (broadcasting assignment)")
     x, src = s.input(i_self), s.input(i_src)
     pieces: list[str] = []
@@ -200,7 +201,7 @@ def slice_copy(s: Site) -> str:
     if shape[d] is None or prev < shape[d]:
         pieces.append(_crop(s, x, axis, prev, TO_END))
     if len(pieces) == 1:
-        raise Declined("src replaces the whole tensor")
+        raise MatchFailure.declined("src replaces the whole tensor")
     return s.emit("Concat", pieces, {0: axis}, "concat")
 
 
@@ -215,30 +216,30 @@ def pad(s: Site) -> str:
     op = s.op()
     mode = op.param("mode", "constant")
     if mode not in _PAD_TYPE:
-        raise Declined(f"mode {mode!r} has no ncnn Padding type")
+        raise MatchFailure.declined(f"mode {mode!r} has no ncnn Padding type")
     if "pad" in op.params:
         pads = op.param("pad")
         if not isinstance(pads, tuple) or not all(isinstance(p, int) for p in pads):
-            raise Declined(f"pad={pads!r} is not a tuple of ints")
+            raise MatchFailure.declined(f"pad={pads!r} is not a tuple of ints")
         pads = list(pads)
     else:
         pads = _computed_pads(s)
     if len(pads) % 2 or len(pads) > 6:
-        raise Declined(f"{len(pads)} pad values (ncnn pads at most the last 3 dims)")
+        raise MatchFailure.declined(f"{len(pads)} pad values (ncnn pads at most the last 3 dims)")
     value = op.param("value", 0.0)
     value = 0.0 if value is None else value
     if mode != "constant" and value not in (0, 0.0):
-        raise Declined(f"mode {mode} with value {value!r}")
+        raise MatchFailure.declined(f"mode {mode} with value {value!r}")
     if not isinstance(value, (int, float)):
-        raise Declined(f"value {value!r} is not a number")
+        raise MatchFailure.declined(f"value {value!r} is not a number")
     shape = s.shape(0)
     if shape is None:
-        raise Declined("pnnx recorded no shape for the input")
+        raise MatchFailure.declined("pnnx recorded no shape for the input")
     params: dict[int, object] = {4: _PAD_TYPE[mode], 5: float(value)}
     for k in range(len(pads) // 2):
         before, after = pads[2 * k], pads[2 * k + 1]
         if before < 0 or after < 0:
-            raise Declined(f"negative pad ({before}, {after}) is a crop")
+            raise MatchFailure.declined(f"negative pad ({before}, {after}) is a crop")
         if before == after == 0:
             continue
         ncnn_axis(s, -1 - k, shape)  # refuses a padded dim that may be the batch axis
@@ -249,17 +250,17 @@ def pad(s: Site) -> str:
 
 def _computed_pads(s: Site) -> list[int]:
     if len(s.layer.inputs) != 2:
-        raise Declined("pnnx recorded no pad= and the layer has no pad bottom")
+        raise MatchFailure.declined("pnnx recorded no pad= and the layer has no pad bottom")
     arith = ShapeArith(s.g, s.traced())
     try:
         value = arith.value(s.layer.inputs[1])
     except NotAffine as exc:
-        raise Declined(f"the pad is not exact integer shape arithmetic: {exc}") from None
+        raise MatchFailure.declined(f"the pad is not exact integer shape arithmetic: {exc}") from None
     forms = value if isinstance(value, list) else [value]
     pads = []
     for f in forms:
         if not isinstance(f, Affine) or not f.is_number or not f.integral:
-            raise Declined(f"pad {f} depends on the input length: ncnn's Padding takes "
+            raise MatchFailure.declined(f"pad {f} depends on the input length: ncnn's Padding takes "
                            f"numbers (pad a constant instead, pnnx-bugs.md case 5)")
         pads.append(int(f.const))
     return pads

@@ -38,17 +38,22 @@ from fractions import Fraction
 
 import numpy as np
 
+from paramsurgery.core.match import MatchFailure
+from paramsurgery.core.ncnn import BinaryOpType, ReductionOpType, UnaryOpType
 from paramsurgery.analysis.shapes.affine import Affine as Sym
 from paramsurgery.core.values import FLT_MAX
 from paramsurgery.analysis.frozen_extent import folded_value, is_folded
 from paramsurgery.analysis.int_affine import Affine, NotAffine, ShapeArith
-from paramsurgery.passes.lowering import (ABS, ADD, MAX, MIN, MUL, NEG, SUB, TABLE, TRUNC, Declined, Rule,
+from paramsurgery.passes.lowering import (ABS, ADD, MAX, MIN, MUL, NEG, SUB, TABLE, TRUNC, Rule,
                                           Rules, Site, rule)
 from paramsurgery.passes.lower_layout import ncnn_axis
 
 _MASKS: list[Rule] = []
-RSUB = 7          # ncnn BinaryOp: b - a
-FLOOR, CEIL, ROUND = 2, 3, 18
+RSUB = int(BinaryOpType.RSUB)  # b - a
+FLOOR, CEIL, ROUND = int(UnaryOpType.FLOOR), int(UnaryOpType.CEIL), int(UnaryOpType.ROUND)
+# reductions whose result stays an integer on integer operands
+INTEGER_REDUCTIONS = (ReductionOpType.SUM, ReductionOpType.ASUM, ReductionOpType.MAX, ReductionOpType.MIN,
+                      ReductionOpType.PROD)
 EXACT_INT = 2 ** 24  # float32 holds every integer below this
 
 _LAYOUT = ("Split", "Reshape", "ExpandDims", "Squeeze", "Flatten", "Permute", "Crop",
@@ -179,7 +184,7 @@ def integral(s: Site, blob: str) -> str | None:
             if u not in (ABS, NEG):
                 return f"UnaryOp {prod.name!r} (op {u}) can leave the integers"
             work.extend(prod.inputs)
-        elif t == "Reduction" and prod.params.get(0, 0) in (0, 1, 4, 5, 6):
+        elif t == "Reduction" and prod.params.get(0, 0) in INTEGER_REDUCTIONS:
             work.extend(prod.inputs)
         elif t in COMPARISONS or t == "torch.arange":
             op = op_by_name(prod.name)
@@ -206,7 +211,7 @@ def _operands(s: Site) -> tuple[str, str | None, float | None]:
         return s.input(a_slot), s.input(1 - a_slot), None
     other = op.param("other")
     if isinstance(other, bool) or not isinstance(other, (int, float)):
-        raise Declined(f"other={other!r} is not a number")
+        raise MatchFailure.declined(f"other={other!r} is not a number")
     return s.input(0), None, float(other)
 
 
@@ -225,7 +230,7 @@ def _refuse_folded(s: Site, blobs: list[str]) -> None:
             why = s.shared.get("folds_kept", {}).get(prod.name) or (
                 ev.missing if ev is not None and ev.missing else "what pnnx computed it from "
                 "is not known")
-            raise Declined(f"compares with {prod.name!r}{shown}, a constant pnnx folded from "
+            raise MatchFailure.declined(f"compares with {prod.name!r}{shown}, a constant pnnx folded from "
                            f"the first trace (e.g. `lengths * x.shape[-1]`): in a dynamic "
                            f"export the mask is frozen at the traced length; {why}")
 
@@ -233,12 +238,12 @@ def _refuse_folded(s: Site, blobs: list[str]) -> None:
 def _same_or_scalar(s: Site) -> None:
     shapes = [s.shape(i) for i in range(len(s.op().inputs))]
     if any(sh is None for sh in shapes):
-        raise Declined("pnnx recorded no shape for an operand")
+        raise MatchFailure.declined("pnnx recorded no shape for an operand")
     if len(shapes) < 2 or len(set(shapes)) == 1:
         return
     if any(sh is not None and all(n == 1 for n in sh) for sh in shapes):
         return  # one element: broadcast alike in torch and ncnn
-    raise Declined("broadcasts tensors of different shapes: torch's and ncnn's BinaryOp "
+    raise MatchFailure.declined("broadcasts tensors of different shapes: torch's and ncnn's BinaryOp "
                    "broadcasting differ, so it is not lowered")
 
 
@@ -283,10 +288,10 @@ def compare(s: Site) -> str:
     for blob in [a] + ([b] if b is not None else []):
         why = integral(s, blob)
         if why is not None:
-            raise Declined(f"an operand is not proven integer-valued ({why}): a float "
+            raise MatchFailure.declined(f"an operand is not proven integer-valued ({why}): a float "
                            f"comparison has no exact ncnn form")
     if k is not None and (k != round(k) or abs(k) >= EXACT_INT):
-        raise Declined(f"compares with {k:g}, not a small integer")
+        raise MatchFailure.declined(f"compares with {k:g}, not a small integer")
     ba = bounds(s, a)
     bb = (int(k), int(k)) if k is not None else bounds(s, b)  # type: ignore[arg-type]
     if kind in ("gt", "ge"):
@@ -327,14 +332,14 @@ def masked_fill(s: Site) -> str:
     op = s.op()
     x_name, m_name = op.arg_names.get("input"), op.arg_names.get("mask")
     if x_name not in op.inputs or m_name not in op.inputs:
-        raise Declined("pnnx recorded no $input/$mask operands")
+        raise MatchFailure.declined("pnnx recorded no $input/$mask operands")
     x, m = s.input(op.inputs.index(x_name)), s.input(op.inputs.index(m_name))
     b = bounds(s, m)
     if b == (0, 0):
         return x
     why = "its mask is not proven constant" if b is None or b == (0, 1) else \
         "its mask is all true (a fill of every element)"
-    raise Declined(f"{why}: ncnn has no select layer (x*(1-m) + v*m is NaN where x is inf); "
+    raise MatchFailure.declined(f"{why}: ncnn has no select layer (x*(1-m) + v*m is NaN where x is inf); "
                    f"pass the mask as an additive input")
 
 
@@ -343,20 +348,20 @@ def _shape_and_sizes(s: Site, what: str) -> tuple[tuple, list]:
     or shape arithmetic)."""
     shape = s.shape(0)
     if shape is None:
-        raise Declined("pnnx recorded no shape for the input")
+        raise MatchFailure.declined("pnnx recorded no shape for the input")
     op = s.op()
     static = op.param("sizes")
     if isinstance(static, tuple) and all(isinstance(v, int) for v in static):
         return tuple(shape), [Affine(Fraction(v)) for v in static]
     if len(s.layer.inputs) != 2:
-        raise Declined(f"pnnx recorded no static {what} and the layer has no {what} bottom")
+        raise MatchFailure.declined(f"pnnx recorded no static {what} and the layer has no {what} bottom")
     try:
         value = ShapeArith(s.g, s.traced()).value(s.layer.inputs[1])
     except NotAffine as exc:
-        raise Declined(f"the {what} are not exact shape arithmetic: {exc}") from None
+        raise MatchFailure.declined(f"the {what} are not exact shape arithmetic: {exc}") from None
     forms = value if isinstance(value, list) else [value]
     if not all(isinstance(f, Affine) and f.integral for f in forms):
-        raise Declined(f"{what} {', '.join(map(str, forms))} are not integer forms")
+        raise MatchFailure.declined(f"{what} {', '.join(map(str, forms))} are not integer forms")
     return tuple(shape), forms
 
 
@@ -367,7 +372,7 @@ def _input_extents(s: Site, blob: str, traced: tuple) -> list:
     if None in out:
         rec = s.shared.get("extents", {}).get(s.g.above_splits(blob))
         if rec is None or len(traced) != 1:
-            raise Declined("the input has a dynamic dim whose extent is not known (only "
+            raise MatchFailure.declined("the input has a dynamic dim whose extent is not known (only "
                            "a lowered arange's is)")
         out = [rec]
     return out
@@ -380,9 +385,9 @@ def expand(s: Site) -> str:
     shape, sizes = _shape_and_sizes(s, "sizes")
     lead = len(sizes) - len(shape)
     if lead < 0:
-        raise Declined(f"{len(sizes)} sizes for a rank-{len(shape)} input")
+        raise MatchFailure.declined(f"{len(sizes)} sizes for a rank-{len(shape)} input")
     if any(not (f.is_number and f.const == 1) for f in sizes[:lead]):
-        raise Declined("a new leading dim is not 1 (a broadcast copy)")
+        raise MatchFailure.declined("a new leading dim is not 1 (a broadcast copy)")
     src = _through_batch_reshape(s, s.input(0))
     have = _input_extents(s, src, tuple(shape))
     for d, (f, n) in enumerate(zip(sizes[lead:], have)):
@@ -390,7 +395,7 @@ def expand(s: Site) -> str:
             continue
         want = int(f.const) if f.is_number else canonical(s, f)
         if want is None or not (want == n):
-            raise Declined(f"dim {d}: size {f} is not proven equal to the input's extent "
+            raise MatchFailure.declined(f"dim {d}: size {f} is not proven equal to the input's extent "
                            f"({n}): a broadcast copy")
     return src
 
@@ -407,7 +412,7 @@ def _through_batch_reshape(s: Site, blob: str) -> str:
         return blob
     if (p.get(12), p.get(13), str(p.get(6, ""))) != (0, 233, "0n") or \
             s.g.above_splits(prod.inputs[0]) not in s.shared.get("extents", {}):
-        raise Declined(f"reads Reshape {prod.name!r}, which moves pnnx's batch axis "
+        raise MatchFailure.declined(f"reads Reshape {prod.name!r}, which moves pnnx's batch axis "
                        f"(12/13) of a tensor not known to be a 1-D one computed in the graph")
     return prod.inputs[0]
 
@@ -418,40 +423,40 @@ def _through_batch_reshape(s: Site, blob: str) -> str:
 def repeat(s: Site) -> str:
     shape, sizes = _shape_and_sizes(s, "repeats")
     if len(sizes) != len(shape):
-        raise Declined(f"{len(sizes)} repeats for a rank-{len(shape)} input (new leading dims)")
+        raise MatchFailure.declined(f"{len(sizes)} repeats for a rank-{len(shape)} input (new leading dims)")
     grown = [(d, f) for d, f in enumerate(sizes) if not (f.is_number and f.const == 1)]
     if len(grown) != 1:
-        raise Declined(f"repeats {len(grown)} dims (one unit dim is lowered)")
+        raise MatchFailure.declined(f"repeats {len(grown)} dims (one unit dim is lowered)")
     d, f = grown[0]
     if shape[d] != 1:
-        raise Declined(f"repeats dim {d} of size {shape[d]}: tiling, not a broadcast")
+        raise MatchFailure.declined(f"repeats dim {d} of size {shape[d]}: tiling, not a broadcast")
     out_shape = list(shape)
     out_shape[d] = None
     axis = ncnn_axis(s, d, tuple(out_shape))
     if axis not in (-1, -2):
-        raise Declined(f"repeats ncnn axis {axis} (only w and h are lowered)")
+        raise MatchFailure.declined(f"repeats ncnn axis {axis} (only w and h are lowered)")
     if s.g.weights is None:
-        raise Declined("it adds a MemoryData table to the .bin: load the weights (--bin)")
+        raise MatchFailure.declined("it adds a MemoryData table to the .bin: load the weights (--bin)")
     table_shape = {0: TABLE, 1: 1} if axis == -1 else {0: 1, 1: TABLE}
     if f.is_number:
         n = int(f.const)
         if n < 1:
-            raise Declined(f"repeat count {n}")
+            raise MatchFailure.declined(f"repeat count {n}")
         dims = {0: n, 1: 1} if axis == -1 else {0: 1, 1: n}
         ones = s.emit("MemoryData", [], dims, "ones", {"data": np.ones(n, np.float32)})
         return s.binary(MUL, s.input(0), ones)
     if len(f.coefs) != 1 or f.const != 0 or f.coefs[0][1] != 1 or f.coefs[0][0][0] != "size":
-        raise Declined(f"the count {f} is not the extent of one dim")
+        raise MatchFailure.declined(f"the count {f} is not the extent of one dim")
     sym = f.coefs[0][0]
     arith = ShapeArith(s.g, s.traced())
     arith.value(s.layer.inputs[1])  # fills arith.reader: the blob each size() read
     ref = arith.reader.get(sym)
     if ref is None:
-        raise Declined("the blob the count is measured on is not known")
+        raise MatchFailure.declined("the blob the count is measured on is not known")
     ref_axis = ncnn_axis(s, sym[2], sym[3])
     letter = {-1: "w", -2: "h"}.get(ref_axis)
     if letter is None:
-        raise Declined(f"the count is the extent of ncnn axis {ref_axis} of its tensor "
+        raise MatchFailure.declined(f"the count is the extent of ncnn axis {ref_axis} of its tensor "
                        f"(only w and h are lowered)")
     table = s.emit("MemoryData", [], table_shape, "ones",
                    {"data": np.ones(TABLE, np.float32)})

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.ir.graph import Graph
 from paramsurgery.analysis.int_affine import Affine, NotAffine, ShapeArith
-from paramsurgery.passes.lowering import TABLE, Declined, Rule, Rules, Site, rule
+from paramsurgery.passes.lowering import TABLE, Rule, Rules, Site, rule
 from paramsurgery.passes.lower_layout import ncnn_axis
 from paramsurgery.passes.lower_masks import COMPARISONS, record_positions
 
@@ -46,32 +47,32 @@ def arange(s: Site) -> str:
     start = 0 if start is None else start
     step = 1 if step is None else step
     if not isinstance(start, int) or step != 1:
-        raise Declined(f"start={start!r} step={step!r}: only a static int start and step 1 "
+        raise MatchFailure.declined(f"start={start!r} step={step!r}: only a static int start and step 1 "
                        f"are lowered")
     if not s.layer.inputs:
         end = op.param("end")
         if not isinstance(end, int) or end < start:
-            raise Declined(f"end={end!r} is not a static int")
+            raise MatchFailure.declined(f"end={end!r} is not a static int")
         n = end - start
         _needs_weights(s)
         return s.emit("MemoryData", [], {0: n}, "table",
                       {"data": np.arange(start, end, dtype=np.float32)})
     if len(s.layer.inputs) != 1:
-        raise Declined(f"{len(s.layer.inputs)} computed bottoms (only a computed end is "
+        raise MatchFailure.declined(f"{len(s.layer.inputs)} computed bottoms (only a computed end is "
                        f"lowered)")
     arith = ShapeArith(s.g, s.traced())
     try:
         end = arith.value(s.layer.inputs[0])
     except NotAffine as exc:
-        raise Declined(f"end is not exact shape arithmetic: {exc}") from None
+        raise MatchFailure.declined(f"end is not exact shape arithmetic: {exc}") from None
     if not isinstance(end, Affine) or end.const != 0 or len(end.coefs) != 1 \
             or end.coefs[0][1] != 1 or end.coefs[0][0][0] != "size":
-        raise Declined(f"end = {end}: only the extent of one dim (x.shape[d]) is lowered")
+        raise MatchFailure.declined(f"end = {end}: only the extent of one dim (x.shape[d]) is lowered")
     sym = end.coefs[0][0]
     _, _, dim, shape = sym
     axis = ncnn_axis(s, dim, shape)
     if axis not in _LETTER:
-        raise Declined(f"the extent of dim {dim} of {shape}: ncnn axis {axis} is c or d "
+        raise MatchFailure.declined(f"the extent of dim {dim} of {shape}: ncnn axis {axis} is c or d "
                        f"depending on the blob's rank, which the traced shape does not fix")
     ref = arith.reader[sym]
     _needs_weights(s)
@@ -84,7 +85,7 @@ def arange(s: Site) -> str:
 
 def _needs_weights(s: Site) -> None:
     if s.g.weights is None:
-        raise Declined("it adds a MemoryData table to the .bin: load the weights (--bin; "
+        raise MatchFailure.declined("it adds a MemoryData table to the .bin: load the weights (--bin; "
                        "for a param without weights, synth-bin's)")
 
 
@@ -101,21 +102,21 @@ def int_cast(s: Site) -> str:
     din = src_operand.dtype if src_operand else None
     dout = out_operand.dtype if out_operand else None
     if din is None or dout is None:
-        raise Declined("pnnx recorded no dtype for its input or output")
+        raise MatchFailure.declined("pnnx recorded no dtype for its input or output")
     if din in _FLOATS and dout in _INTS:
-        raise Declined(f"{din} -> {dout} rounds toward zero; ncnn has no such conversion")
+        raise MatchFailure.declined(f"{din} -> {dout} rounds toward zero; ncnn has no such conversion")
     if not ({din, dout} <= set(_INTS + _FLOATS) or din == "bool"):
-        raise Declined(f"{din} -> {dout} changes the values (ncnn computes in float32)")
+        raise MatchFailure.declined(f"{din} -> {dout} changes the values (ncnn computes in float32)")
     if din == "bool":
         prod = s.g.producer(s.g.above_splits(s.input(0)))
         if prod is None or prod.type in COMPARISONS or s.g.above_splits(s.input(0)) \
                 not in s.shared.get("facts", {}):
-            raise Declined("bool -> number: a comparison leftover produced it (lowered only "
+            raise MatchFailure.declined("bool -> number: a comparison leftover produced it (lowered only "
                            "with the comparison)")
         return s.input(0)  # a lowered comparison already holds 0/1 as float32
     fed = _graph_input_source(s.g, s.input(0))
     if fed is not None and (din in _INTS) != (dout in _INTS):
-        raise Declined(f"its {din} input comes from graph input {fed!r}, which ncnn holds as "
+        raise MatchFailure.declined(f"its {din} input comes from graph input {fed!r}, which ncnn holds as "
                        f"int32 bit patterns, not as float values")
     return s.input(0)
 

@@ -1,4 +1,4 @@
-"""The lowering rules' machinery (`Site`, `Rule`, `Rules`, `rule`, `Declined`) and the base
+"""The lowering rules' machinery (`Site`, `Rule`, `Rules`, `rule`) and the base
 rules: each rule rewrites one converter leftover into ncnn layers at a `Site`. The rule
 modules (`lower_layout`, `lower_values`, `lower_masks`) build on this one; `lower.py` is the
 pass that applies them all."""
@@ -16,25 +16,19 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.values import FLT_MAX
 from paramsurgery.formats.pnnx_traced import Op, op_named
-from paramsurgery.core.match import NoMatch
+from paramsurgery.core.match import MatchFailure
+from paramsurgery.core.ncnn import BinaryOpType, UnaryOpType
 
 if TYPE_CHECKING:
     from paramsurgery.formats.pnnx_param import PnnxGraph
 
-# ncnn BinaryOp 0= / UnaryOp 0= op types (src/layer/binaryop.h, unaryop.h)
-ADD, SUB, MUL, DIV, MAX, MIN = 0, 1, 2, 3, 4, 5
-ABS, NEG, TRUNC = 0, 1, 19
+# the op codes the lowerings emit, as plain ints (a param value is written with str())
+ADD, SUB, MUL, DIV, MAX, MIN = (int(BinaryOpType.ADD), int(BinaryOpType.SUB), int(BinaryOpType.MUL),
+                                int(BinaryOpType.DIV), int(BinaryOpType.MAX), int(BinaryOpType.MIN))
+ABS, NEG, TRUNC = int(UnaryOpType.ABS), int(UnaryOpType.NEG), int(UnaryOpType.TRUNC)
 # rows of a MemoryData table a rule crops to a run-time extent (ones, positions): 128 KiB of
 # float32, so a lowering is exact for extents up to it
 TABLE = 32768
-
-
-class Declined(NoMatch):
-    """A rule that knows the op but cannot lower this instance exactly: the reason (a
-    NoMatch, so --explain words it as every pass does)."""
-
-    def __init__(self, reason: str, layer: Layer | None = None) -> None:
-        super().__init__(layer, reason)
 
 
 # ============================================================================ rule plumbing
@@ -63,7 +57,7 @@ class Site:
     # ------------------------------------------------------------------ reading
     def input(self, slot: int) -> str:
         if slot >= len(self.layer.inputs):
-            raise Declined(f"has {len(self.layer.inputs)} bottoms, expected more than {slot}")
+            raise MatchFailure.declined(f"has {len(self.layer.inputs)} bottoms, expected more than {slot}")
         return self.layer.inputs[slot]
 
     def op(self) -> "Op":
@@ -73,7 +67,7 @@ class Site:
     def traced(self) -> PnnxGraph:
         """pnnx's graph (X.pnnx.param); declines when it was not given."""
         if self.pnnx is None:
-            raise Declined("needs pnnx's traced op (X.pnnx.param; --pnnx): pnnx drops a "
+            raise MatchFailure.declined("needs pnnx's traced op (X.pnnx.param; --pnnx): pnnx drops a "
                            "leftover's arguments and shapes from the ncnn graph")
         return self.pnnx
 
@@ -85,9 +79,9 @@ class Site:
         blob = self.input(slot)
         prod = self.g.producer(self.g.above_splits(blob))
         if prod is None or prod.type != "pnnx.Expression" or prod.inputs:
-            raise Declined(f"bottom {slot} ({blob!r}) is a tensor, not a constant")
+            raise MatchFailure.declined(f"bottom {slot} ({blob!r}) is a tensor, not a constant")
         if self.pnnx is None:
-            raise Declined(f"bottom {slot} is the constant pnnx.Expression {prod.name!r}, "
+            raise MatchFailure.declined(f"bottom {slot} is the constant pnnx.Expression {prod.name!r}, "
                            f"whose value pnnx keeps only in X.pnnx.param (--pnnx)")
         from paramsurgery.formats.pnnx_param import parse_value
 
@@ -96,10 +90,10 @@ class Site:
             text = op.params.get("expr")
             value = parse_value(text) if text is not None else None
             if text is None or not (value is None or isinstance(value, (int, float))):
-                raise Declined(f"pnnx.Expression {prod.name!r} computes {text!r}, not a "
+                raise MatchFailure.declined(f"pnnx.Expression {prod.name!r} computes {text!r}, not a "
                                f"constant")
             return value
-        raise Declined(f"{self.traced_path} has no pnnx.Expression named {prod.name!r}")
+        raise MatchFailure.declined(f"{self.traced_path} has no pnnx.Expression named {prod.name!r}")
 
     def is_constant(self, slot: int) -> bool:
         prod = self.g.producer(self.g.above_splits(self.input(slot)))
@@ -108,7 +102,7 @@ class Site:
     def number(self, slot: int, what: str) -> float:
         v = self.constant(slot)
         if not isinstance(v, (int, float)) or isinstance(v, bool):
-            raise Declined(f"{what} is {v!r}, not a number")
+            raise MatchFailure.declined(f"{what} is {v!r}, not a number")
         return v
 
     def shape(self, slot: int) -> tuple | None:
@@ -122,25 +116,25 @@ class Site:
         """The traced shape of bottom `slot`; declines when pnnx recorded none."""
         shape = self.shape(slot)
         if shape is None:
-            raise Declined("pnnx recorded no shape for the operand")
+            raise MatchFailure.declined("pnnx recorded no shape for the operand")
         return shape
 
     def same_shape(self, *slots: int) -> None:
         """Element-wise only: every listed operand has the same traced shape."""
         shapes = [shape for shape in (self.shape(s) for s in slots) if shape is not None]
         if len(shapes) != len(slots):
-            raise Declined("pnnx recorded no shape for an operand")
+            raise MatchFailure.declined("pnnx recorded no shape for an operand")
         if len(set(shapes)) != 1:
             txt = ", ".join("(" + ",".join("?" if d is None else str(d) for d in s) + ")"
                             for s in shapes)
-            raise Declined(f"broadcasts ({txt}): torch's and ncnn's BinaryOp broadcasting "
+            raise MatchFailure.declined(f"broadcasts ({txt}): torch's and ncnn's BinaryOp broadcasting "
                            f"differ, so it is not lowered")
 
     def axis(self, dim: object, slot: int = 0) -> int:
         """torch dim of bottom `slot` → a negative ncnn axis."""
         d, rank = checked_dim(dim, self.shape(slot))
         if d == 0:
-            raise Declined("works along dim 0, which may be pnnx's batch axis (ncnn's n): "
+            raise MatchFailure.declined("works along dim 0, which may be pnnx's batch axis (ncnn's n): "
                            "ncnn layers cannot address it")
         return d - rank
 
@@ -154,22 +148,22 @@ class Site:
 
     def binary(self, op: int, a: str, b: str | None = None, scalar: float | None = None,
                hint: str | None = None) -> str:
-        names = {ADD: "add", SUB: "sub", MUL: "mul", DIV: "div", MAX: "max", MIN: "min"}
+        name = BinaryOpType(op).name.lower()
         if b is None:
-            return self.emit("BinaryOp", [a], {0: op, 1: 1, 2: float(np.float32(scalar))},
-                             hint or names[op])
-        return self.emit("BinaryOp", [a, b], {0: op}, hint or names[op])
+            return self.emit("BinaryOp", [a], {0: int(op), 1: 1, 2: float(np.float32(scalar))},
+                             hint or name)
+        return self.emit("BinaryOp", [a, b], {0: int(op)}, hint or name)
 
 
 def checked_dim(dim: object, shape: tuple | None) -> tuple[int, int]:
     """(dim in 0..rank-1, rank) of a torch dim of an operand with traced `shape`."""
     if not isinstance(dim, int) or isinstance(dim, bool):
-        raise Declined(f"dim {dim!r} is not an int")
+        raise MatchFailure.declined(f"dim {dim!r} is not an int")
     if shape is None:
-        raise Declined("pnnx recorded no shape for the operand (its rank is needed)")
+        raise MatchFailure.declined("pnnx recorded no shape for the operand (its rank is needed)")
     rank = len(shape)
     if not -rank <= dim < rank:
-        raise Declined(f"dim {dim} out of range for rank {rank}")
+        raise MatchFailure.declined(f"dim {dim} out of range for rank {rank}")
     return dim % rank, rank
 
 
@@ -183,7 +177,7 @@ def _as_float(v: object, what: str) -> float:
             return float(v)
         except ValueError:
             pass
-    raise Declined(f"{what}={v!r} is not a number")
+    raise MatchFailure.declined(f"{what}={v!r} is not a number")
 
 
 def _is_int(v: object) -> TypeGuard[int]:
@@ -265,7 +259,7 @@ def addcdiv(s: Site) -> str:
 @rule("aten::lerp", doc="|w| < 0.5 ? s + w*(e-s) : e - (e-s)*(1-w), scalar w")
 def lerp(s: Site) -> str:
     if not s.is_constant(2):
-        raise Declined("the weight is a tensor: torch picks the formula per element "
+        raise MatchFailure.declined("the weight is a tensor: torch picks the formula per element "
                        "(|w| < 0.5) and ncnn has no select layer")
     w = s.number(2, "weight")
     s.same_shape(0, 1)
@@ -319,7 +313,7 @@ def clamp(s: Site) -> str:
     elif hi is not None:
         x = s.emit("Clip", [x], {0: -FLT_MAX, 1: _as_float(hi, "max")}, "clip")
     if not s.steps:
-        raise Declined("clamp without bounds")
+        raise MatchFailure.declined("clamp without bounds")
     return x
 
 
@@ -348,7 +342,7 @@ def deg2rad(s: Site) -> str:
 @rule("F.rrelu", doc="leaky_relu(x, (lower+upper)/2), training=False")
 def rrelu(s: Site) -> str:
     if s.param("training", False) is not False:
-        raise Declined("training=True: the slope is random")
+        raise MatchFailure.declined("training=True: the slope is random")
     lower, upper = s.param("lower", 1.0 / 8), s.param("upper", 1.0 / 3)
     slope = (_as_float(lower, "lower") + _as_float(upper, "upper")) / 2
     return s.emit("ReLU", [s.input(0)], {0: slope}, "relu")
@@ -366,19 +360,19 @@ def softmin(s: Site) -> str:
 @rule("torch.narrow", "Tensor.narrow", doc="Crop [start, start+length) along dim")
 def narrow(s: Site) -> str:
     if len(s.layer.inputs) != 1:
-        raise Declined("start or length is computed at run time (an extra bottom): Crop "
+        raise MatchFailure.declined("start or length is computed at run time (an extra bottom): Crop "
                        "needs them as numbers")
     start, length = s.param("start"), s.param("length")
     if not (_is_int(start) and _is_int(length)):
-        raise Declined(f"start={start!r} length={length!r} are not static ints")
+        raise MatchFailure.declined(f"start={start!r} length={length!r} are not static ints")
     axis = s.axis(s.param("dim"))
     if start < 0:
         size = s.known_shape(0)[axis]
         if size is None:
-            raise Declined("negative start on a dynamic dim")
+            raise MatchFailure.declined("negative start on a dynamic dim")
         start += size
     if start < 0 or length < 0:
-        raise Declined(f"start={start} length={length} out of range")
+        raise MatchFailure.declined(f"start={start} length={length} out of range")
     return s.emit("Crop", [s.input(0)], {9: [start], 10: [start + length], 11: [axis]}, "crop")
 
 
@@ -387,7 +381,7 @@ def narrow(s: Site) -> str:
 def mT(s: Site) -> str:
     s.axis(-2)  # declines when dim -2 is dim 0 (rank 2: possibly pnnx's batch axis)
     if len(s.known_shape(0)) > 5:
-        raise Declined(f"rank {len(s.known_shape(0))}: ncnn blobs have at most 4 dims")
+        raise MatchFailure.declined(f"rank {len(s.known_shape(0))}: ncnn blobs have at most 4 dims")
     return s.emit("Permute", [s.input(0)], {0: 1}, "permute")
 
 
@@ -395,7 +389,7 @@ def mT(s: Site) -> str:
 
 def _declines(reason: str) -> Callable[[Site], str]:
     def fn(s: Site) -> str:
-        raise Declined(reason)
+        raise MatchFailure.declined(reason)
     return fn
 
 
@@ -418,3 +412,9 @@ for _name, _types, _why in _NOT_EXACT:
     _RULES.append(Rule(_name, _types, f"declined: {_why}", _declines(_why)))
 
 BASE_RULES = Rules(_RULES)
+
+
+def Declined(reason: str, layer: Layer | None = None) -> MatchFailure:  # noqa: N802
+    """Transitional spelling of `MatchFailure.declined` for branches written before the one
+    failure type; removed by the migration once they have landed."""
+    return MatchFailure.declined(reason, layer)

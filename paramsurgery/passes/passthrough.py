@@ -34,8 +34,8 @@ from paramsurgery.ir.layer import Layer
 from paramsurgery.formats.pnnx_param import Op, PnnxGraph
 from paramsurgery.core.layer_types import is_converter_leftover
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, RepairContext, Skip, register
-from paramsurgery.core.match import NoMatch
+from paramsurgery.passes.base import Pass, PassResult, RepairContext, register
+from paramsurgery.core.match import MatchFailure
 
 CAST_TYPES = ("Tensor.to", "Tensor.type", "Tensor.float", "Tensor.double", "Tensor.half",
               "Tensor.long", "Tensor.int", "Tensor.bfloat16", "aten::to")
@@ -52,9 +52,9 @@ INTS = ("i8", "u8", "i16", "i32", "i64")
 
 
 def cast_verdict(din: str | None, dout: str | None) -> str:
-    """Why a cast from `din` to `dout` keeps the values ncnn holds; raises NoMatch."""
+    """Why a cast from `din` to `dout` keeps the values ncnn holds; raises MatchFailure."""
     if not din or not dout:
-        raise NoMatch(None, "pnnx recorded no dtype for its input or output")
+        raise MatchFailure(None, "pnnx recorded no dtype for its input or output")
     if din == dout:
         return f"{din} -> {dout}: no dtype change"
     if din in FLOATS and dout in ("f32", "f64"):
@@ -62,18 +62,18 @@ def cast_verdict(din: str | None, dout: str | None) -> str:
     if din in INTS and dout in ("i32", "i64"):
         return f"{din} -> {dout}: ncnn holds ids as int32 either way"
     if din in FLOATS and dout in ("f16", "bf16"):
-        raise NoMatch(None, f"{din} -> {dout} rounds the values to {dout} (torch does, ncnn "
+        raise MatchFailure(None, f"{din} -> {dout} rounds the values to {dout} (torch does, ncnn "
                             f"would not)")
     if din in INTS and dout in INTS:
-        raise NoMatch(None, f"{din} -> {dout} truncates the values")
+        raise MatchFailure(None, f"{din} -> {dout} truncates the values")
     if din in INTS and dout in FLOATS:
-        raise NoMatch(None, f"{din} -> {dout} converts ints to floats; ncnn has no such "
+        raise MatchFailure(None, f"{din} -> {dout} converts ints to floats; ncnn has no such "
                             f"conversion (it would pass the int32 bit patterns on as floats)")
     if din in FLOATS and dout in INTS:
-        raise NoMatch(None, f"{din} -> {dout} converts floats to ints; ncnn has no such "
+        raise MatchFailure(None, f"{din} -> {dout} converts floats to ints; ncnn has no such "
                             f"conversion (an Embed after it would read the float bits as "
                             f"int32 ids)")
-    raise NoMatch(None, f"{din} -> {dout} changes the values")
+    raise MatchFailure(None, f"{din} -> {dout} changes the values")
 
 
 class _Ctx:
@@ -92,12 +92,12 @@ class _Ctx:
     def op(self, layer: Layer, why: str) -> "Op":
         """pnnx's op for a leftover layer (pnnx keeps leftover names in the ncnn graph)."""
         if self.pnnx is None:
-            raise NoMatch(layer, f"{why} only in pnnx's IR, which pnnx drops from the ncnn "
+            raise MatchFailure(layer, f"{why} only in pnnx's IR, which pnnx drops from the ncnn "
                                  f"graph: give X.pnnx.param (--pnnx)")
         for op in self.pnnx.ops:
             if op.name == layer.name:
                 return op
-        raise NoMatch(layer, f"{why} only in pnnx's IR, and {self.traced_path} has no op "
+        raise MatchFailure(layer, f"{why} only in pnnx's IR, and {self.traced_path} has no op "
                              f"named {layer.name!r}")
 
 
@@ -117,9 +117,9 @@ def _cast(ctx: _Ctx, layer: Layer) -> str:
     dout = out_operand.dtype if out_operand else None
     try:
         return "cast " + cast_verdict(din, dout)
-    except NoMatch as exc:
+    except MatchFailure as exc:
         readers = _readers(layer)
-        raise NoMatch(layer, f"{exc}{readers}") from None
+        raise MatchFailure(layer, f"{exc}{readers}") from None
 
 
 def _readers(layer: Layer) -> str:
@@ -141,7 +141,7 @@ def _noop(ctx: _Ctx, layer: Layer) -> str:
 def _dropout(ctx: _Ctx, layer: Layer) -> str:
     scale = layer.params.get(0, 1.0)
     if scale != 1.0:
-        raise NoMatch(layer, f"ncnn's Dropout multiplies by its 0=scale ({scale})")
+        raise MatchFailure(layer, f"ncnn's Dropout multiplies by its 0=scale ({scale})")
     return "Dropout with scale 1"
 
 
@@ -152,7 +152,7 @@ def _dropout_module(ctx: _Ctx, layer: Layer) -> str:
 def _dropout_function(ctx: _Ctx, layer: Layer) -> str:
     op = ctx.op(layer, "whether it runs in training mode is")
     if op.param("training", None) is not False:
-        raise NoMatch(layer, f"traced with training="
+        raise MatchFailure(layer, f"traced with training="
                              f"{op.params.get('training', '<not recorded>')} (it drops values)")
     return f"{layer.type} with training=False"
 
@@ -222,19 +222,19 @@ class RemovePassthrough(Pass):
             shape = self._structure(g, layer)
             if shape is not None:
                 if layer.type == "Noop":
-                    result.skipped.append(Skip(layer.name, shape, layer.source_line))
+                    result.skipped.append(MatchFailure(layer.name, shape, line=layer.source_line))
                 elif layer.type != "Split":
                     refused.append((layer, shape))
                 continue
             try:
                 todo.append((layer, CHECKS[layer.type](ctx, layer)))
-            except NoMatch as exc:
+            except MatchFailure as exc:
                 refused.append((layer, str(exc)))
         if refused and not self.partial:
             raise PassRefused(self._refusal(refused), file=refused[0][0].source_file,
                               line=refused[0][0].source_line)
         for layer, why in refused:
-            result.skipped.append(Skip(layer.name, f"kept: {why}", layer.source_line))
+            result.skipped.append(MatchFailure(layer.name, f"kept: {why}", line=layer.source_line))
         for layer, why in todo:
             self._remove(g, layer, why, result)
         if not todo:

@@ -10,10 +10,10 @@ from typing import Any
 
 from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
-from paramsurgery.core.match import Explain
+from paramsurgery.core.match import Explain, MatchFailure
 from paramsurgery.formats.weights.schema import reads_for
 from paramsurgery.ir.graph import Graph
-from paramsurgery.passes.base import Pass, PassResult, Skip, register
+from paramsurgery.passes.base import Pass, PassResult, register
 from paramsurgery.patterns.match import readers_through_splits
 from paramsurgery.patterns.pattern import Binding, find_matches
 from paramsurgery.patterns.rule_file import RewriteRule
@@ -60,8 +60,8 @@ class Rewrite(Pass):
         for rule in self.rules:
             if rule.name not in fired:
                 near = explain.best.get(rule.name)
-                result.skipped.append(Skip(rule.name, "never matched: " +
-                                           (near.format() if near else "no candidate")))
+                result.skipped.append(MatchFailure(rule.name, "never matched: " +
+                                           (near.near_miss() if near else "no candidate")))
         return result
 
     def _apply(self, g: Graph, rule: RewriteRule, m: Binding, result: PassResult,

@@ -28,6 +28,8 @@ import os
 import tempfile
 from typing import Any, Sequence, cast
 
+from paramsurgery.core.match import MatchFailure
+from paramsurgery.analysis.contracts import arity_problem, param_problem
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
@@ -37,7 +39,7 @@ from paramsurgery.core.layer_types import is_ncnn_layer
 from paramsurgery.core.values import (ARRAY_KEY_BASE, Float, Floats, Int, Ints, Kind, Str, Value, ValueError_,
                                       parse_value, pnnx_float)
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, Skip, register
+from paramsurgery.passes.base import Pass, PassResult, register
 
 
 # ============================================================================ assignments
@@ -234,24 +236,11 @@ def check_loads(layer: Layer) -> None:
                           file=layer.source_file, line=layer.source_line)
 
 
-def arity_error(layer: Layer) -> str | None:
-    """Params that fix how many bottoms/tops a layer has (its load_param does not check, its
-    forward crashes): SDPA `5=` attn_mask / `7=` kv_cache, BinaryOp `1=` with_scalar."""
-    p = layer.params
-    n_in, n_out = len(layer.inputs), len(layer.outputs)
-    if layer.type == "SDPA":
-        mask, cache = p.get(5, 0), p.get(7, 0)
-        want_in = 3 + (1 if mask else 0) + (2 if cache else 0)
-        want_out = 3 if cache else 1
-        if (n_in, n_out) != (want_in, want_out):
-            hint = " (paramsurgery add-kvcache adds the cache blobs)" if cache else ""
-            return (f"SDPA with 5={mask} 7={cache} reads {want_in} bottoms and writes "
-                    f"{want_out} tops, but it has {n_in} and {n_out}{hint}")
-    if layer.type == "BinaryOp":
-        want = 1 if p.get(1, 0) else 2
-        if n_in != want:
-            return (f"BinaryOp with 1={p.get(1, 0)} reads {want} bottom(s), but it has {n_in}")
-    return None
+def contract_error(layer: Layer) -> str | None:
+    """What the edited layer breaks of ncnn's run-time contract (the table validate's PS113
+    and PS114 read: bottoms/tops its params fix, params that contradict each other), or
+    None."""
+    return arity_problem(layer) or param_problem(layer)
 
 
 def _reads(layer_type: str, params: "Params") -> "str | list[tuple[str, int, str]] | None":
@@ -344,7 +333,7 @@ class SetParam(Pass):
             if why is None:
                 chosen.append(layer)
             else:
-                result.skipped.append(Skip(layer.name, why, layer.source_line))
+                result.skipped.append(MatchFailure(layer.name, why, line=layer.source_line))
         if not chosen:
             raise PassRefused("no selected layer matches " + " ".join(f"--where {w}"
                                                                         for w in self.where))
@@ -358,6 +347,7 @@ class SetParam(Pass):
         line = layer.source_line
         where: dict[str, Any] = dict(file=layer.source_file, line=line)
         reads_before = _reads(layer.type, layer.params)
+        broken_before = contract_error(layer)
         try:
             changed = apply_params(layer, self.assignments, force=self.force)
             removed = []
@@ -372,7 +362,7 @@ class SetParam(Pass):
         except PassRefused as exc:
             raise PassRefused(f"layer {layer.name!r}: {exc.message}", **where) from None
         if not changed and not removed:
-            result.skipped.append(Skip(layer.name, "already has these values", line))
+            result.skipped.append(MatchFailure(layer.name, "already has these values", line=line))
             return
         reads_after = _reads(layer.type, layer.params)
         if reads_before != reads_after and not self.force:
@@ -380,9 +370,9 @@ class SetParam(Pass):
                               f".bin ({_fmt_reads(reads_before)} -> {_fmt_reads(reads_after)}); "
                               f"the .bin has no index, so every later weight would shift "
                               f"(--force to write it anyway)", **where)
-        arity = arity_error(layer)
-        if arity is not None and not self.force:
-            raise PassRefused(f"layer {layer.name!r}: {arity}; ncnn would crash at run time "
+        broken = contract_error(layer)
+        if broken is not None and broken != broken_before and not self.force:
+            raise PassRefused(f"layer {layer.name!r}: {broken}; ncnn would crash at run time "
                               f"(--force to write it anyway)", **where)
         check_loads(layer)
         for pid, old, new in changed:

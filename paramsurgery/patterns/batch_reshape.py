@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from paramsurgery.analysis.shape_expr import split_top_level
 from paramsurgery.core.match import Match, fail, matched
+from paramsurgery.core.ncnn import NO_BATCH, UNSET_DIM
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 
@@ -20,10 +21,10 @@ def _is_int(tok: str) -> bool:
 def match_pair(g: Graph, r1: Layer) -> Match:
     """r1 (dims all 1, no batch params) → r2 (reads n back): the lossy pair, or why not."""
     p = r1.params
-    if p.get(12, 233) != 233 or p.get(13, 233) != 233 or 6 in p:
+    if p.get(12, NO_BATCH) != NO_BATCH or p.get(13, NO_BATCH) != NO_BATCH or 6 in p:
         return fail(r1, "carries batch params or a shape expression", kind=NOT_A_CANDIDATE)
-    dims = [p.get(k, -233) for k in DIM_PARAMS]
-    given = [d for d in dims if d != -233 and d != 0]
+    dims = [p.get(k, UNSET_DIM) for k in DIM_PARAMS]
+    given = [d for d in dims if d != UNSET_DIM and d != 0]
     if not given or any(d != 1 for d in given):
         return fail(r1, "its target is not all ones", kind=NOT_A_CANDIDATE)
     readers = g.consumer_layers(r1.outputs[0])
@@ -31,7 +32,7 @@ def match_pair(g: Graph, r1: Layer) -> Match:
         return fail(r1, "not read by exactly one Reshape")
     r2 = readers[0]
     q = r2.params
-    if q.get(12, 233) == 233 or q.get(13, 233) != 233:
+    if q.get(12, NO_BATCH) == NO_BATCH or q.get(13, NO_BATCH) != NO_BATCH:
         return fail(r1, f"its reader {r2.name!r} does not move the batch axis out (12=, 13=233)")
     expr = q.get(6)
     if not isinstance(expr, str):

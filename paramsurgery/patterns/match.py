@@ -2,8 +2,8 @@
 pass can say which layers it took and, for near-misses, why not (`--explain`).
 
 Two forms of the same thing: `Match`/`fail(layer, reason)` for a matcher that returns, and
-`NoMatch(layer, reason)` for one that raises from deep inside a walk. The shared walks below
-raise `NoMatch`, so every pass words a broken chain the same way:
+`MatchFailure(layer, reason)` for one that raises from deep inside a walk. The shared walks below
+raise `MatchFailure`, so every pass words a broken chain the same way:
 
 - `above_splits(g, blob)` / `source_of(g, blob)`: up through `Split` copies;
 - `readers_through_splits(g, blob)` / `through_splits(g, blob)`: down through `Split` copies;
@@ -23,7 +23,7 @@ from typing import Callable, Collection, Hashable, Iterable, Iterator, Sequence,
 
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
-from paramsurgery.core.match import NoMatch
+from paramsurgery.core.match import MatchFailure
 
 
 def above_splits(g: Graph, blob: str) -> tuple[str, list[Layer]]:
@@ -113,15 +113,15 @@ def through_splits(g: Graph, blob: str) -> list[Layer]:
 
 
 def single_reader(g: Graph, blob: str) -> Layer:
-    """The only layer reading `blob`; NoMatch naming the others when there are several."""
+    """The only layer reading `blob`; MatchFailure naming the others when there are several."""
     found = g.consumer_layers(blob)
     if len(found) == 1:
         return found[0]
     prod = g.producer(blob)
     if not found:
-        raise NoMatch(prod, f"nothing reads {blob!r}")
+        raise MatchFailure(prod, f"nothing reads {blob!r}")
     names = ", ".join(f"{c.type} {c.name!r}" for c in found)
-    raise NoMatch(prod, f"{blob!r} is read by {len(found)} layers ({names})")
+    raise MatchFailure(prod, f"{blob!r} is read by {len(found)} layers ({names})")
 
 
 def chain_up(g: Graph, blob: str, through: Sequence[str], until: Sequence[str], *,
@@ -131,7 +131,7 @@ def chain_up(g: Graph, blob: str, through: Sequence[str], until: Sequence[str], 
     layer whose type is in `until`: that layer and the layers passed, nearest first.
     With `reader`, every blob on the way must be read only by the layer below it (`reader`
     for `blob` itself): a chain shared with other readers cannot be rewritten. Raises
-    NoMatch naming the layer where the walk stopped (`what` names `blob`, `goal` the
+    MatchFailure naming the layer where the walk stopped (`what` names `blob`, `goal` the
     target, in its words)."""
     goal = goal or " / ".join(until)
     chain: list[Layer] = []
@@ -139,13 +139,13 @@ def chain_up(g: Graph, blob: str, through: Sequence[str], until: Sequence[str], 
     for _ in range(limit):
         p = g.producer(cur)
         if p is None:
-            raise NoMatch(None, f"{what} {cur!r} has no producer")
+            raise MatchFailure(None, f"{what} {cur!r} has no producer")
         if reader is not None:
             below = chain[-1] if chain else reader
             found = g.consumer_layers(cur)
             if found != [below]:
                 others = ", ".join(repr(r.name) for r in found if r is not below)
-                raise NoMatch(p, f"blob {cur!r} ({p.type} {p.name!r}) is also read by "
+                raise MatchFailure(p, f"blob {cur!r} ({p.type} {p.name!r}) is also read by "
                                  f"{others}; the rewrite would remove it")
         if p.type in until:
             return p, chain
@@ -153,9 +153,9 @@ def chain_up(g: Graph, blob: str, through: Sequence[str], until: Sequence[str], 
             chain.append(p)
             cur = p.inputs[0]
             continue
-        raise NoMatch(p, f"{what} {blob!r} comes from {p.type} {p.name!r}, not from {goal} "
+        raise MatchFailure(p, f"{what} {blob!r} comes from {p.type} {p.name!r}, not from {goal} "
                          f"through layers ({', '.join(through)})")
-    raise NoMatch(g.producer(cur), f"{what} {blob!r}: more than {limit} layers above it "
+    raise MatchFailure(g.producer(cur), f"{what} {blob!r}: more than {limit} layers above it "
                                    f"before {goal}")
 
 

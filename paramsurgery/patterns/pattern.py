@@ -74,8 +74,8 @@ class Matcher:
     def match_at(self, g: Graph, root: Layer) -> Binding | MatchFailure:
         why = layer_mismatch(self.anchor, root)
         if why is not None:
-            return MatchFailure(MatchStatus.NO_MATCH, why, root.name, 0)
-        best = MatchFailure(MatchStatus.NO_MATCH, "no candidate", root.name, 0)
+            return MatchFailure(root.name, why)
+        best = MatchFailure(root.name, "no candidate")
         stack = [_State({self.anchor.label: root}, {}, [self.anchor.label])]
         while stack:
             state = stack.pop()
@@ -108,33 +108,31 @@ class Matcher:
             gb, _ = above_splits(g, layer.inputs[order[i]])
             bound = st.blobs.get(pb)
             if bound is not None and bound != gb:
-                return MatchFailure(MatchStatus.NO_MATCH, f"{pb} is {bound!r} at one reader and "
-                                    f"{gb!r} at another", layer.name, len(st.layers))
+                return MatchFailure(layer.name, f"{pb} is {bound!r} at one reader and "
+                                    f"{gb!r} at another", matched=len(st.layers))
             st.blobs[pb] = gb
             if pb not in self.writer:
                 continue  # a captured input: anything may write it
             qlabel, slot = self.writer[pb]
             ps = g.producer_slot(gb)
             if ps is None:
-                return MatchFailure(MatchStatus.NO_MATCH, f"{gb!r} ({pb}) is a graph input, not "
-                                    f"written by {self.by_label[qlabel].type}", layer.name,
-                                    len(st.layers))
+                return MatchFailure(layer.name, f"{gb!r} ({pb}) is a graph input, not "
+                                    f"written by {self.by_label[qlabel].type}", matched=len(st.layers))
             producer, pslot = ps
             have = st.layers.get(qlabel)
             if have is not None:
                 if have.id != producer.id or pslot != slot:
-                    return MatchFailure(MatchStatus.NO_MATCH, f"{pb} comes from {producer.name}, "
-                                        f"not from the {qlabel} already matched", layer.name,
-                                        len(st.layers))
+                    return MatchFailure(layer.name, f"{pb} comes from {producer.name}, "
+                                        f"not from the {qlabel} already matched", matched=len(st.layers))
                 continue
             if any(other.id == producer.id for other in st.layers.values()):
-                return MatchFailure(MatchStatus.NO_MATCH, f"{producer.name} would stand for two "
-                                    f"pattern layers", producer.name, len(st.layers))
+                return MatchFailure(producer.name, f"{producer.name} would stand for two "
+                                    f"pattern layers", matched=len(st.layers))
             why = layer_mismatch(self.by_label[qlabel], producer)
             if why is None and pslot != slot:
                 why = f"{pb} is its top {pslot}, the pattern reads top {slot}"
             if why is not None:
-                return MatchFailure(MatchStatus.NO_MATCH, why, producer.name, len(st.layers),
+                return MatchFailure(producer.name, why, matched=len(st.layers),
                                     near=producer.type == self.by_label[qlabel].type)
             st.layers[qlabel] = producer
             st.todo.append(qlabel)
@@ -146,8 +144,8 @@ class Matcher:
         for label, pl in self.by_label.items():
             layer = st.layers.get(label)
             if layer is None:
-                return MatchFailure(MatchStatus.NO_MATCH, f"pattern layer {label} is not above the "
-                                    f"last one", "", n)
+                return MatchFailure("", f"pattern layer {label} is not above the "
+                                    f"last one", matched=n)
             for pt, gt in zip(pl.tops, layer.outputs):
                 st.blobs[pt] = gt
                 if pt.startswith("%"):
@@ -156,19 +154,19 @@ class Matcher:
                 outside = [r.name for r, _slot in readers if r.id not in ids]
                 if outside or not readers:  # no reader at all: it is (or feeds) an output
                     who = ", ".join(outside[:3]) or "the graph's outputs"
-                    return MatchFailure(MatchStatus.CHECK_FAILED, f"{pt} ({gt!r}) is also read "
+                    return MatchFailure(layer.name, f"{pt} ({gt!r}) is also read "
                                         f"outside the pattern (by {who}): capture it as %{pt} to "
-                                        f"keep it", layer.name, n)
+                                        f"keep it", status=MatchStatus.CHECK_FAILED, matched=n)
         binding = Binding(st.layers, st.blobs)
         for cond in self.rule.where:
             try:
                 ok = bool(evaluate(cond.tree, binding))
             except (TypeError, ValueError, ZeroDivisionError, KeyError) as exc:
-                return MatchFailure(MatchStatus.CHECK_FAILED, f"condition {cond.text!r}: {exc}",
-                                    self.anchor.label, n)
+                return MatchFailure(self.anchor.label, f"condition {cond.text!r}: {exc}",
+                                    status=MatchStatus.CHECK_FAILED, matched=n)
             if not ok:
-                return MatchFailure(MatchStatus.CHECK_FAILED, f"condition {cond.text!r} is false",
-                                    st.layers[self.anchor.label].name, n)
+                return MatchFailure(st.layers[self.anchor.label].name, f"condition {cond.text!r} is false",
+                                    status=MatchStatus.CHECK_FAILED, matched=n)
         return binding
 
 
@@ -192,7 +190,7 @@ def find_matches(g: Graph, rule: "RewriteRule") -> tuple[list[Binding], MatchFai
         else:
             best = got if best is None else _better(best, got)
     if best is None and not out:
-        best = MatchFailure(MatchStatus.NO_MATCH, f"no {m.anchor.type} layer in the graph", "", 0)
+        best = MatchFailure("", f"no {m.anchor.type} layer in the graph")
     return out, (None if out else best)
 
 

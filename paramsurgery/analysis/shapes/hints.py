@@ -16,7 +16,7 @@ def read_hints(layer: Layer) -> list[Shape | None] | None:
     """Per top: the hinted shape in numpy order (`d` of a 4-D blob is None), None for a top
     whose hint says dims 0; None when the layer has no (well-formed) hint."""
     p = layer.params
-    if p._entries is None and "-23330=" not in p._text:
+    if not p.may_hold(HINT_PID):
         return None  # cheap test on the raw text: no parse for unhinted layers
     v = p.get(HINT_PID)
     if not isinstance(v, list) or len(v) % 4 or not v:
@@ -82,8 +82,7 @@ def strip_hints(layer: Layer) -> bool:
 def has_hints(g) -> bool:
     for layer in g:
         p = layer.params
-        if (p._entries is None and "-23330=" in p._text) or \
-                (p._entries is not None and HINT_PID in p._entries):
+        if p.may_hold(HINT_PID) and p.get(HINT_PID) is not None:
             return True
     return False
 
