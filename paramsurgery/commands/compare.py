@@ -26,8 +26,10 @@ from paramsurgery.commands._common import add_format_arg, add_input_arg, command
 def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, __doc__, run)
     add_input_arg(p, "the ncnn graph under test (.param)")
-    p.add_argument("bin", nargs="?", help="its weights (default: A.bin / A.ncnn.bin next to it; "
-                                          "none for weightless graphs)")
+    from paramsurgery.commands._common import add_weights_arg
+
+    add_weights_arg(p, "its weights (default: A.bin / A.ncnn.bin next to it; none for "
+                       "weightless graphs)", positional=True)
     ref = p.add_mutually_exclusive_group(required=True)
     ref.add_argument("--reference", metavar="B.param", help="another ncnn graph to compare with")
     ref.add_argument("--pnnx", metavar="X.pnnx.param",
@@ -39,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "allowed; batch_index_<blob> scalars optional); reference outputs "
                         "out0…/output_* in it are checked too (--pnnx). Default: random "
                         "arrays at pnnx's traced shapes (X_ncnn.py / X.pnnx.param)")
-    from paramsurgery.analysis.shapes.spec import add_inputshape_arg
+    from paramsurgery.commands._common import add_inputshape_arg
 
     add_inputshape_arg(p)
     p.add_argument("--at", action="append", default=[], metavar="SYM=N",
@@ -125,7 +127,10 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         _write_html(args.html, graph, report)
     if args.format == "json":
-        print_json(report.to_json())
+        print_json({**report.to_json(), "files": [
+            {"file": args.param, "role": "input"},
+            *([{"file": args.bin, "role": "weights"}] if args.bin else []),
+            {"file": args.reference or args.pnnx, "role": "reference"}]})
     else:
         print(report.format_text(show_all=args.all))
     return 1 if report.first_divergence() is not None or report.status != "ok" else 0

@@ -19,11 +19,13 @@ from paramsurgery.commands._common import add_input_arg, command
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from paramsurgery.analysis.shapes.spec import add_inputshape_arg
+    from paramsurgery.commands._common import add_inputshape_arg
 
     p = command(sub, __doc__, run)
     add_input_arg(p, "the .param (or .param.bin)")
-    p.add_argument("--bin", help="its weights: adds dtype and bytes to each box")
+    from paramsurgery.commands._common import add_format_arg, add_weights_arg
+
+    add_weights_arg(p, "its weights: adds dtype and bytes to each box")
     p.add_argument("--pnnx-param", metavar="PATH", help="pnnx's X.pnnx.param for the shape "
                    "labels (default: the one beside the graph, if any)")
     add_inputshape_arg(p)
@@ -37,9 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"refuse to draw more layers than this (default {MAX_LAYERS})")
     p.add_argument("-o", "--output", metavar="PAGE", help="the page (default: <input>.html; "
                    "'-' for stdout)")
+    add_format_arg(p)
 
 
 def default_page(param: str) -> str:
+    from paramsurgery.commands._common import is_stdin
+
+    if is_stdin(param):
+        return "-"
     for suffix in (".param.bin", ".param"):
         if param.endswith(suffix):
             return param[: -len(suffix)] + ".html"
@@ -102,5 +109,16 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(page)
     else:
         atomic_write(out, page)
-        print(f"wrote {out} ({n} layers)")
+        if args.format == "text":
+            print(f"wrote {out} ({n} layers)")
+    if args.format == "json":
+        from paramsurgery.commands._common import print_json
+
+        print_json({"output": out, "layers": len(g), "drawn": n, "blobs": g.blob_count(),
+                    "shapes_known": len(shapes), "around": args.around,
+                    "depth": args.depth if args.around is not None else None,
+                    "files": [{"file": args.param, "role": "input"},
+                              *([{"file": args.bin, "role": "weights"}] if args.bin else []),
+                              {"file": out, "role": "page"}]},
+                   stream=sys.stderr if out == "-" else None)
     return 0
