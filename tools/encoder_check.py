@@ -9,8 +9,10 @@ lengths no trace used against torch. One line per (model, route, length).
 
 Needs torch 2.13, transformers 4.57.3 and pnnx 20261020 (the export extra). The models are
 built from their configs (no download), seeded; nothing is written outside a temporary
-directory unless `--keep DIR`. Statuses: `right` (rel ≤ 1e-4), `WRONG` (exit 0 and wrong:
-the case the issue forbids), `refused` (fix exit 2, its message), `crash` (ncnn).
+directory unless `--keep DIR`. Statuses: `right` (rel ≤ 1e-4), `WRONG` / `CRASH` (fix exit 0,
+then wrong or failing in ncnn: the case the issue forbids), `refused` (fix exit 2, its
+message), `wrong` / `crash` after fix exit 1 (errors left, reported), `beyond the stated
+bound` (a length past the rows fix said the result is exact for).
 """
 
 from __future__ import annotations
@@ -193,13 +195,22 @@ def check(name: str, scratch: Path) -> list[str]:
                            text.strip().splitlines()[-1] if text.strip() else "")
                 lines.append(f"{name:22s} {stem:8s} fix exit {code}: refused: {why[:220]}")
                 continue
+            import re
+
+            bounds = [int(b) for b in re.findall(r"exact for lengths up to (\d+)", text)]
+            bound = min(bounds) if bounds else None
             for n in (t0, *lengths):
                 x = example(n, 0)
                 want = model(x).numpy()
                 got = _run(out, x.numpy())
                 side = f"{n * scale}px" if name == "vit" else f"T={n}"
+                if bound is not None and n > bound:
+                    lines.append(f"{name:22s} {stem:8s} fix exit {code} {side:6s} beyond the "
+                                 f"stated bound (exact up to {bound})")
+                    continue
                 if isinstance(got, str):
-                    lines.append(f"{name:22s} {stem:8s} fix exit {code} {side:6s} crash: {got}")
+                    status = "CRASH" if code == 0 else "crash"
+                    lines.append(f"{name:22s} {stem:8s} fix exit {code} {side:6s} {status}: {got}")
                     continue
                 if got.size != want.size:
                     rel = math.inf
@@ -225,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in check(name, scratch):
                 print(line, flush=True)
                 wrong += " WRONG " in line
-    print(f"encoder_check: {wrong} silently wrong")
+    print(f"encoder_check: {wrong} wrong or crashing after fix exit 0")
     return 1 if wrong else 0
 
 
