@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             for line in check(name, scratch):
                 print(line, flush=True)
-                wrong += " WRONG " in line
+                wrong += " WRONG " in line or " CRASH:" in line
     print(f"encoder_check: {wrong} wrong or crashing after fix exit 0")
     return 1 if wrong else 0
 
