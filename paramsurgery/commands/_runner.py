@@ -216,10 +216,13 @@ class GraphCommand:
 
     def _writers(self, run: Run) -> dict[str, Writer]:
         """Role → writer of every file this run may write (`param`, `bin`, extras)."""
-        from paramsurgery.formats.io import param_bytes
+        from paramsurgery.formats.io import names_file, param_bytes
 
         data = param_bytes(run.graph, run.out.param)  # a .param.bin output stays binary
         writers: dict[str, Writer] = {"param": lambda fh: fh.write(data)}
+        names = names_file(run.graph, run.out.param)  # and keeps its names beside it
+        if names is not None:
+            writers["names"] = lambda fh: fh.write(names[1])
         if run.weights_changed:
             from paramsurgery.formats.weights import write_weights
 
@@ -237,6 +240,10 @@ class GraphCommand:
             return
         unchanged = not run.result.modified and out.param == args.param
         paths = {**out.extra, "param": out.param}
+        if "names" in writers:
+            from paramsurgery.formats.param_bin import id_h_path
+
+            paths["names"] = id_h_path(out.param)
         if "bin" in writers and out.bin:
             paths["bin"] = out.bin
         todo: dict[str | os.PathLike, Callable[[IO[Any]], None]] = {
