@@ -198,6 +198,7 @@ NOT_A_GRAPH = {
     ("requires", "has no Convolution1D"): "add-conv-cache's precondition (nothing to do)",
     ("requires", "cannot stream"): "add-conv-cache's precondition (timeflow analysis)",
     ("requires", "no rule given"): "rewrite's command-line argument",
+    ("requires", "names no layer of the graph"): "keep-precision's command-line selection",
 }
 
 

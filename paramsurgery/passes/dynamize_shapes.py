@@ -148,6 +148,7 @@ class ShapeDynamize:
         self.changes: list[Change] = []
         self.crops: list[str] = []
         self.bounded: list[str] = []
+        self._roles: dict[int, tuple[Layer, int, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ helpers
     def _at(self, d: MaybeDim) -> int | None:
@@ -200,6 +201,8 @@ class ShapeDynamize:
         for cm in masks:
             self._check_mask_lengths(cm)
         proven = [self._table(g, layer) for layer in tables]  # all before any rewrite
+        self._roles = {layer.id: table_role(g, layer, letter)
+                       for layer, letter, _, kind in proven if kind == "rope"}
         for cm in masks:
             self.changes.append(rebuild(g, cm))
         learned: list[str] = []
@@ -595,6 +598,11 @@ class ShapeDynamize:
         t0 = self.spec.traced_len
         before = " ".join(layer.params.tokens())
         rows = self._longer_table(layer, letter)
+        target = self.spec.target_len
+        if rows is None and target is not None and target > t0:
+            # the reference runs past the traced rows: cos/sin of p·θ computed at run time
+            self._change(layer, *computed_table(g, layer, letter, ref, self._roles[layer.id]))
+            return
         _crop_rows_to(g, layer, letter, ref)
         if rows is None:
             self._change(layer, f"position table (cos/sin of p·θ, row p = position p): "
@@ -660,6 +668,72 @@ def _rope_table_check(cos_l: Layer | None, sin_l: Layer | None, letter: str) -> 
     if err > TABLE_ATOL:
         return f"its rows are not cos/sin of p·θ (max error {err:.1e})"
     return None
+
+
+def _theta(cos_l: Layer, sin_l: Layer, letter: str) -> np.ndarray:
+    """θ per column of a proven cos/sin table (float32, as torch's inv_freq)."""
+    shape = _table_shape(cos_l)
+    ax = len(shape) + NUMPY_AXIS[letter]
+    c = np.moveaxis(cos_l.weights[0].array().reshape(shape).astype(np.float64), ax, 0)
+    s = np.moveaxis(sin_l.weights[0].array().reshape(shape).astype(np.float64), ax, 0)
+    return np.arctan2(s[1], c[1]).reshape(-1).astype(np.float32)
+
+
+def table_role(g: Graph, layer: Layer, letter: str) -> tuple[Layer, int, np.ndarray]:
+    """(the RotaryEmbed reading a proven table, its slot: 1 cos / 2 sin, θ), read before
+    any table is rewritten."""
+    rope, slot = next((r, i) for r, i in (
+        (c, [g.above_splits(b) for b in c.inputs].index(layer.outputs[0]))
+        for c in _readers_through(g, layer)) if i in (1, 2))
+    cos_l, sin_l = (g.producer(g.above_splits(b)) for b in rope.inputs[1:3])
+    assert cos_l is not None and sin_l is not None  # proven by _table
+    return rope, slot, _theta(cos_l, sin_l, letter)
+
+
+def computed_table(g: Graph, layer: Layer, letter: str, ref: str,
+                    role: tuple[Layer, int, np.ndarray]) -> tuple[str, str, str]:
+    """Replace a proven cos/sin position table (its rows on the h axis) by cos/sin(p·θ)
+    computed from the run-time h of `ref` (float32 p·θ, as torch computes it), after
+    checking that this recomputation gives the traced rows; (what, before, after)."""
+    from paramsurgery.formats.weights import set_weights
+    from paramsurgery.passes.causal_mask import LengthBuilder
+
+    rope, slot, theta = role
+    shape = _table_shape(layer)
+    if letter != "h" or len(shape) < 2 or shape[-2] != layer.params.get(1):
+        raise PassRefused(f"{layer.name}: a position table whose rows are not its h axis has no "
+                          f"run-time form here; give --pair OTHER.param", line=layer.source_line)
+    fn = np.cos if slot == 1 else np.sin
+    p = np.arange(shape[-2], dtype=np.float32)[:, None]
+    want = layer.weights[0].array().reshape(shape[-2], shape[-1]).astype(np.float64)
+    err = float(np.abs(fn((p * theta[None, :]).astype(np.float32).astype(np.float64)) - want).max())
+    if err > TABLE_ATOL:
+        raise PassRefused(f"{layer.name}: cos/sin of p·θ in float32 do not give the traced rows "
+                          f"(max error {err:.1e}); give --pair OTHER.param", line=layer.source_line)
+    top, name = layer.outputs[0], layer.name
+    before = " ".join(layer.params.tokens())
+    b = LengthBuilder(g, top, name, rope)
+    g.remove_layer(layer)
+    pos1 = b.positions(ref, "p", True)                               # (T, 1): p + 1
+    pos = b.add("BinaryOp", "p", [pos1], {0: 1, 1: 1, 2: 1.0})       # p
+    th = b.add("MemoryData", "theta", [], {0: int(theta.size), 1: 1})
+    set_weights(g.producer(th), {"data": theta})  # type: ignore[arg-type]
+    angle = b.add("BinaryOp", "angle", [pos, th], {0: 2})            # (T, D): p·θ
+    kind = "cos" if slot == 1 else "sin"
+    if len(shape) == 2:
+        b.add("UnaryOp", kind, [angle], {0: 10 if slot == 1 else 9}, out=top)
+    else:
+        b.to_rank(b.add("UnaryOp", kind, [angle], {0: 10 if slot == 1 else 9}), len(shape))
+    b.finish()
+    return (f"position table ({kind} of p·θ, proven on its {shape[-2]} traced rows, max error "
+            f"{err:.1e}): computed from the run-time h of {ref!r}, right at every length",
+            before, f"{kind}(p·θ), θ = {theta.size} values, p from {ref!r}")
+
+
+def _readers_through(g: Graph, layer: Layer) -> list[Layer]:
+    from paramsurgery.patterns.match import readers_through_splits
+
+    return [r for r, _ in readers_through_splits(g, layer.outputs[0])[0]]
 
 
 def _table_shape(layer: Layer) -> tuple[int, ...]:
