@@ -498,7 +498,25 @@ class Dynamize(Pass):
             result.changes.append(Change(s.layer.name, f"{what} ({how}{extra})", s.value, new,
                                          s.layer.source_line))
         result.modified = bool(planned) or bool(tables) or bool(masks) or bool(computed)
+        if tables:
+            self._check_tables(g, tables, result)
         return result
+
+    def _check_tables(self, g: Graph, tables: list[Layer], result: PassResult) -> None:
+        """The paired tables are exact up to their rows: said in the notes, and with a
+        reference next to the input the graph is run there through ncnn against it (a
+        reference longer than the tables is refused, naming them)."""
+        from paramsurgery.passes.learned_tables import check_reference
+
+        for layer in tables:
+            other, _ax, letter, _ref = self._tables[layer.id]
+            rows = layer.params.get({v: k for k, v in RESHAPE_DIMS.items()}[letter])
+            result.notes.append(f"{layer.name}: a position table of {rows} rows: the result is "
+                                f"exact for lengths up to {rows}")
+        if self.reference is not None and all(t.weights for t in tables):
+            names = [t.name for t in tables]
+            result.notes.append(", ".join(names) + ": " + check_reference(
+                g, self.reference[2], names, None, self.T or 0))
 
     def _rope_table(self, g: Graph, layer: Layer, ss: list[_Site]) -> tuple | None:
         """(layer, the rotated blob, its role) when `layer` is a RoPE cos/sin table whose
