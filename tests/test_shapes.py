@@ -132,35 +132,6 @@ def test_oracle_fits_affine_forms_and_flags_non_affine():
     assert not sm.notes
 
 
-EXPR_CROPS = """7767517
-6 7
-Input            in0   0 1 in0
-Input            in1   0 1 in1
-Split            sp    1 2 in0 x0 x1
-Crop             mk    2 1 in1 x0 mk 19="0" 20="1h" 21="2"
-Crop             tl    1 1 x1 tl 19="1" 20="-1" 21="0"
-MemoryData       pos   0 1 pos 0=32
-"""
-
-
-def test_expression_crops_two_bottoms():
-    """pnnx's dynamic slices (`Crop 2 1 mask x ... 20="1h"`: HF's mask cropped to the key
-    length) are modelled, and agree with ncnn where ncnn runs them; a symbolic end on a
-    fixed-size table (min(32, T)) stays unknown instead of being guessed."""
-    g = loads(EXPR_CROPS)
-    shapes = parse_inputshape(["in0=[T,32]", "in1=[1,T,T+4]"])
-    sm = infer_shapes(g, inputshape=shapes)
-    assert sm.shape_of("mk") == (1, T, T)
-    assert sm.shape_of("tl") == (T - 2, 32)
-    oracle = oracle_shapes(g, shapes)
-    assert oracle.shape_of("mk") == sm.shape_of("mk")
-    assert oracle.shape_of("tl") == sm.shape_of("tl")
-    table = loads("7767517\n3 3\nInput in0 0 1 in0\nMemoryData pos 0 1 pos 0=32\n"
-                  "Crop c 2 1 pos in0 c 19=\"0\" 20=\"1h\" 21=\"0\"\n")
-    assert infer_shapes(table, inputshape={"in0": ("T", 32)}).shape_of("c") is None
-    assert infer_shapes(table, inputshape={"in0": (7, 32)}).shape_of("c") == (7,)
-
-
 def test_oracle_refusal_names_the_blob_and_flag():
     g = loads("7767517\n2 2\nInput in0 0 1 in0\nReLU r 1 1 in0 out\n")
     with pytest.raises(ParamSurgeryError, match=r"in0.*--inputshape in0="):

@@ -49,6 +49,7 @@ ORIGINS: dict[str, str] = {
     "repros": "python tools/make_fixtures.py --only repros",
     "fold_constants": "python tools/fixtures_fold_constants.py",
     "zoo": "/work/genvenv/bin/python tools/zoo/build.py",
+    "encoder": "python tools/fixtures_encoder.py",
     "precision": "python tools/fixtures_precision.py",
     "rewrite": "hand-written: the examples of README \"Rewrite rules\"",
 }

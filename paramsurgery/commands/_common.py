@@ -403,13 +403,11 @@ def add_weights_arg(p: argparse.ArgumentParser, what: str, *, positional: bool =
 def write_graph(g: Any, out: str, note: str | None) -> None:
     """Write `g`'s text to `out` (atomically; '-' = stdout); then `note` (a format string
     of `out`; None: nothing) on stderr says what was written."""
-    from paramsurgery.core.fs import atomic_write
-    from paramsurgery.formats.io import param_bytes
+    from paramsurgery.formats.io import param_bytes, save
 
-    data = param_bytes(g, out)  # a .param.bin output stays binary
     if out == "-":
-        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.write(param_bytes(g, out))
     else:
-        atomic_write(out, data)
+        save(g, out)  # a .param.bin output stays binary, its names in x.id.h beside it
         if note is not None:
             print(note.format(out=out), file=sys.stderr)

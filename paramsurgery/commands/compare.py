@@ -144,21 +144,32 @@ SHAPE_MISMATCH_REL = 1e6
 
 
 def _write_html(path: str, graph, report) -> None:
-    """The view page with the largest relative error of each layer's compared tops."""
+    """The view page with the largest relative error of each layer's compared tops, the
+    tolerance as the colour break (a layer with a top out of tolerance is never green),
+    a legend, and the first divergence outlined (the page opens on it)."""
     from paramsurgery.core.fs import atomic_write
+    from paramsurgery.verify.compare.report import DIFFERS
     from paramsurgery.view.page import values_page
 
     per_layer: dict[str, float] = {}
+    over: set[str] = set()
     for row in report.compared:
         rel = row.error.rel if row.error is not None else 0.0
         rel = SHAPE_MISMATCH_REL if rel == float("inf") else rel
         per_layer[row.layer] = max(per_layer.get(row.layer, 0.0), rel)
+        if row.status == DIFFERS:
+            over.add(row.layer)
     fd = report.first_divergence()
     summary = report.format_text().splitlines()[-1]
     if fd is not None and fd.note:
         summary += f"\n{fd.layer}: {fd.note}"
+    summary += (f"\ncolours: green = within tolerance (max|a-b| <= atol {report.atol:g} + rtol "
+                f"{report.rtol:g} * max|b|), yellow to red = out of it, by rel = "
+                f"max|a-b| / max|b|")
     atomic_write(path, values_page(graph, per_layer, label="rel", summary=summary,
-                                   title=f"{report.target} vs {report.reference}"))
+                                   title=f"{report.target} vs {report.reference}",
+                                   threshold=report.rtol, over=over,
+                                   first=fd.layer if fd is not None else None))
 
 
 def _concrete_inputshape(args: argparse.Namespace, graph) -> dict | None:

@@ -33,18 +33,34 @@ def layer_kind(layer_type: str) -> str:
     return "plain"
 
 
+_ROWS: dict[tuple[str, str], tuple[tuple[int, str | None, str, bool], ...]] = {}
+
+
+def param_rows(layer: "Layer") -> tuple[tuple[int, str | None, str, bool], ...]:
+    """(id, name or None when no table knows it, value text, is ncnn's default) of every
+    param, in id order; computed once per distinct (type, param line) of a drawing."""
+    key = (layer.type, " ".join(layer.params.tokens()))
+    rows = _ROWS.get(key)
+    if rows is None:
+        out = []
+        for pid, value in sorted(layer.params.items()):
+            info = param_info(layer.type, pid)
+            default = info is not None and _same(value, param_default(layer.type, pid,
+                                                                      layer.params))
+            out.append((pid, info.name if info else None, _fmt(value), default))
+        rows = tuple(out)
+        if len(_ROWS) > 4096:
+            _ROWS.clear()
+        _ROWS[key] = rows
+    return rows
+
+
 def key_params(layer: "Layer") -> str:
     """`name=value` for every param that is not ncnn's default (shape hints left out), in
     id order."""
-    out = []
-    for pid, value in sorted(layer.params.items()):
-        if pid == SHAPE_HINTS:
-            continue
-        info = param_info(layer.type, pid)
-        if info is not None and _same(value, param_default(layer.type, pid, layer.params)):
-            continue
-        out.append(f"{info.name if info else pid}={_fmt(value)}")
-    return " ".join(out)
+    return " ".join(f"{pid if name is None else name}={text}"
+                    for pid, name, text, default in param_rows(layer)
+                    if pid != SHAPE_HINTS and not default)
 
 
 def weight_text(layer: "Layer") -> str:
@@ -54,6 +70,25 @@ def weight_text(layer: "Layer") -> str:
         return ""
     dtypes = sorted({w.dtype for w in lw})
     return f"{'/'.join(dtypes)} {human_bytes(lw.nbytes)}"
+
+
+def layer_info(layer: "Layer", shapes: dict[str, str] | None = None) -> dict:
+    """Everything the side panel shows of a layer, in full: type, name, each bottom and top
+    with its shape, every param (id, name, value, whether it is ncnn's default), weights and
+    the file line."""
+    shapes = shapes or {}
+    params = [[pid, name if name is not None else ("shape hints" if pid == SHAPE_HINTS
+                                                   else ""), text, int(default)]
+              for pid, name, text, default in param_rows(layer)]
+    out: dict = {"type": layer.type, "name": layer.name,
+                 "in": [[b, shapes.get(b, "")] for b in layer.inputs],
+                 "out": [[b, shapes.get(b, "")] for b in layer.outputs], "params": params}
+    if layer.weights is not None and len(layer.weights):
+        out["weights"] = [f"{w.role} {w.dtype} {tuple(w.shape)} {w.nbytes} B"
+                          for w in layer.weights]
+    if layer.source_line is not None:
+        out["line"] = layer.source_line
+    return out
 
 
 def layer_lines(layer: "Layer") -> tuple[list[str], list[str], str]:
@@ -118,18 +153,34 @@ def human_bytes(n: int) -> str:
 
 
 def wrap(text: str, lines: int, n: int = MAX_LINE) -> list[str]:
-    """Words of `text` in at most `lines` lines of `n` characters, the last clipped."""
+    """Words of `text` in at most `lines` lines of about `n` characters. No word is cut:
+    a word longer than a line gets a line of its own, and the words that do not fit are
+    counted at the end (`+3 more: click`), the side panel showing them all."""
+    words = [_summarise(w, n) for w in text.split()]
     out: list[str] = []
     cur = ""
-    for word in text.split():
-        if cur and len(cur) + 1 + len(word) > n and len(out) < lines - 1:
+    for i, word in enumerate(words):
+        if cur and len(cur) + 1 + len(word) > n:
+            if len(out) == lines - 1:
+                rest = len(words) - i
+                out.append(f"{cur} +{rest} more: click")
+                return out
             out.append(cur)
             cur = word
         else:
             cur = f"{cur} {word}" if cur else word
     if cur:
-        out.append(clip(cur, n))
+        out.append(cur)
     return out
+
+
+def _summarise(word: str, n: int) -> str:
+    """A `name=v,v,...` word longer than a line as `name=[K values]` (its values are in the
+    side panel and the tooltip)."""
+    key, eq, val = word.partition("=")
+    if len(word) <= n or not eq or "," not in val:
+        return word
+    return f"{key}=[{val.count(',') + 1} values]"
 
 
 def clip(text: str, n: int = MAX_LINE) -> str:

@@ -568,14 +568,54 @@ def _slice(layer: Layer, ins: Shapes):
     return [_replaced(x, axis, size) for size in sizes]
 
 
+def _crop_exprs(layer: Layer, ins: Shapes, x: Shape):
+    """Crop with shape expressions (`19=` starts, `20=` ends, `21=` numpy axes, e.g. pnnx's
+    `x[:y.size(0)]` as `20="1h"`): each bound evaluated on the inputs; an end that is an
+    int, or the axis' own extent, is modelled; another symbolic end (min(L, e)) is not."""
+    from paramsurgery.analysis.shapes.exprs import eval_shape_expr
+
+    p = layer.params
+    raw = [p.get(pid) for pid in (19, 20, 21)]
+    if any(t is not None and not isinstance(t, str) for t in raw) or not raw[1]:
+        return None
+    texts = [t if isinstance(t, str) else "" for t in raw]
+    starts = eval_shape_expr(texts[0], ins) if texts[0] else None
+    ends = eval_shape_expr(texts[1], ins)
+    axes = eval_shape_expr(texts[2], ins) if texts[2] else None
+    rank = len(x)
+    if ends is None or (texts[0] and starts is None) or (texts[2] and axes is None):
+        return None
+    axes = axes if axes is not None else list(range(len(ends)))
+    starts = starts if starts is not None else [0] * len(ends)
+    if len(axes) != len(ends) or len(starts) != len(ends) or \
+            not all(isinstance(a, int) for a in axes):
+        return None
+    out = list(x)
+    for ax, st, en in zip(axes, starts, ends):
+        assert isinstance(ax, int)
+        ax = ax + rank if ax < 0 else ax
+        if not 0 <= ax < rank or not isinstance(st, int) or st < 0:
+            return None
+        L = x[ax]
+        if isinstance(en, int) and isinstance(L, int):
+            end: MaybeDim = L if en == -233 else (min(L, en) if en >= 0 else L + en)
+        elif en == L or en == -233:
+            end = L
+        else:
+            out[ax] = None  # min(L, e) of a symbolic e: not affine
+            continue
+        out[ax] = sub(end, st)
+    return [tuple(out)]
+
+
 @rule("Crop")
 @first_input_known
 def _crop(layer: Layer, ins: Shapes):
     x = _first(ins)
     p = layer.params
-    rank = len(x)
     if p.get(19) is not None or p.get(20) is not None:
-        return _crop_expr(layer, ins, x)
+        return _crop_exprs(layer, ins, x)
+    rank = len(x)
     if len(ins) > 1 and _i(layer, 0, 0) == -233:
         return None
     starts, ends = _ints(layer, 9), _ints(layer, 10)
@@ -624,45 +664,6 @@ def _crop(layer: Layer, ins: Shapes):
                 return None
             v = min(osz, v)
         out.append(v)
-    if any(isinstance(v, int) and v <= 0 for v in out):
-        return None
-    return [tuple(out)]
-
-
-def _crop_expr(layer: Layer, ins: Shapes, x: Shape):
-    """Crop with `19=starts_expr 20=ends_expr 21=axes_expr` (pnnx's dynamic slices, e.g.
-    `20="1h"`: to bottom 1's h, HF's mask cropped to the key length): the expressions
-    evaluated on the input shapes (ncnn needs all three), then the starts/ends rule. An end
-    that is a symbol is kept only where it provably lies within the axis (the axis itself,
-    or the axis minus a constant); `min(L, end)` is not affine."""
-    from paramsurgery.analysis.shapes.exprs import eval_shape_expr
-
-    texts = [layer.params.get(k) for k in (19, 20, 21)]
-    if not all(isinstance(t, str) for t in texts):
-        return None
-    starts, ends, axes = (eval_shape_expr(t, ins) for t in texts)  # type: ignore[arg-type]
-    if starts is None or ends is None or axes is None or \
-            not (len(starts) == len(ends) == len(axes)):
-        return None
-    rank = len(x)
-    out = list(x)
-    for st, en, ax in zip(starts, ends, axes):
-        if not isinstance(ax, int) or not isinstance(st, int) or st < 0:
-            return None
-        ax = ax + rank if ax < 0 else ax
-        if not 0 <= ax < rank:
-            return None
-        L = x[ax]
-        if isinstance(en, int) and en <= 0:  # from the end (0: to the end, as ncnn)
-            end: MaybeDim = add(L, en)
-        elif isinstance(en, int) and isinstance(L, int):
-            end = min(L, en)
-        else:
-            room = sub(L, en)
-            if not (isinstance(room, int) and room >= 0):
-                return None
-            end = en
-        out[ax] = sub(end, st)
     if any(isinstance(v, int) and v <= 0 for v in out):
         return None
     return [tuple(out)]
