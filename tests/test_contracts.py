@@ -198,6 +198,8 @@ NOT_A_GRAPH = {
     ("requires", "has no Convolution1D"): "add-conv-cache's precondition (nothing to do)",
     ("requires", "cannot stream"): "add-conv-cache's precondition (timeflow analysis)",
     ("requires", "no rule given"): "rewrite's command-line argument",
+    ("requires", "--layer names no layer"): "keep-precision's command-line selection",
+    ("requires", "--keep names no layer"): "quantize-int8's command-line selection",
 }
 
 
