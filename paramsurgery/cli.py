@@ -14,11 +14,14 @@ import importlib
 import os
 import pkgutil
 import sys
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from paramsurgery import __version__
 from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.core.fs import Terminated, signals_raise
+
+if TYPE_CHECKING:
+    from paramsurgery.core import progress
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -30,8 +33,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         prog="paramsurgery",
         description="Exact, verified graph surgery on ncnn models (.param / .param.bin / .bin).")
     parser.add_argument("--version", action="version", version=f"paramsurgery {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     from paramsurgery import commands
+    from paramsurgery.commands._common import CommandParser
+
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
 
     names = sorted(info.name for info in pkgutil.iter_modules(commands.__path__)
                    if not info.name.startswith("_"))
@@ -60,24 +65,38 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None,
          parser: argparse.ArgumentParser | None = None) -> int:
     """Run one command; `parser` (from build_parser) may be reused across calls."""
-    parser = parser or build_parser(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    from paramsurgery.commands._common import command_parser, normalize_argv, suggest_command
+
+    argv = normalize_argv(sys.argv[1:] if argv is None else argv)
+    parser = parser or build_parser(argv)
+    suggest_command(parser, argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # the command's own usage and the closest options, not the top-level usage
+        sub = command_parser(parser, args)
+        if hasattr(sub, "unknown_option_error"):
+            sub.unknown_option_error(extras)
+        parser.error("unrecognized arguments: " + " ".join(extras))
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
     from paramsurgery.commands._common import run_command
+    from paramsurgery.core import progress
 
+    _line_buffered()
+    reporter = progress.Reporter()
     try:
-        with signals_raise():
+        with signals_raise(), progress.use_console(
+                stream=sys.stdout, quiet=bool(getattr(args, "quiet", False)),
+                machine=getattr(args, "format", None) == "json") as reporter:
             code = run_command(args)
     except ParamSurgeryError as exc:
         print(f"{exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(_stopped("interrupted", reporter), file=sys.stderr)
         return 130
     except Terminated as exc:
-        print(f"terminated (signal {exc.signum})", file=sys.stderr)
+        print(_stopped(f"terminated (signal {exc.signum})", reporter), file=sys.stderr)
         return 128 + exc.signum
     except BrokenPipeError:
         return 0
@@ -90,6 +109,23 @@ def main(argv: Sequence[str] | None = None,
     except Exception as exc:  # noqa: BLE001 - last line of defence: no traceback for users
         return _internal_error(exc)
     return int(code or 0)
+
+
+def _line_buffered() -> None:
+    """stdout is flushed at each line (a report streams through a pipe as it is made)."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        try:
+            reconfigure(line_buffering=True)
+        except (ValueError, OSError):  # a closed or detached stream: leave it
+            pass
+
+
+def _stopped(what: str, reporter: "progress.Reporter") -> str:
+    """`terminated (signal 15); finished: kv-cache parity: 3 of 6 run(s)` (what was done;
+    the finished lines themselves were printed as they came)."""
+    done = reporter.interrupted()
+    return what + ("; finished: " + "; ".join(done) if done else "")
 
 
 def _internal_error(exc: Exception) -> int:

@@ -102,12 +102,16 @@ def step_kv_parity(ctx: dict) -> None:
     if "kv_param" not in ctx:
         _say("no kv-cache graph: skipped")
         return
-    bin_path = Path(str(ctx["param"]).replace(".param", ".bin"))
+    bin_path = Path(ctx.get("bin") or str(ctx["param"]).replace(".param", ".bin"))
     if not bin_path.exists():
         _say(f"no weights next to {ctx['param']}: parity skipped")
         return
     report = verify_kvcache(ctx["kv_param"], bin_path, n=9, m=4, reference_param=ctx["param"])
-    _say(report.format())
+    from paramsurgery.core import progress
+
+    rest = progress.unshown(report.format())  # the steps were shown as they finished
+    if rest:
+        _say(rest)
     if not report.ok:
         raise DemoFailed("kv-cache parity failed")
 
@@ -122,10 +126,10 @@ STEPS: list[tuple[str, Callable[[dict], None]]] = [
 ]
 
 
-def run_demo(param: str | None = None) -> int:
+def run_demo(param: str | None = None, bin: str | None = None) -> int:
     path = Path(param) if param else fixture(DEFAULT_GRAPH)
     with tempfile.TemporaryDirectory(prefix="paramsurgery-demo-") as tmp:
-        ctx = {"param": path, "workdir": tmp}
+        ctx = {"param": path, "workdir": tmp, "bin": bin}
         for i, (title, fn) in enumerate(STEPS, 1):
             _say(f"\n== {i}. {title}")
             try:

@@ -22,7 +22,8 @@ def test_info_text_and_json(capsys):
     out = capsys.readouterr().out
     assert "144 layers, 192 blobs" in out and "MultiHeadAttention 12" in out
     assert main(["info", "--format", "json", str(CORPUS / "nanodet_m.param")]) == 0
-    data = json.loads(capsys.readouterr().out)
+    data = json.loads(capsys.readouterr().out)["files"][0]  # one object, files listed
+    assert data["file"] == str(CORPUS / "nanodet_m.param")
     assert data["layers"] == 180 and data["header"] == {"layers": 179, "blobs": 204}
     assert data["outputs"] == ["output"]
 
@@ -69,8 +70,8 @@ def test_fmt_writes_pnnx_layout_atomically(tmp_path):
     # refusing to write the input without --in-place
     r = run_cli("fmt", src, "-o", src)
     assert r.returncode == 2 and "--in-place" in r.stderr
-    r = run_cli("fmt", src)
-    assert r.returncode == 2 and "no output given" in r.stderr
+    r = run_cli("fmt", src)  # the default output rule: <input>.fmt.param beside the input
+    assert r.returncode == 0 and (tmp_path / "in.fmt.param").read_text() == out.read_text()
     assert run_cli("fmt", src, "--in-place").returncode == 0
     assert src.read_text() == out.read_text()
 

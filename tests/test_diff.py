@@ -151,8 +151,9 @@ def test_set_param():
 def test_identical_files_diff_empty(capsys):
     p = str(TINY / "talker_decoder.ported.ncnn.param")
     assert main(["diff", p, p, "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"a": p, "b": p, "added": [], "removed": [],
-                                                   "changed": [], "renamed": []}
+    assert json.loads(capsys.readouterr().out) == {
+        "a": p, "b": p, "added": [], "removed": [], "changed": [], "renamed": [],
+        "files": [{"file": p, "role": "a"}, {"file": p, "role": "b"}]}
     b = str(TINY / "talker_decoder.ported.ncnn.bin")
     assert main(["diff", p, p, "--bin-a", b, "--bin-b", b]) == 0
     assert "no semantic difference" in capsys.readouterr().out

@@ -70,3 +70,16 @@ def test_fix_reduction_flags():
     args = build_parser(["fix-reduction", "m.param"]).parse_args(
         ["fix-reduction", "m.param", "--style", "binaryop"])
     assert args.style == "binaryop" and args.partial is False and args.output is None
+
+
+def test_every_pass_has_its_case_files_and_a_readme_row():
+    """Adding a pass is three places: the pass file, its case file(s), its README row."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    table = repo.joinpath("README.md").read_text().split("## Passes", 1)[1].split("\n## ", 1)[0]
+    rows = set(re.findall(r"^\| `([\w-]+)` \|", table, re.M))
+    missing_cases = [n for n in base.all_passes()
+                     if not list((repo / "tests" / "cases" / n.replace("-", "_")).glob("*.case"))]
+    missing_rows = [n for n in base.all_passes() if n not in rows]
+    assert missing_cases == [] and missing_rows == []

@@ -67,7 +67,7 @@ def _export_tools() -> str | None:
 
 def test_list_covers_every_fixture_case(capsys) -> None:  # noqa: ANN001
     assert main(["repro", "list", "--format", "json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["cases"]
     assert sorted(r["id"] for r in rows) == _fixture_cases() == sorted(C.case_ids())
     for r in rows:
         case = C.get_case(r["id"])

@@ -11,7 +11,7 @@ import paramsurgery
 from paramsurgery.cli import main
 from paramsurgery.view.layout import layered_layout
 from paramsurgery.view.page import graph_page, values_page
-from paramsurgery.view.scene import build_scene, neighbourhood
+from paramsurgery.view.scene import build_scene, hub_layers, neighbourhood
 from paramsurgery.view.svg import render_svg
 
 from conftest import FIXTURES
@@ -99,10 +99,23 @@ def test_around_and_the_size_limit(tmp_path, capsys):
                                                                    *g.successors(lay)))
     out = tmp_path / "a.html"
     assert main(["view", str(REAL_TALKER), "--around", "sdpa_564", "--depth", "2", "-o",
-                 str(out)]) == 0
+                 str(out), "--expand-hubs"]) == 0
     html = out.read_text()
     assert html.count('class="box layer') == len(near)
     assert 'class="box cut cut"' in html  # the border of the neighbourhood
+    # by default the walk stops at the hubs (the mask's and rope tables' Splits, read by
+    # every block): each is one stub, and the neighbourhood stays in its block
+    hubs = hub_layers(g)
+    assert {g.layer(i).name for i in hubs} == {"splitncnn_1", "splitncnn_3", "splitncnn_4"}
+    few = neighbourhood(g, "sdpa_564", 2, hubs=hubs)
+    assert len(few) == 9 and not few & hubs
+    assert main(["view", str(REAL_TALKER), "--around", "sdpa_564", "--depth", "2", "-o",
+                 str(out)]) == 0
+    html = out.read_text()
+    assert html.count('class="box layer') == 9
+    assert html.count('class="box hub hub"') == 3
+    assert "hubs drawn as one stub each (--expand-hubs draws through them): splitncnn_1 (Split, " \
+        "28 readers), splitncnn_3 (Split, 56 readers), splitncnn_4 (Split, 56 readers)" in html
     # too big without --around: a refusal that says what to do, exit 2, no page
     big = tmp_path / "big.html"
     assert main(["view", str(REAL_TALKER), "--max-layers", "100", "-o", str(big)]) == 2

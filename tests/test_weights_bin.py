@@ -265,7 +265,7 @@ def test_synth_bin_and_info_cli(tmp_path, capsys):
     assert g.weights.size == out.stat().st_size
     capsys.readouterr()
     assert _cli(["info", str(p), "--bin", str(out), "--format", "json"]) == 0
-    s = json.loads(capsys.readouterr().out)["weights"]
+    s = json.loads(capsys.readouterr().out)["files"][0]["weights"]
     assert s["total_bytes"] == out.stat().st_size
     assert set(s["by_type"]) == {"Convolution", "Embed", "InnerProduct", "LayerNorm"}
     assert set(s["by_dtype"]) == {"fp16", "raw"}

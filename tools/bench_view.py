@@ -16,20 +16,30 @@ import argparse
 import json
 import sys
 import tempfile
-import time  # noqa: F401
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import paramsurgery  # noqa: E402
-from bench import best, residual_chain  # noqa: E402
+from bench_graphs import residual_chain  # noqa: E402
 from paramsurgery.view.labels import blob_shapes  # noqa: E402
 from paramsurgery.view.page import graph_page  # noqa: E402
 from paramsurgery.view.scene import neighbourhood  # noqa: E402
 
 REAL_TALKER = (Path(__file__).resolve().parent.parent / "fixtures" / "qwen3_tts" / "real"
                / "talker_decoder.ported.ncnn.param")
+
+
+def best(fn, repeat: int) -> tuple[float, object]:
+    """The least wall time of `repeat` calls of `fn`, and its last result."""
+    times, result = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), result
 
 
 def page_of(path: Path, around: str | None = None, depth: int = 10) -> str:

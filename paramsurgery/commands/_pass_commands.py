@@ -9,7 +9,7 @@ import argparse
 from typing import Container
 
 from paramsurgery.commands._common import add_pass_args
-from paramsurgery.commands._runner import add_bin_arg, run_param_pass
+from paramsurgery.commands._runner import run_param_pass
 
 
 def register_pass_commands(sub: argparse._SubParsersAction, taken: Container[str]) -> None:
@@ -20,7 +20,6 @@ def register_pass_commands(sub: argparse._SubParsersAction, taken: Container[str
             continue
         p = sub.add_parser(name, help=cls.summary, description=cls.summary)
         add_pass_args(p, cls.tag)
-        add_bin_arg(p)
         cls.add_args(p)
 
         def run(args: argparse.Namespace, cls: type[Pass] = cls, tag: str = cls.tag) -> int:

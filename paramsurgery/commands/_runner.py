@@ -143,6 +143,11 @@ class GraphCommand:
     def outputs(self, args: argparse.Namespace) -> Outputs:
         bin_in = getattr(args, "bin", None)
         if self.prefix:
+            from paramsurgery.commands._common import is_stdin
+
+            if args.output in (None, "-") and (is_stdin(args.param) or args.output == "-"):
+                raise ParamSurgeryError("this command writes several files: give -o PREFIX",
+                                        file=args.param)
             prefix = args.output or (self.default_prefix(args.param) if self.default_prefix
                                      else _stem(derived_output(args.param, self.tag)))
             if prefix.endswith(".param"):
@@ -174,6 +179,14 @@ class GraphCommand:
             need = "--verify needs" if getattr(args, "verify", False) else "this command needs"
             raise ParamSurgeryError(f"{need} the weights (--bin model.bin)", file=args.param)
         out = self.outputs(args)
+        from paramsurgery.core import progress
+
+        if out.param == "-":  # stdout carries the graph: the report and progress go to stderr
+            progress.redirect(sys.stderr)
+        if self.verify is not None and getattr(args, "verify", False):
+            progress.plan(f"{getattr(args, 'command', None) or self.tag}: {args.param} -> "
+                          f"{out.param}: rewriting, then proving the result through ncnn "
+                          f"before anything is written", aside=True)
         source = load(args.param, bin=bin_in) if bin_in else load(args.param)
         if self.prepare is not None:
             self.prepare(args, source)
@@ -203,10 +216,13 @@ class GraphCommand:
 
     def _writers(self, run: Run) -> dict[str, Writer]:
         """Role → writer of every file this run may write (`param`, `bin`, extras)."""
-        from paramsurgery.formats.io import param_bytes
+        from paramsurgery.formats.io import names_file, param_bytes
 
         data = param_bytes(run.graph, run.out.param)  # a .param.bin output stays binary
         writers: dict[str, Writer] = {"param": lambda fh: fh.write(data)}
+        names = names_file(run.graph, run.out.param)  # and keeps its names beside it
+        if names is not None:
+            writers["names"] = lambda fh: fh.write(names[1])
         if run.weights_changed:
             from paramsurgery.formats.weights import write_weights
 
@@ -224,6 +240,10 @@ class GraphCommand:
             return
         unchanged = not run.result.modified and out.param == args.param
         paths = {**out.extra, "param": out.param}
+        if "names" in writers:
+            from paramsurgery.formats.param_bin import id_h_path
+
+            paths["names"] = id_h_path(out.param)
         if "bin" in writers and out.bin:
             paths["bin"] = out.bin
         todo: dict[str | os.PathLike, Callable[[IO[Any]], None]] = {
@@ -252,7 +272,8 @@ class GraphCommand:
                 data["verify"] = run.check.to_json()
             if self.json is not None:
                 data.update(self.json(run))
-            print_json(data)
+            data["files"] = self._files(run)
+            print_json(data, stream=sys.stderr if out.param == "-" else None)
             return self.exit_code(run) if self.exit_code is not None else 0
         stream = sys.stderr if out.param == "-" else sys.stdout
         for line in self._summary(run):
@@ -260,7 +281,11 @@ class GraphCommand:
         for line in self.text(run) if self.text is not None else []:
             print(line, file=stream)
         if run.check is not None:
-            print(run.check.format(), file=stream)
+            from paramsurgery.core import progress
+
+            rest = progress.unshown(run.check.format())  # lines shown as they came: not again
+            if rest:
+                print(rest, file=stream)
         if self.bin_note and run.bin_note:
             print(run.bin_note, file=stream)
         if out.param != "-":
@@ -269,6 +294,18 @@ class GraphCommand:
             print("wrote " + ", ".join(written) if changed else f"{out.param} unchanged",
                   file=stream)
         return self.exit_code(run) if self.exit_code is not None else 0
+
+    def _files(self, run: Run) -> list[dict[str, Any]]:
+        """Every file read or written, with its role (the JSON `files` list)."""
+        args, out = run.args, run.out
+        files: list[dict[str, Any]] = [{"file": args.param, "role": "input"}]
+        if getattr(args, "bin", None):
+            files.append({"file": args.bin, "role": "weights"})
+        files.append({"file": out.param, "role": "output"})
+        if out.bin:
+            files.append({"file": out.bin, "role": "output weights"})
+        files += [{"file": path, "role": role} for role, path in out.extra.items()]
+        return files
 
     def _summary(self, run: Run) -> list[str]:
         if self.summary is not None:
@@ -316,14 +353,16 @@ def _staged(run: Run, writers: dict[str, Writer], tmp: str) -> Outputs:
 # --------------------------------------------------------------------------- shared options
 
 def add_bin_arg(p: argparse.ArgumentParser, *, positional: bool = False,
-                required: bool = False) -> None:
-    """The weights: `--bin B` (or a positional `bin`, optional unless `required`)."""
-    what = ("its weights (.bin): checked against the graph, then rewritten next to the "
-            "output when the pass changes a weighted layer, else linked (or copied)")
-    if positional:
-        p.add_argument("bin", nargs=None if required else "?", help=what)
-    else:
-        p.add_argument("--bin", help=what)
+                required: bool = False, what: str | None = None) -> None:
+    """The weights: `--bin B` on every command; `positional` also keeps the positional
+    `.bin` after the model as an alias (the commands that had one); `required`: one of the
+    two must be given (`_common.resolve_bin` joins them into `args.bin`)."""
+    what = what or ("its weights (.bin): checked against the graph, then rewritten next to "
+                    "the output when the pass changes a weighted layer, else linked (or "
+                    "copied)")
+    from paramsurgery.commands._common import add_weights_arg
+
+    add_weights_arg(p, what, positional=positional, required=required)
 
 
 def add_pnnx_arg(p: argparse.ArgumentParser, what: str = "traced shapes") -> None:

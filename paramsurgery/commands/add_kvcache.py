@@ -57,9 +57,25 @@ def _json(run: Run) -> dict:
     new, parity = run.graph, run.check
     return {"header": {"before": [len(run.source), run.source.blob_count()],
                        "after": [len(new), new.blob_count()]},
+            "changes": _machine_changes(run),
             "cache": [s.__dict__ for s in run.result.data.get("slots", [])],
-            "parity": None if parity is None else {
-                "ok": parity.ok, "steps": [s.__dict__ for s in parity.steps]}}
+            "parity": None if parity is None else parity.to_json()}
+
+
+def _machine_changes(run: Run) -> list[dict]:
+    """The edits as values, not prose: each layer's bottom/top counts and blobs before and
+    after, and the params set (`{"7": 1}`); an added layer's type and tops."""
+    before = {layer.name: layer for layer in run.source}
+    out = []
+    for c in run.result.changes:
+        new, old = run.graph.find(c.layer), before.get(c.layer)
+        entry: dict = {"layer": c.layer, "what": c.what, "line": c.line}
+        for key, layer in (("before", old), ("after", new)):
+            entry[key] = None if layer is None else {
+                "type": layer.type, "bottoms": list(layer.inputs), "tops": list(layer.outputs),
+                "params": {str(k): v for k, v in layer.params.items()}}
+        out.append(entry)
+    return out
 
 
 def _text(run: Run) -> list[str]:

@@ -26,8 +26,10 @@ from paramsurgery.commands._common import add_format_arg, add_input_arg, command
 def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, __doc__, run)
     add_input_arg(p, "the ncnn graph under test (.param)")
-    p.add_argument("bin", nargs="?", help="its weights (default: A.bin / A.ncnn.bin next to it; "
-                                          "none for weightless graphs)")
+    from paramsurgery.commands._common import add_weights_arg
+
+    add_weights_arg(p, "its weights (default: A.bin / A.ncnn.bin next to it; none for "
+                       "weightless graphs)", positional=True)
     ref = p.add_mutually_exclusive_group(required=True)
     ref.add_argument("--reference", metavar="B.param", help="another ncnn graph to compare with")
     ref.add_argument("--pnnx", metavar="X.pnnx.param",
@@ -39,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "allowed; batch_index_<blob> scalars optional); reference outputs "
                         "out0…/output_* in it are checked too (--pnnx). Default: random "
                         "arrays at pnnx's traced shapes (X_ncnn.py / X.pnnx.param)")
-    from paramsurgery.analysis.shapes.spec import add_inputshape_arg
+    from paramsurgery.commands._common import add_inputshape_arg
 
     add_inputshape_arg(p)
     p.add_argument("--at", action="append", default=[], metavar="SYM=N",
@@ -125,7 +127,10 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         _write_html(args.html, graph, report)
     if args.format == "json":
-        print_json(report.to_json())
+        print_json({**report.to_json(), "files": [
+            {"file": args.param, "role": "input"},
+            *([{"file": args.bin, "role": "weights"}] if args.bin else []),
+            {"file": args.reference or args.pnnx, "role": "reference"}]})
     else:
         print(report.format_text(show_all=args.all))
     return 1 if report.first_divergence() is not None or report.status != "ok" else 0
@@ -136,21 +141,32 @@ SHAPE_MISMATCH_REL = 1e6
 
 
 def _write_html(path: str, graph, report) -> None:
-    """The view page with the largest relative error of each layer's compared tops."""
+    """The view page with the largest relative error of each layer's compared tops, the
+    tolerance as the colour break (a layer with a top out of tolerance is never green),
+    a legend, and the first divergence outlined (the page opens on it)."""
     from paramsurgery.core.fs import atomic_write
+    from paramsurgery.verify.compare.report import DIFFERS
     from paramsurgery.view.page import values_page
 
     per_layer: dict[str, float] = {}
+    over: set[str] = set()
     for row in report.compared:
         rel = row.error.rel if row.error is not None else 0.0
         rel = SHAPE_MISMATCH_REL if rel == float("inf") else rel
         per_layer[row.layer] = max(per_layer.get(row.layer, 0.0), rel)
+        if row.status == DIFFERS:
+            over.add(row.layer)
     fd = report.first_divergence()
     summary = report.format_text().splitlines()[-1]
     if fd is not None and fd.note:
         summary += f"\n{fd.layer}: {fd.note}"
+    summary += (f"\ncolours: green = within tolerance (max|a-b| <= atol {report.atol:g} + rtol "
+                f"{report.rtol:g} * max|b|), yellow to red = out of it, by rel = "
+                f"max|a-b| / max|b|")
     atomic_write(path, values_page(graph, per_layer, label="rel", summary=summary,
-                                   title=f"{report.target} vs {report.reference}"))
+                                   title=f"{report.target} vs {report.reference}",
+                                   threshold=report.rtol, over=over,
+                                   first=fd.layer if fd is not None else None))
 
 
 def _concrete_inputshape(args: argparse.Namespace, graph) -> dict | None:

@@ -6,13 +6,41 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from paramsurgery.commands._common import add_format_arg, add_input_arg, add_weights_arg
+
     p = sub.add_parser("demo", help="run info, validate and a verified round trip on the "
-                       "bundled graph (or on PARAM)")
-    p.add_argument("param", nargs="?", help="use this .param instead of the bundled one")
+                       "bundled graph (or on PARAM)",
+                       description="The main job, step by step, on the bundled tiny talker "
+                       "decoder (or on PARAM): lint, info, validate, a byte-identical round "
+                       "trip, add-kvcache and its parity through ncnn.")
+    add_input_arg(p, "use this .param instead of the bundled one", nargs="?")
+    add_weights_arg(p, "PARAM's weights (default: the .bin beside it)")
+    add_format_arg(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from paramsurgery.demo import run_demo
 
-    return run_demo(args.param)
+    if args.format == "text":
+        return run_demo(args.param, args.bin)
+    import contextlib
+    import io
+
+    from paramsurgery.commands._common import print_json
+
+    log = io.StringIO()
+    with contextlib.redirect_stdout(log):
+        code = run_demo(args.param, args.bin)
+    steps: list[dict] = []
+    for line in log.getvalue().splitlines():
+        if line.startswith("== "):
+            number, _, title = line[3:].partition(". ")
+            steps.append({"step": int(number), "title": title, "ok": True, "lines": []})
+        elif steps and line:
+            steps[-1]["lines"].append(line)
+            if line.startswith("FAILED"):
+                steps[-1]["ok"] = False
+    print_json({"ok": code == 0, "steps": steps,
+                "files": [{"file": args.param or "<bundled>", "role": "input"}]})
+    return code

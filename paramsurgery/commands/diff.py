@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, __doc__, run)
     add_input_arg(p, "the first .param", "a")
     add_input_arg(p, "the second .param", "b")
-    p.add_argument("--bin-a", metavar="BIN", help="A's weights (compare weights by hash)")
+    p.add_argument("--bin-a", "--bin", dest="bin_a", metavar="BIN",
+                   help="A's weights (compare weights by hash; --bin is the same)")
     p.add_argument("--bin-b", metavar="BIN", help="B's weights")
     p.add_argument("--html", metavar="PAGE", help="also write both graphs side by side with "
                    "the changes coloured")
@@ -41,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
 
         atomic_write(args.html, diff_page(a, b, d))
     if args.format == "json":
-        print_json(d.to_json())
+        print_json({**d.to_json(), "files": [{"file": args.a, "role": "a"},
+                                             {"file": args.b, "role": "b"}]})
     else:
         print(d.format())
         if args.html:

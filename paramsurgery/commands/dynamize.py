@@ -6,7 +6,7 @@ import argparse
 
 from paramsurgery.commands._common import add_pass_args
 from paramsurgery.commands._runner import run_param_pass
-from paramsurgery.commands._runner import add_bin_arg, add_pnnx_arg, traced_path
+from paramsurgery.commands._runner import add_pnnx_arg, traced_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +34,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "symbol of the shape analysis, which proves each rewrite (needs "
                         "pnnx's IR: X.pnnx.param or --pnnx)")
     add_pnnx_arg(p)
-    add_bin_arg(p)  # with --pair-bin: position tables traced at T extended from the pair's
     p.add_argument("--pair-bin", metavar="OTHER_BIN", help="the weights of --pair")
     p.add_argument("--pair-pnnx", metavar="OTHER_PNNX_PARAM",
                    help="pnnx's IR of --pair (default: next to it)")

@@ -5,23 +5,36 @@ from __future__ import annotations
 import argparse
 
 from paramsurgery.formats.io import load
-from paramsurgery.commands._common import add_output_args, output_path, write_graph
+from paramsurgery.commands._common import (add_format_arg, add_input_arg, add_output_args,
+                                           add_weights_arg, default_output, print_json,
+                                           write_graph)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fmt", help="normalise a .param to pnnx's format (layout, param order, "
-                       "float spelling, header counts)")
-    p.add_argument("param", help="input .param")
-    add_output_args(p)
+                       "float spelling, header counts)",
+                       description="Rewrite a .param in pnnx's canonical layout: line layout, "
+                       "param order, float spelling, header counts. Writes <input>.fmt.param "
+                       "unless -o / --in-place.")
+    add_input_arg(p)
+    add_output_args(p, "output .param (default: <input>.fmt.param)")
+    add_weights_arg(p, "its weights (.bin): checked against the graph (fmt changes no "
+                       "weight)")
+    add_format_arg(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    out = output_path(args, args.param)
-    g = load(args.param)
+    out = default_output(args, "fmt")
+    g = load(args.param, bin=args.bin)
     from paramsurgery.formats.normalize import normalize
 
     normalize(g)
-    assert out is not None  # required
-    write_graph(g, out, f"wrote {{out}} ({len(g)} layers, {g.blob_count()} blobs)")
+    note = f"wrote {{out}} ({len(g)} layers, {g.blob_count()} blobs)"
+    write_graph(g, out, note if args.format == "text" else None)
+    if args.format == "json":
+        print_json({"output": out, "layers": len(g), "blobs": g.blob_count(),
+                    "files": [{"file": args.param, "role": "input"},
+                              {"file": out, "role": "output"}]},
+                   stream=__import__("sys").stderr if out == "-" else None)
     return 0

@@ -7,10 +7,11 @@ import os
 import tempfile
 
 from paramsurgery.core.errors import ParamSurgeryError
-from paramsurgery.analysis.shapes.spec import add_inputshape_arg, inputshape_from_args
+from paramsurgery.analysis.shapes.spec import inputshape_from_args
+from paramsurgery.commands._common import add_inputshape_arg
 from paramsurgery.commands._common import add_pass_args
 from paramsurgery.commands._runner import run_param_pass
-from paramsurgery.commands._runner import add_bin_arg, add_verify_args
+from paramsurgery.commands._runner import add_verify_args
 from paramsurgery.formats.param_text import dump_bytes
 
 
@@ -26,7 +27,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--verify: the non-cache inputs of each call, arrays named "
                         "'<input>@<step>' (step 0 = prefill) in ncnn layout")
     add_inputshape_arg(p)
-    add_bin_arg(p)
     p.set_defaults(run=run)
 
 

@@ -10,8 +10,10 @@ from paramsurgery.commands._common import add_format_arg, print_json
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("info", help="summarise a graph (counts, types, inputs/outputs)")
-    p.add_argument("param", nargs="+", help=".param or .param.bin file(s)")
-    p.add_argument("--bin", help="weights file: adds weight bytes per layer type and dtype")
+    from paramsurgery.commands._common import add_input_arg, add_weights_arg
+
+    add_input_arg(p, ".param or .param.bin file(s)", nargs="+")
+    add_weights_arg(p, "weights file: adds weight bytes per layer type and dtype")
     add_format_arg(p)
     p.set_defaults(run=run)
 
@@ -28,8 +30,8 @@ def run(args: argparse.Namespace) -> int:
 
             s["weights"] = weight_summary(g)
         results.append(s)
-    if args.format == "json":
-        print_json(results[0] if len(results) == 1 else results)
+    if args.format == "json":  # one object, a `files` entry per file, however many
+        print_json({"files": results})
     else:
         print("\n\n".join(format_summary(s) for s in results))
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from paramsurgery.commands._common import add_pass_args
-from paramsurgery.commands._runner import add_bin_arg, add_partial_arg, add_pnnx_arg, traced_path
+from paramsurgery.commands._runner import add_partial_arg, add_pnnx_arg, traced_path
 from paramsurgery.commands.set_param import run_located
 
 
@@ -19,7 +19,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--skip-rules", metavar="NAME,...", help="leave these rules out")
     add_partial_arg(p)
     p.add_argument("--list-rules", action="store_true", help="print the rules and exit")
-    add_bin_arg(p)  # needed by rules that add constants (arange's position table)
     p.add_argument("--traced-len", type=int, metavar="T",
                    help="the length pnnx traced at first (when its X_ncnn.py is not next to "
                         "the file): a constant pnnx folded equal to it is read as that length")

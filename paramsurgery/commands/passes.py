@@ -18,8 +18,8 @@ def run(args: argparse.Namespace) -> int:
 
     passes = all_passes()
     if args.format == "json":
-        print_json([{"name": n, "summary": c.summary, "command": c.command}
-                    for n, c in passes.items()])
+        print_json({"passes": [{"name": n, "summary": c.summary, "command": c.command}
+                               for n, c in passes.items()]})
         return 0
     width = max(len(n) for n in passes) if passes else 0
     for name, cls in passes.items():

@@ -31,7 +31,7 @@ MODES = ("fp16", "bf16", "int8")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from paramsurgery.analysis.shapes.spec import add_inputshape_arg
+    from paramsurgery.commands._common import add_inputshape_arg
     from paramsurgery.verify.precision.metrics import METRICS
 
     p = command(sub, __doc__, run)
@@ -136,7 +136,10 @@ def run(args: argparse.Namespace) -> int:
         _write_html(args.html, graph, res)
         written.append(args.html)
     if args.format == "json":
-        print_json(_json(args, res, source, written))
+        print_json({**_json(args, res, source, written), "files": [
+            {"file": args.param, "role": "input"},
+            *([{"file": args.bin, "role": "weights"}] if args.bin else []),
+            *([{"file": args.output, "role": "output"}] if written else [])]})
     else:
         print("\n".join(_text(args, res, source, metric, written)))
     return 0 if ok else 1

@@ -34,8 +34,10 @@ What fails (one of):
 
 exit: 0 reduced, 1 the source graph does not fail, 2 usage or input error.""")
     p.add_argument("param", help="the failing .param")
-    p.add_argument("bin", nargs="?", help="its .bin (kept byte-exact in the outputs); without "
-                   "it ncnn runs with zero weights")
+    from paramsurgery.commands._common import add_weights_arg
+
+    add_weights_arg(p, "its .bin (kept byte-exact in the outputs); without it ncnn runs with "
+                       "zero weights", positional=True)
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--check", metavar="CMD", help="command template (no shell)")
     what.add_argument("--predicate", metavar="MOD:FN", help="Python predicate")
@@ -64,7 +66,6 @@ exit: 0 reduced, 1 the source graph does not fail, 2 usage or input error.""")
     p.add_argument("--replay", metavar="JSON", help="reuse the verdicts of an earlier replay.json")
     p.add_argument("-o", "--output", metavar="DIR",
                    help="output directory (default: <param>.reduce/)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     add_format_arg(p)
     p.set_defaults(run=run)
 
@@ -123,7 +124,9 @@ def run(args: argparse.Namespace) -> int:
         "passing_layers": r.passing.layers if r.passing else None,
         "runs": r.runs, "steps": len(r.steps), "seconds": round(r.seconds, 2),
         "weights_layers_checked": res.weights_checked,
-        "files": {k: str(v) for k, v in res.files.items()},
+        "files": [{"file": args.param, "role": "input"},
+                  *([{"file": args.bin, "role": "weights"}] if args.bin else []),
+                  *({"file": str(v), "role": k} for k, v in res.files.items())],
     }
     if args.format == "json":
         print_json(summary)

@@ -34,6 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ip.add_argument("--fresh", action="store_true",
                     help="export and run now with the installed torch/pnnx/ncnn instead of "
                          "using the committed fixture")
+    add_format_arg(ip)
     ip.add_argument("--no-lint", action="store_true",
                     help="leave out the `paramsurgery lint` findings")
 
@@ -49,8 +50,9 @@ def run_list(args: argparse.Namespace) -> int:
     from paramsurgery.repro.catalogue import format_rows, rows
 
     table = rows()
-    if args.format == "json":
-        print_json(table)
+    if args.format == "json":  # one object (README "JSON output")
+        print_json({"cases": table, "files": [{"file": c["fixture"], "role": "fixture"}
+                                              for c in table if c.get("fixture")]})
     else:
         print(format_rows(table))
     return 0
@@ -111,6 +113,11 @@ def run_issue(args: argparse.Namespace) -> int:
         written = write_issue(args.id, args.output, use_fresh=args.fresh, lint=not args.no_lint)
     except KeyError as exc:
         raise ParamSurgeryError(str(exc.args[0])) from None
+    if args.format == "json":
+        print_json({"case": args.id, "output": args.output,
+                    "files": [{"file": str(path), "role": str(role)}
+                              for role, path in written.items()]})
+        return 0
     for path in written.values():
         print(path)
     return 0

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import argparse
 
-from paramsurgery.commands._common import add_format_arg, add_report_arg, output_path, print_json, write_graph
+import sys
+
+from paramsurgery.commands._common import (add_format_arg, add_report_arg, default_output,
+                                           print_json, write_graph)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from paramsurgery.analysis.shapes.spec import add_inputshape_arg
+    from paramsurgery.commands._common import add_inputshape_arg
 
     p = sub.add_parser("shapes", help="every blob's shape (numpy order of the ncnn.Mat), "
                        "symbolic in the input sizes; --write-hints writes -23330 hints")
-    p.add_argument("param", help=".param or .param.bin file")
-    p.add_argument("--bin", metavar="B", help="weights for --oracle (default: zeros)")
+    from paramsurgery.commands._common import add_input_arg, add_weights_arg
+
+    add_input_arg(p, ".param or .param.bin file")
+    add_weights_arg(p, "weights for --oracle (default: zeros)")
     add_inputshape_arg(p)
     how = p.add_mutually_exclusive_group()
     how.add_argument("--static", dest="oracle", action="store_false",
@@ -29,8 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="ignore the file's -23330 hints")
     p.add_argument("--write-hints", action="store_true",
                    help="write -23330 shape hints (ncnnoptimize's format) for every layer "
-                        "whose output shapes are known; -o / --in-place")
-    p.add_argument("-o", "--output", metavar="PATH", help="--write-hints: output .param")
+                        "whose output shapes are known (default output: "
+                        "<input>.hints.param; -o / --in-place)")
+    p.add_argument("-o", "--output", metavar="PATH",
+                   help="--write-hints: output .param ('-' for stdout)")
     p.add_argument("--in-place", action="store_true", help="--write-hints: overwrite the input")
     add_report_arg(p)
     add_format_arg(p)
@@ -52,20 +59,25 @@ def run(args: argparse.Namespace) -> int:
     if args.write_hints:
         from paramsurgery.analysis.shapes.hints import write_hints
 
-        out = output_path(args, args.param)
+        out = default_output(args, "hints")
         if sm.symbols():
             raise ParamSurgeryError("-23330 hints hold numbers: give concrete input shapes "
                                     f"(symbols {', '.join(sm.symbols())} are not allowed)",
                                     file=args.param)
         changed = write_hints(g, sm)
-        assert out is not None  # required
-        write_graph(g, out, f"{changed} layer(s) got new hints; wrote {{out}}")
+        write_graph(g, out, f"{changed} layer(s) got new hints; wrote {{out}}"
+                    if args.format == "text" else None)
+        if args.format == "json":
+            print_json({"output": out, "hinted": changed,
+                        "files": [{"file": args.param, "role": "input"},
+                                  {"file": out, "role": "output"}]},
+                       stream=sys.stderr if out == "-" else None)
         return 0
     if args.output or args.in_place:
         raise ParamSurgeryError("-o / --in-place go with --write-hints", file=args.param)
     order = g.blob_names()
     if args.format == "json":
-        print_json(sm.to_json(order))
+        print_json({**sm.to_json(order), "files": [{"file": args.param, "role": "input"}]})
         return 0
     width = max((len(b) for b in order), default=0)
     for b in order:

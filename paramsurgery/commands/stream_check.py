@@ -21,7 +21,9 @@ from paramsurgery.commands.add_conv_cache import parse_chunks
 def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, __doc__, run)
     add_input_arg(p, "the original (offline) .param")
-    add_input_arg(p, "its weights (.bin)", "bin")
+    from paramsurgery.commands._common import add_weights_arg
+
+    add_weights_arg(p, "its weights (.bin)", positional=True, required=True)
     p.add_argument("--chunks", default="1,3,2", help="chunk sizes in frames (default 1,3,2)")
     p.add_argument("--frames", type=int, help="total frames: repeat the --chunks pattern "
                    "until this many frames (default: one pass of --chunks)")
@@ -84,7 +86,9 @@ def run(args: argparse.Namespace) -> int:
                     "flush_samples": report.flush_samples, "problems": report.problems,
                     "noise_floor": report.noise_floor,
                     "states": len(manifest["states"]),
-                    "samples_per_frame": manifest["samples_per_frame"]})
+                    "samples_per_frame": manifest["samples_per_frame"],
+                    "files": [{"file": args.param, "role": "input"},
+                              {"file": args.bin, "role": "weights"}]})
     else:
         print(report.format())
         if args.keep:

@@ -18,9 +18,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Write a .bin with small random weights (uniform ±sqrt(3/fan_in), biases "
                     "±0.1, norm scales ≈ 1) in exactly the layout the .param makes ncnn read, "
                     "so a param-only graph can be loaded and run. Deterministic in --seed.")
-    p.add_argument("param", help=".param or .param.bin file")
-    p.add_argument("-o", "--output", required=True, metavar="BIN",
-                   help="output .bin (written atomically)")
+    from paramsurgery.commands._common import add_format_arg, add_input_arg
+
+    add_input_arg(p, ".param or .param.bin file")
+    p.add_argument("-o", "--output", "--bin", dest="output", metavar="BIN",
+                   help="output .bin (written atomically; default: <input>.bin beside the "
+                        "input, as ncnn pairs them; '-' for stdout)")
     p.add_argument("--force", action="store_true",
                    help="replace BIN if it exists (it may hold real weights)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -31,23 +34,42 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="arrays by layer name to write as given instead of random (one-weight "
                         "MemoryData layers: e.g. the constants pnnx folded from its trace, "
                         "kept from the export whose weights were not)")
+    add_format_arg(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from paramsurgery.formats.weights.synth import write_synth_bin
 
+    from paramsurgery.commands._common import print_json
+    from paramsurgery.commands._runner import bin_path_for
+    from paramsurgery.core import progress
+
     g = load(args.param)
-    if os.path.exists(args.output) and os.path.samefile(args.output, args.param):
+    out = args.output or bin_path_for(args.param)
+    if out != "-" and os.path.exists(out) and os.path.samefile(out, args.param):
         raise ParamSurgeryError("-o names the input .param", file=args.param)
-    if os.path.lexists(args.output) and not args.force:
+    if out != "-" and os.path.lexists(out) and not args.force:
         raise ParamSurgeryError("exists; random weights would replace it (pass --force to "
-                                "overwrite)", file=args.output)
+                                "overwrite)", file=out)
     given = _read_values(args.keep_values) if args.keep_values else None
-    with atomic_open(args.output) as fh:
-        n = write_synth_bin(g, fh, seed=args.seed, dtype=args.dtype, given=given)
-    print(f"{args.output}: {n} bytes of {args.dtype} weights for {len(g)} layers",
-          file=sys.stderr)
+    progress.redirect(sys.stderr)  # the weights may go to stdout
+    progress.plan(f"synth-bin: {args.param} -> {out}: {args.dtype} weights for {len(g)} "
+                  f"layers, seed {args.seed}")
+    if out == "-":
+        n = write_synth_bin(g, sys.stdout.buffer, seed=args.seed, dtype=args.dtype,
+                            given=given)
+    else:
+        with atomic_open(out) as fh:
+            n = write_synth_bin(g, fh, seed=args.seed, dtype=args.dtype, given=given)
+    if args.format == "json":
+        print_json({"output": out, "bytes": n, "dtype": args.dtype, "layers": len(g),
+                    "seed": args.seed, "files": [{"file": args.param, "role": "input"},
+                                                 {"file": out, "role": "weights"}]},
+                   stream=sys.stderr if out == "-" else sys.stdout)
+    else:
+        print(f"{out}: {n} bytes of {args.dtype} weights for {len(g)} layers",
+              file=sys.stderr)
     return 0
 
 

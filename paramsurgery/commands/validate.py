@@ -13,7 +13,11 @@ from paramsurgery.analysis.validate import validate
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check graph invariants (order, single producer, "
                        "dangling bottoms, Split discipline, header counts)")
-    p.add_argument("param", nargs="+", help=".param file(s)")
+    from paramsurgery.commands._common import add_input_arg, add_weights_arg
+
+    add_input_arg(p, ".param file(s)", nargs="+")
+    add_weights_arg(p, "weights (.bin, one file only): also checked against the graph "
+                       "(a mismatch names the layer, exit 2)")
     add_format_arg(p)
     p.set_defaults(run=run)
 
@@ -21,8 +25,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     status = 0
     report = []
+    if args.bin and len(args.param) > 1:
+        from paramsurgery.core.errors import ParamSurgeryError
+
+        raise ParamSurgeryError("--bin goes with one file")
     for path in args.param:
-        g = load(path)
+        g = load(path, bin=args.bin)
         findings = validate(g)
         if any(f.severity == ERROR for f in findings):
             status = 1
@@ -34,5 +42,5 @@ def run(args: argparse.Namespace) -> int:
             if not findings:
                 print(f"{path}: ok ({len(g)} layers, {g.blob_count()} blobs)")
     if args.format == "json":
-        print_json(report)
+        print_json({"files": report})
     return status

@@ -16,7 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify-kvcache", help="prove a kv-cache decoder matches a full prefill "
                        "through ncnn (per-step max abs/rel error)")
     p.add_argument("param", help="the decoder with kv cache (.param)")
-    p.add_argument("bin", help="its weights (.bin)")
+    from paramsurgery.commands._common import add_weights_arg
+
+    add_weights_arg(p, "its weights (.bin)", positional=True, required=True)
     p.add_argument("--n", type=int, default=8, help="prefill length (default 8)")
     p.add_argument("--m", type=int, default=4, help="single-token steps (default 4)")
     p.add_argument("--tol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
@@ -70,9 +72,13 @@ def run(args: argparse.Namespace) -> int:
                             seed=args.seed, reference_param=args.reference,
                             inputshape=inputshape_of(args) or None, inputs=args.inputs)
     if args.format == "json":
-        print_json({"ok": report.ok, "n": report.n, "m": report.m, "tol": report.tol,
-                    "error": report.error, "reference_rel": report.reference_rel,
-                    "steps": [s.__dict__ for s in report.steps]})
+        print_json({**report.to_json(),
+                    "files": [{"file": args.param, "role": "input"},
+                              {"file": args.bin, "role": "weights"}]})
     else:
-        print(report.format())
+        from paramsurgery.core import progress
+
+        rest = progress.unshown(report.format())  # the steps were printed as they finished
+        if rest:
+            print(rest)
     return 0 if report.ok else 1

@@ -51,15 +51,34 @@ def param_bytes(g: "Graph", path: str | os.PathLike) -> bytes:
     return dump_bytes(g)
 
 
+def names_file(g: "Graph", path: str | os.PathLike) -> tuple[str, bytes] | None:
+    """The file that keeps the names of a `.param.bin` (which stores none): `x.id.h`
+    beside `x.param.bin`, ncnn2mem's format, read back when `x.param.bin` is loaded.
+    None for a text `.param` (and stdout)."""
+    path_s = os.fspath(path)
+    if not path_s.endswith(".param.bin"):
+        return None
+    from paramsurgery.formats.param_bin import id_h_path, write_id_h
+
+    stem = os.path.basename(path_s)[: -len(".param.bin")]
+    return id_h_path(path_s), write_id_h(g, stem)
+
+
 def save(g: "Graph", path: str | os.PathLike, bin: str | os.PathLike | None = None) -> None:
-    """Write the `.param` (text, or binary if the path ends in `.param.bin`) atomically,
-    and the `.bin` too when a path is given and weights are loaded."""
+    """Write the `.param` (text, or binary if the path ends in `.param.bin`, with its names
+    in `x.id.h` beside it) atomically, and the `.bin` too when a path is given and weights
+    are loaded."""
     path_s = os.fspath(path)
     data = param_bytes(g, path_s)
-    if bin is None:
+    names = names_file(g, path_s)
+    if bin is None and names is None:
         atomic_write(path_s, data)
         return
-    from paramsurgery.formats.weights import write_weights
+    files = {path_s: lambda fh: fh.write(data)}
+    if names is not None:
+        files[names[0]] = lambda fh: fh.write(names[1])
+    if bin is not None:
+        from paramsurgery.formats.weights import write_weights
 
-    atomic_write_many({path_s: lambda fh: fh.write(data),
-                       os.fspath(bin): lambda fh: write_weights(g, fh)})
+        files[os.fspath(bin)] = lambda fh: write_weights(g, fh)
+    atomic_write_many(files)

@@ -256,7 +256,7 @@ def read_param_bin(data: bytes, path: str | None = None, *,
 
 # --------------------------------------------------------------------------- names
 
-_IDH_RE = re.compile(r"const int (LAYER|BLOB|TYPEINDEX)_(\S+) = (-?\d+);")
+_IDH_RE = re.compile(r"const int (LAYER|BLOB|TYPEINDEX)_(\S+) = (-?\d+);(?:[ \t]*// (\S+))?")
 
 
 def _restore_names(path, names, records, layer_names, blob_names,
@@ -327,8 +327,8 @@ def _names_from_idh(cand, records, layer_names, blob_names, type_names) -> bool:
     layers: dict[int, str] = {}
     blobs: dict[int, str] = {}
     types: dict[int, str] = {}
-    for kind, name, val in _IDH_RE.findall(text):
-        {"LAYER": layers, "BLOB": blobs, "TYPEINDEX": types}[kind][int(val)] = name
+    for kind, name, val, exact in _IDH_RE.findall(text):
+        {"LAYER": layers, "BLOB": blobs, "TYPEINDEX": types}[kind][int(val)] = exact or name
     if not layers and not blobs:
         return False
     if any(i >= len(records) for i in layers):
@@ -462,26 +462,18 @@ def encode_params(params: Params) -> bytes:
                     for pid, value, text in params.encoding())
 
 
-def write_param_bin(g: Graph) -> bytes:
-    """Serialise a graph as `.param.bin`. A graph read from `.param.bin` and not modified is
-    written back byte for byte; otherwise every record is rebuilt (unedited params keep their
-    raw bytes)."""
+def _layout(g: Graph) -> tuple[bool, list[Layer], list[tuple[list[int], list[int]]], int]:
+    """How `write_param_bin` lays `g` out: whether the records are written back raw, the
+    layers written, each one's bottom and top blob indexes, the blob count."""
     layers = g.layers
     src = g.source
     extra = src.extra or {}
     raw_ok = (src.format == "param.bin" and not g.modified and "param_bin_header" in extra
               and all(not layer.edited and "param_bin_params" in layer.meta for layer in layers))
     if raw_ok:
-        parts = [extra["param_bin_header"]]
-        for layer in layers:
-            m = layer.meta
-            b, t = m["param_bin_blobs"]
-            parts.append(struct.pack(f"<3i{len(b)}i{len(t)}i", m["param_bin_type"], len(b),
-                                     len(t), *b, *t))
-            parts.append(m["param_bin_params"])
-        parts.append(extra.get("param_bin_trailer", b""))
-        return b"".join(parts)
-
+        blobs = [(list(layer.meta["param_bin_blobs"][0]), list(layer.meta["param_bin_blobs"][1]))
+                 for layer in layers]
+        return True, layers, blobs, 1 + max((i for b, t in blobs for i in (*b, *t)), default=0)
     declared_layers = src.declared_layers
     if (not g.modified and declared_layers is not None and 0 < declared_layers < len(layers)
             and src.format == "param"):
@@ -489,14 +481,8 @@ def write_param_bin(g: Graph) -> bytes:
         layers = layers[:declared_layers]
     index: dict[str, int] = {}
     nblobs = 0
-    custom: dict[str, int] = {}
-    body = []
+    out = []
     for layer in layers:
-        t = layer.type
-        if t in TYPE_INDEX:
-            typeindex = TYPE_INDEX[t]
-        else:  # ncnn2mem: custom types numbered by first appearance
-            typeindex = CUSTOM_BIT | custom.setdefault(t, len(custom))
         bottoms = []
         for b in layer.inputs:
             if b not in index:
@@ -508,6 +494,35 @@ def write_param_bin(g: Graph) -> bytes:
             tops.append(nblobs)
             index.setdefault(b, nblobs)
             nblobs += 1
+        out.append((bottoms, tops))
+    return False, layers, out, nblobs
+
+
+def write_param_bin(g: Graph) -> bytes:
+    """Serialise a graph as `.param.bin`. A graph read from `.param.bin` and not modified is
+    written back byte for byte; otherwise every record is rebuilt (unedited params keep their
+    raw bytes)."""
+    src = g.source
+    extra = src.extra or {}
+    raw_ok, layers, blobs, nblobs = _layout(g)
+    if raw_ok:
+        parts = [extra["param_bin_header"]]
+        for layer in layers:
+            m = layer.meta
+            b, t = m["param_bin_blobs"]
+            parts.append(struct.pack(f"<3i{len(b)}i{len(t)}i", m["param_bin_type"], len(b),
+                                     len(t), *b, *t))
+            parts.append(m["param_bin_params"])
+        parts.append(extra.get("param_bin_trailer", b""))
+        return b"".join(parts)
+    custom: dict[str, int] = {}
+    body = []
+    for layer, (bottoms, tops) in zip(layers, blobs):
+        t = layer.type
+        if t in TYPE_INDEX:
+            typeindex = TYPE_INDEX[t]
+        else:  # ncnn2mem: custom types numbered by first appearance
+            typeindex = CUSTOM_BIT | custom.setdefault(t, len(custom))
         body.append(struct.pack(f"<3i{len(bottoms)}i{len(tops)}i", typeindex, len(bottoms),
                                 len(tops), *bottoms, *tops))
         raw = layer.meta_value("param_bin_params")
@@ -521,3 +536,43 @@ def write_param_bin(g: Graph) -> bytes:
     header = struct.pack("<3i", MAGIC, len(layers), blob_count)
     trailer = extra.get("param_bin_trailer", b"") if src.format == "param.bin" else b""
     return header + b"".join(body) + trailer
+
+
+def id_h_path(param_bin: str) -> str:
+    """`x.id.h` for `x.param.bin`: where ncnn2mem writes the names, and where reading
+    `x.param.bin` looks for them."""
+    return param_bin[: -len(".param.bin")] + ".id.h"
+
+
+def write_id_h(g: Graph, name: str = "model") -> bytes:
+    """The names of the `.param.bin` `write_param_bin(g)` writes, as ncnn2mem's `x.id.h`
+    (`const int LAYER_<name> = i;`, `const int BLOB_<name> = i;`, `TYPEINDEX_<type>` for
+    custom types), so reading it back, `diff` and `--report` show the layer and blob names.
+    A name that is not a C identifier is written the way ncnn2mem sanitises it, with the
+    name itself in a comment after it, which the reader takes."""
+    _raw, layers, blobs, _n = _layout(g)
+    ns = _c_ident(name)
+    lines = [f"#ifndef NCNN_INCLUDE_GUARD_{ns}_id_h", f"#define NCNN_INCLUDE_GUARD_{ns}_id_h",
+             f"namespace {ns}_param_id {{"]
+    custom: dict[str, int] = {}
+    seen: set[int] = set()
+    for i, layer in enumerate(layers):
+        lines.append(_id_line("LAYER", layer.name, i))
+        if layer.type not in TYPE_INDEX and layer.type not in custom:
+            custom[layer.type] = CUSTOM_BIT | len(custom)
+            lines.append(_id_line("TYPEINDEX", layer.type, custom[layer.type]))
+        for idx, blob in zip((*blobs[i][0], *blobs[i][1]), (*layer.inputs, *layer.outputs)):
+            if idx not in seen:
+                seen.add(idx)
+                lines.append(_id_line("BLOB", blob, idx))
+    lines += ["} // namespace " + f"{ns}_param_id", "#endif", ""]
+    return "\n".join(lines).encode("utf-8")
+
+
+def _c_ident(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+def _id_line(kind: str, name: str, value: int) -> str:
+    ident = _c_ident(name)
+    return f"const int {kind}_{ident} = {value};" + (f" // {name}" if ident != name else "")

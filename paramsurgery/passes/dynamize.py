@@ -34,6 +34,7 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.values import Kind, int_list
 from paramsurgery.formats import pnnx_traced as _traced
+from paramsurgery.passes.causal_mask import CausalMask, prove_causal, rebuild
 from paramsurgery.passes.dynamize_shapes import int_params
 from paramsurgery.passes.base import (TRACED_LEN, FixInput, Pass, PassResult, RepairContext, register)
 from paramsurgery.core.changes import Change
@@ -421,6 +422,7 @@ class Dynamize(Pass):
             by_layer.setdefault(s.layer.id, []).append(s)
         length_axis = None
         tables: list[Layer] = []
+        masks: list[CausalMask] = []
         for ss in by_layer.values():
             layer = ss[0].layer
             t = layer.type
@@ -459,6 +461,10 @@ class Dynamize(Pass):
                 for s in ss:
                     plan.append(self._crop_plan(layer, s, length_axis))
             elif t == "MemoryData":
+                cm = self._causal_mask(g, layer)
+                if cm is not None:
+                    masks.append(cm)
+                    continue
                 why = self._table_plan(g, layer, ss)
                 if why is not None:
                     raise PassRefused(f"{layer.name}: MemoryData {ss[0].pid}={ss[0].value} is a "
@@ -474,14 +480,36 @@ class Dynamize(Pass):
             self._apply_table(g, layer, by_layer[layer.id], result)
         if tables:
             g.insert_splits()  # the Crops read a blob other layers read too
+        for cm in masks:
+            result.changes.append(rebuild(g, cm))
         for s, new, how in planned:
             self._apply(s, new)
             what = f"{s.pid}" + ("" if s.index is None else f"[{s.index}]")
             extra = f", {self._fit(s.value, s.other)}" if s.other is not None else ""
             result.changes.append(Change(s.layer.name, f"{what} ({how}{extra})", s.value, new,
                                          s.layer.source_line))
-        result.modified = bool(planned) or bool(tables)
+        result.modified = bool(planned) or bool(tables) or bool(masks)
         return result
+
+    def _causal_mask(self, g: Graph, layer: Layer) -> "CausalMask | None":
+        """The causal mask a MemoryData holds when its values prove it one in this export
+        and (with --pair) in the paired one, its side the traced length of each; None
+        otherwise (the table rules then decide)."""
+        try:
+            cm = prove_causal(g, layer)
+            other = self.pair.find(layer.name) if self.pair is not None else None
+            cm2 = prove_causal(self.pair, other) if self.pair is not None and \
+                other is not None else None
+        except PassRefused:
+            return None
+        if self.pair is not None and cm2 is None:
+            return None
+        self._infer_lengths()
+        if self.T is not None and cm.side != self.T:
+            return None
+        if cm2 is not None and self.T2 is not None and cm2.side != self.T2:
+            return None
+        return cm
 
     # ------------------------------------------------------------------ position tables
     def _table_plan(self, g: Graph, layer: Layer, ss: list[_Site]) -> str | None:
@@ -553,11 +581,14 @@ class Dynamize(Pass):
         crop_out = g.unique_blob_name(f"{top}_rows")
         g.replace_uses(top, crop_out)
         g.add_layer("Crop", g.unique_layer_name(f"{layer.name}_rows"), [top, ref], [crop_out],
-                    {19: "0", 20: f"1{letter}", 21: str(ax)})
+                    {19: "0", 20: f"1{letter}", 21: str(ax)}, after=layer)
+        g.toposort()  # `ref` may be produced after the table
         result.changes.append(Change(layer.name, f"position table: the paired export's "
                                      f"{s.other} rows (its first {s.value} equal these), cropped "
                                      f"to the run-time {letter} of {ref!r}", before,
                                      " ".join(layer.params.tokens()), layer.source_line))
+        result.notes.append(f"{layer.name}: a position table of {s.other} rows: the result is "
+                            f"exact for lengths up to {s.other}")
 
     def _infer_lengths(self) -> None:
         if self.T is not None and self.T2 is not None:

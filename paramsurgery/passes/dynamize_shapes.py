@@ -18,6 +18,9 @@ it, so the layers after it see the symbolic shapes too:
 - a MemoryData position table (rows = T0) read by RotaryEmbed: proven a cos/sin table with
   row p at position p (`cos(p·θ)`, `sin(p·θ)`), cropped at run time to the input's length:
   exact for T ≤ T0 (the traced rows; `--pair` gives a longer table);
+- a MemoryData (T0, T0) read as SDPA masks: proven a causal mask from its values and
+  rebuilt from the SDPA's run-time query/key lengths (`causal_mask.py`); any other
+  MemoryData holding T0 → refused, naming it;
 - a param equal to T0 on a Gemm/Reshape/Crop/Slice whose input shape is not known there →
   refused (it could be length-derived).
 """
@@ -38,6 +41,7 @@ from paramsurgery.analysis.shapes.exprs import eval_shape_expr
 from paramsurgery.analysis.shapes.rules import infer_layer
 from paramsurgery.core.changes import Change
 from paramsurgery.passes.base import PassResult
+from paramsurgery.passes.causal_mask import CausalMask, prove_causal, rebuild
 
 SYMBOL = "T"
 RESHAPE_DIMS = {0: "w", 1: "h", 11: "d", 2: "c"}
@@ -158,6 +162,7 @@ class ShapeDynamize:
     # ------------------------------------------------------------------ run
     def run(self, g: Graph) -> PassResult:
         tables: list[Layer] = []
+        masks: list[CausalMask] = []  # folded causal masks: checked after the walk
         unknown: list[str] = []  # a traced-length value where the shapes are not known
         for layer in list(g):
             ins = [self.shapes.get(b) for b in layer.inputs]
@@ -172,6 +177,8 @@ class ShapeDynamize:
                 self._crop(layer, ins)
             elif layer.type == "MemoryData" and self._table_rows(layer) is not None:
                 tables.append(layer)
+            elif layer.type == "MemoryData" and self._holds_traced_len(layer):
+                masks.append(self._mask(g, layer))
             outs = self._infer(layer, ins)
             for i, blob in enumerate(layer.outputs):
                 if blob in self.spec.inputs:
@@ -186,7 +193,11 @@ class ShapeDynamize:
                               f"the input's shape there, so it cannot tell whether it is "
                               f"length-derived; give {self.fallback} (the same model traced "
                               f"at another length) or --traced-len with --layers")
+        for cm in masks:
+            self._check_mask_lengths(cm)
         proven = [self._table(g, layer) for layer in tables]  # all before any rewrite
+        for cm in masks:
+            self.changes.append(rebuild(g, cm))
         for layer, letter, ref in proven:
             self._extend_and_crop(g, layer, letter, ref)
         if tables:
@@ -196,6 +207,32 @@ class ShapeDynamize:
         result.notes.extend(self.bounded)
         result.data["length_spec"] = self.spec
         return result
+
+    def _mask(self, g: Graph, layer: Layer) -> CausalMask:
+        """A MemoryData holding the traced length that is not a position table: proven a
+        causal mask (rebuilt from the run-time lengths), else refused."""
+        try:
+            return prove_causal(g, layer)
+        except PassRefused as exc:
+            why = exc.message.split(": ", 1)[-1]
+            raise PassRefused(f"{layer.name}: MemoryData with the traced length "
+                              f"{self.spec.traced_len} in its shape, neither a position table "
+                              f"(read by RotaryEmbed) nor a causal mask ({why}): a constant "
+                              f"right at the traced length only; make it an input of the "
+                              f"export", line=layer.source_line) from None
+
+    def _check_mask_lengths(self, cm: CausalMask) -> None:
+        """The reading SDPAs' query and key lengths follow the input length and equal the
+        mask's side at the traced length."""
+        for sdpa in cm.readers:
+            for what, blob in (("query", sdpa.inputs[0]), ("key", sdpa.inputs[1])):
+                shape = self.shapes.get(blob)
+                d = shape[-2] if shape is not None and len(shape) >= 2 else None
+                if not isinstance(d, Affine) or self._at(d) != cm.side:
+                    raise self._refuse(cm.layer, f"a causal mask of side {cm.side} read by "
+                                                 f"{sdpa.name}, whose {what} length ({blob!r}: "
+                                                 f"{d}) is not known to be the input length "
+                                                 f"(= {cm.side} at the trace)")
 
     def _holds_traced_len(self, layer: Layer) -> bool:
         t0 = self.spec.traced_len

@@ -45,14 +45,15 @@ class FixBatchReshape(Pass):
         for m in todo:
             r1, r2, target = m.layer, m["r2"], m["target"]
             line = r1.source_line
-            before = f"{r1.name} ({r1.params}) + {r2.name} ({r2.params})"
+            before = (f"{r1.name} ({' '.join(r1.params.tokens())}) + "
+                      f"{r2.name} ({' '.join(r2.params.tokens())})")
             ids = (0, 1, 2) if len(target) == 3 else DIM_PARAMS  # w,h,c | w,h,d,c
             params = {k: v for k, v in zip(ids, target)}
             src, out, name = r1.inputs[0], r2.outputs[0], r2.name
             g.remove_layer(r2)
-            g.replace_layer(r1, "Reshape", name, inputs=[src], outputs=[out], params=params)
+            new = g.replace_layer(r1, "Reshape", name, inputs=[src], outputs=[out], params=params)
             result.changes.append(Change(name, "lossy batch reshape pair merged", before,
-                                         f"Reshape {name} {params}", line))
+                                         f"Reshape {name} {' '.join(new.params.tokens())}", line))
             result.modified = True
         if not todo:
             result.notes.append("no lossy batch reshape pair")

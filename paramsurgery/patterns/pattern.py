@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from paramsurgery.core.layer_params import param_default
 from paramsurgery.core.match import MatchFailure, MatchStatus
+from paramsurgery.core.ncnn import BinaryOpType
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.patterns.match import above_splits, readers_through_splits
@@ -26,8 +27,8 @@ from paramsurgery.patterns.match import above_splits, readers_through_splits
 if TYPE_CHECKING:
     from paramsurgery.patterns.rule_file import LayerLine, RewriteRule
 
-# BinaryOp op types whose two operands commute (ncnn binaryop.h: add, mul, max, min)
-COMMUTATIVE_BINARY = (0, 2, 4, 5)
+# BinaryOp op types whose two operands commute
+COMMUTATIVE_BINARY = (BinaryOpType.ADD, BinaryOpType.MUL, BinaryOpType.MAX, BinaryOpType.MIN)
 REL_TOL = 1e-6
 
 

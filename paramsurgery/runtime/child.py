@@ -20,7 +20,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence, Union
+from typing import Callable, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -308,10 +308,17 @@ def run_isolated(param: str | os.PathLike, bin: str | os.PathLike | None,
 
 
 def run_module_child(module: str, arg: str | os.PathLike, result: Path,
-                     timeout: float) -> str | None:
+                     timeout: float, on_line: Callable[[str], None] | None = None
+                     ) -> str | None:
     """Run `python -m <module> <arg>` (a child that writes `result`); None when it did, else
-    what went wrong (signal or exit code and the end of its stderr)."""
-    proc = run_child(*module_argv(module, arg), timeout=timeout)
+    what went wrong (signal or exit code and the end of its stderr). `on_line`: each line
+    the child prints on stdout, as it prints it (finished steps, for progress)."""
+    if on_line is not None:
+        from paramsurgery.runtime.launch import stream_child
+
+        proc = stream_child(*module_argv(module, arg), timeout=timeout, on_line=on_line)
+    else:
+        proc = run_child(*module_argv(module, arg), timeout=timeout)
     if proc.ok and result.exists():
         return None
     return f"ncnn run failed ({proc.how()}) {proc.tail()}".strip()

@@ -99,3 +99,60 @@ def start_child(*args: str | os.PathLike, stdin: int | IO | None = None,
 def module_argv(module: str, *args: str | os.PathLike) -> Sequence[str]:
     """`-m module ARGS...` for `run_child` / `start_child`."""
     return ["-m", module, *(os.fspath(a) for a in args)]
+
+
+def stream_child(*args: str | os.PathLike, timeout: float, on_line: Any,
+                 env: Mapping[str, str] | None = None) -> ChildRun:
+    """Run `python ARGS...` to its end (or its timeout), handing each line the child
+    prints on stdout to `on_line(text)` as it comes (a child reporting finished steps).
+    The child is killed when the caller is interrupted (SIGINT, SIGTERM as `Terminated`).
+    `stdout` of the result is what the child printed, `stderr` its error output."""
+    import selectors
+    import tempfile
+    import time
+
+    deadline = time.monotonic() + timeout
+    lines: list[str] = []
+    with tempfile.TemporaryFile() as err:
+        proc = start_child(*args, stdout=subprocess.PIPE, stderr=err, env=env, bufsize=0)
+        assert proc.stdout is not None
+        try:
+            sel = selectors.DefaultSelector()
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            pending = b""
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    proc.kill()
+                    proc.wait()
+                    err.seek(0)
+                    return ChildRun(None, "".join(lines), err.read().decode("utf-8", "replace"),
+                                    timeout)
+                if not sel.select(min(left, 1.0)):
+                    continue
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                pending += chunk
+                while b"\n" in pending:
+                    raw, pending = pending.split(b"\n", 1)
+                    text = raw.decode("utf-8", "replace")
+                    lines.append(text + "\n")
+                    on_line(text)
+            if pending:
+                lines.append(pending.decode("utf-8", "replace"))
+                on_line(pending.decode("utf-8", "replace"))
+            proc.wait(max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            err.seek(0)
+            return ChildRun(None, "".join(lines), err.read().decode("utf-8", "replace"), timeout)
+        finally:
+            if proc.poll() is None:  # interrupted (or on_line raised): the child goes too
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+        err.seek(0)
+        return ChildRun(proc.returncode, "".join(lines), err.read().decode("utf-8", "replace"),
+                        timeout)

@@ -71,12 +71,28 @@ class ParityReport:
 
         rows = [] if self.reference_rel is None else [
             f"full prefill vs graph without cache: rel {self.reference_rel:.3e}"]
-        rows += [f"{s.label:<10} positions {s.positions[0]:>3}..{s.positions[1] - 1:<3} "
-                 f"max_abs {s.max_abs:.3e}  rel {s.max_rel:.3e}  "
-                 f"{'ok' if s.max_rel <= self.tol else 'MISMATCH'}" for s in self.steps]
-        return format_parity(f"kv-cache parity: prefill {self.n} + {self.m} single-token steps "
-                             f"vs a full prefill of {self.n + self.m} (tolerance rel {self.tol:g})",
-                             self.error, rows, self.ok, failed="FAILED to run")
+        rows += [self.row(s) for s in self.steps]
+        return format_parity(self.header(), self.error, rows, self.ok, failed="FAILED to run")
+
+    def header(self) -> str:
+        return (f"kv-cache parity: prefill {self.n} + {self.m} single-token steps "
+                f"vs a full prefill of {self.n + self.m} (tolerance rel {self.tol:g})")
+
+    def row(self, s: StepResult) -> str:
+        """One step's line; positions as a closed range `first..last` (JSON: `first`,
+        `last`)."""
+        return (f"{s.label:<10} positions {s.positions[0]:>3}..{s.positions[1] - 1:<3} "
+                f"max_abs {s.max_abs:.3e}  rel {s.max_rel:.3e}  "
+                f"{'ok' if s.max_rel <= self.tol else 'MISMATCH'}")
+
+    def to_json(self) -> dict:
+        """The machine form: positions as the closed range the text shows."""
+        return {"ok": self.ok, "n": self.n, "m": self.m, "tol": self.tol, "error": self.error,
+                "reference_rel": self.reference_rel,
+                "steps": [{"label": s.label, "first": s.positions[0],
+                           "last": s.positions[1] - 1, "max_abs": s.max_abs,
+                           "max_rel": s.max_rel, "ok": s.max_rel <= self.tol}
+                          for s in self.steps]}
 
 
 # --------------------------------------------------------------------------- inference
@@ -264,11 +280,47 @@ def _verify_generic(g: Graph, param, bin, slots, n: int, m: int, io: DecoderIO,
 
 def _run_child(spec: dict, tmp: Path, report: ParityReport, timeout: float) -> ParityReport:
     """The check's two sides, one after the other, each in its own child process: only one
-    net's weights are resident at a time, and only the compared outputs come back."""
-    data = _run_side({**spec, "role": "candidate"}, tmp, timeout)
-    if data.get("error") is None and spec.get("reference_param"):
-        ref = _run_side({**spec, "role": "reference", "param": spec["reference_param"]}, tmp,
-                        timeout)
+    net's weights are resident at a time, and only the compared outputs come back. The
+    current progress reporter gets the plan (the header) at once and each step's line as
+    the child finishes it."""
+    from paramsurgery.core import progress
+
+    reference = bool(spec.get("reference_param"))
+    progress.plan(report.header())
+    with progress.task("kv-cache parity", total=report.m + 2 + reference, unit="run") as task:
+        def on_line(text: str) -> None:
+            try:
+                item = json.loads(text)
+            except ValueError:
+                return  # not a step record (a library printing on stdout)
+            if not isinstance(item, dict) or "label" not in item:
+                return
+            if item["label"] == "full prefill":
+                last = item["positions"][1] - 1
+                task.done(f"  full prefill positions 0..{last} (what each step must equal)")
+                return
+            step = StepResult(item["label"], tuple(item["positions"]), item["max_abs"],
+                              item["max_rel"])
+            task.done("  " + report.row(step))
+
+        data = _run_side({**spec, "role": "candidate"}, tmp, timeout, on_line)
+        ref: dict | None = None
+        if data.get("error") is None and reference:
+            ref = _run_side({**spec, "role": "reference", "param": spec["reference_param"]},
+                            tmp, timeout)
+            task.done()
+        report = _finish(tmp, report, data, ref)
+        if report.error is None:
+            if report.reference_rel is not None:
+                progress.line(f"  full prefill vs graph without cache: rel "
+                              f"{report.reference_rel:.3e}")
+            progress.line("  parity: " + ("ok" if report.ok else "FAILED"))
+    return report
+
+
+def _finish(tmp: Path, report: ParityReport, data: dict, ref: dict | None) -> ParityReport:
+    """The report from the sides' results (`ref`: the graph without cache, when run)."""
+    if ref is not None:
         if ref.get("error") is not None:
             data = ref
         else:
@@ -283,15 +335,17 @@ def _run_child(spec: dict, tmp: Path, report: ParityReport, timeout: float) -> P
     return report
 
 
-def _run_side(spec: dict, tmp: Path, timeout: float) -> dict:
-    """One side in a child process: its result, or {"error": what went wrong}."""
+def _run_side(spec: dict, tmp: Path, timeout: float, on_line=None) -> dict:
+    """One side in a child process: its result, or {"error": what went wrong}. `on_line`
+    gets each step record (a JSON line) the child prints as it finishes the step."""
     from paramsurgery.runtime.child import run_module_child
 
     role = spec["role"]
     spec_path = tmp / f"{role}.json"
     spec_path.write_text(json.dumps(spec))
     out_path = tmp / f"{role}.result.json"
-    error = run_module_child("paramsurgery.verify.kvcache", spec_path, out_path, timeout)
+    error = run_module_child("paramsurgery.verify.kvcache", spec_path, out_path, timeout,
+                             on_line=on_line)
     return {"error": error} if error else json.loads(out_path.read_text())
 
 
@@ -388,17 +442,23 @@ def _child(spec_path: Path) -> int:
             np.save(spec_path.parent / "reference.npy", ref)
             out_path.write_text(json.dumps({"steps": []}))
             return 0
+        def tell(item: dict) -> None:  # the parent shows each step as it is finished
+            print(json.dumps(item), flush=True)
+
         full, _ = call(net, 0, total, 0, {})
         np.save(spec_path.parent / "candidate.npy", full)
+        tell({"label": "full prefill", "positions": [0, total]})
         steps: list[dict[str, object]] = []
         pre, caches = call(net, 0, n, 0, {})
         d, r = _rel(pre, full[:n])
         steps.append({"label": "prefill", "positions": [0, n], "max_abs": d, "max_rel": r})
+        tell(steps[-1])
         for t in range(n, total):
             out, caches = call(net, t, t + 1, t, caches)
             d, r = _rel(out, full[t:t + 1])
             steps.append({"label": f"step {t - n + 1}", "positions": [t, t + 1], "max_abs": d,
                           "max_rel": r})
+            tell(steps[-1])
         result: dict[str, object] = {"steps": steps}
     except (RuntimeError, NcnnRunError) as exc:
         result = {"error": str(exc)}

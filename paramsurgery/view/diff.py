@@ -49,6 +49,34 @@ class LayerChange:
                 "weights": None if self.weights is None else
                 {"before": self.weights[0], "after": self.weights[1]}}
 
+    def box_lines(self, width: int = 40) -> list[str]:
+        """What changed, as box lines of about `width` characters, nothing cut: every
+        param with its value before and after, the bottoms and tops that came and went,
+        the weights."""
+        from paramsurgery.core.layer_params import param_name
+
+        out: list[str] = []
+        if self.type_change:
+            out.append(f"type {self.type_change[0]} → {self.type_change[1]}")
+        for k, (b, a) in (self.params or {}).items():
+            out.extend(_wrap_words(f"{param_name(self.type, k)}: {_show(b)} → {_show(a)}",
+                                   width))
+        for what, pair in (("in", self.inputs), ("out", self.outputs)):
+            if pair is None:
+                continue
+            before, after = pair
+            gone = [x for x in before if x not in after]
+            new = [x for x in after if x not in before]
+            if not gone and not new:
+                out.append(f"{what}: order {' '.join(before)} → {' '.join(after)}")
+            if gone:
+                out.extend(_wrap_words(f"-{what}: " + " ".join(gone), width))
+            if new:
+                out.extend(_wrap_words(f"+{what}: " + " ".join(new), width))
+        if self.weights:
+            out.append(f"weights {self.weights[0][:8]} → {self.weights[1][:8]}")
+        return out
+
     def format(self) -> list[str]:
         lines = [f"~ {self.layer} ({self.type})"]
         if self.type_change:
@@ -231,6 +259,22 @@ def _same_blobs(xa: tuple[str, ...], xb: tuple[str, ...], b: "Graph",
         if x != y and (b.has_blob(x) or a_to_b_blob.get(x) != y):
             return False
     return True
+
+
+def _wrap_words(text: str, width: int) -> list[str]:
+    """`text` in lines of about `width` characters, broken between words or after the
+    commas of a value list; nothing is dropped."""
+    pieces = [p for p in text.replace(",", ",\0").replace(" ", " \0").split("\0") if p]
+    out: list[str] = []
+    cur = ""
+    for piece in pieces:
+        if cur.strip() and len(cur) + len(piece.rstrip()) > width:
+            out.append(cur.rstrip())
+            cur = "  "
+        cur += piece
+    if cur.strip():
+        out.append(cur.rstrip())
+    return out
 
 
 def _where(lay: "Layer") -> str:

@@ -56,6 +56,29 @@ def weight_text(layer: "Layer") -> str:
     return f"{'/'.join(dtypes)} {human_bytes(lw.nbytes)}"
 
 
+def layer_info(layer: "Layer", shapes: dict[str, str] | None = None) -> dict:
+    """Everything the side panel shows of a layer, in full: type, name, each bottom and top
+    with its shape, every param (id, name, value, whether it is ncnn's default), weights and
+    the file line."""
+    shapes = shapes or {}
+    params = []
+    for pid, value in sorted(layer.params.items()):
+        info = param_info(layer.type, pid)
+        default = info is not None and _same(value, param_default(layer.type, pid,
+                                                                  layer.params))
+        params.append([pid, info.name if info else ("shape hints" if pid == SHAPE_HINTS
+                                                    else ""), _fmt(value), int(default)])
+    out: dict = {"type": layer.type, "name": layer.name,
+                 "in": [[b, shapes.get(b, "")] for b in layer.inputs],
+                 "out": [[b, shapes.get(b, "")] for b in layer.outputs], "params": params}
+    if layer.weights is not None and len(layer.weights):
+        out["weights"] = [f"{w.role} {w.dtype} {tuple(w.shape)} {w.nbytes} B"
+                          for w in layer.weights]
+    if layer.source_line is not None:
+        out["line"] = layer.source_line
+    return out
+
+
 def layer_lines(layer: "Layer") -> tuple[list[str], list[str], str]:
     """The box lines, their css classes (type, name, params, weights) and the tooltip."""
     params = wrap(key_params(layer), PARAM_LINES)
@@ -118,18 +141,34 @@ def human_bytes(n: int) -> str:
 
 
 def wrap(text: str, lines: int, n: int = MAX_LINE) -> list[str]:
-    """Words of `text` in at most `lines` lines of `n` characters, the last clipped."""
+    """Words of `text` in at most `lines` lines of about `n` characters. No word is cut:
+    a word longer than a line gets a line of its own, and the words that do not fit are
+    counted at the end (`+3 more: click`), the side panel showing them all."""
+    words = [_summarise(w, n) for w in text.split()]
     out: list[str] = []
     cur = ""
-    for word in text.split():
-        if cur and len(cur) + 1 + len(word) > n and len(out) < lines - 1:
+    for i, word in enumerate(words):
+        if cur and len(cur) + 1 + len(word) > n:
+            if len(out) == lines - 1:
+                rest = len(words) - i
+                out.append(f"{cur} +{rest} more: click")
+                return out
             out.append(cur)
             cur = word
         else:
             cur = f"{cur} {word}" if cur else word
     if cur:
-        out.append(clip(cur, n))
+        out.append(cur)
     return out
+
+
+def _summarise(word: str, n: int) -> str:
+    """A `name=v,v,...` word longer than a line as `name=[K values]` (its values are in the
+    side panel and the tooltip)."""
+    key, eq, val = word.partition("=")
+    if len(word) <= n or not eq or "," not in val:
+        return word
+    return f"{key}=[{val.count(',') + 1} values]"
 
 
 def clip(text: str, n: int = MAX_LINE) -> str:

@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
 from paramsurgery.core.errors import ParamSurgeryError
-from paramsurgery.view.labels import clip, layer_kind, layer_lines
+from paramsurgery.view.labels import clip, layer_info, layer_kind, layer_lines
 from paramsurgery.view.layout import Placed, layered_layout
 
 if TYPE_CHECKING:
     from paramsurgery.ir.graph import Graph
+    from paramsurgery.ir.layer import Layer
 
 CHAR_W = 6.6  # width of one character of the 11px monospace box font
 LINE_H = 14.0
@@ -24,8 +25,10 @@ LABEL_CHAR_W = 6.2  # width of one character of the 9px blob labels, plus spacin
 MAX_STUB_LABELS = 6  # a box with more tops than this is not widened for their labels, and
 # its long-edge stubs are labelled in their tooltips only (56 rope-table reads would overprint)
 
-LAYER, OUTPUT, MISSING, CUT = "layer", "output", "missing", "cut"
+LAYER, OUTPUT, MISSING, CUT, HUB = "layer", "output", "missing", "cut", "hub"
 MAX_LAYERS = 5000  # more boxes than this make an unreadable page: draw a part
+HUB_READERS = 8  # a layer whose tops are read by more layers than this is a hub (the kv-cache
+# Input, the Splits of the mask and rope tables every block reads): `--around` stops there
 
 
 @dataclass
@@ -41,6 +44,9 @@ class Box:
     mark: str = ""  # a diff mark (added, removed, changed, renamed) or '' for none
     value: float | None = None  # a per-layer value drawn as the fill (compare --html)
     line_classes: list[str] = field(default_factory=list)  # css class per line
+    info: dict | None = None  # what the side panel shows on a click (labels.layer_info)
+    over: bool | None = None  # the value is out of tolerance (None: no tolerance given)
+    expand: str = ""  # a group box: the element id a click on it opens (overview)
 
     port_width: float = 0.0  # room the blob labels under the box need
 
@@ -72,6 +78,7 @@ class Scene:
     wires: list[Wire] = field(default_factory=list)
     blob_labels: dict[str, str] = field(default_factory=dict)  # blob -> label text
     placed: Placed | None = None
+    threshold: float | None = None  # the values' tolerance: the colour break
 
     def layout(self) -> "Scene":
         self.placed = layered_layout([b.width for b in self.boxes],
@@ -89,15 +96,19 @@ class Scene:
 
 
 def build_scene(graph: "Graph", *, layers: Iterable[int] | None = None,
-                shapes: dict[str, str] | None = None) -> Scene:
+                shapes: dict[str, str] | None = None, hubs: Iterable[int] = ()) -> Scene:
     """The boxes and wires of `graph` (or of the layers with ids in `layers`), in file
-    order, pills placed next to the box they belong to so the order stays topological."""
+    order, pills placed next to the box they belong to so the order stays topological.
+    A layer of `hubs` left out of `layers` is drawn as one pill (a hub stub) however many
+    of its tops the drawn layers read."""
     shapes = shapes or {}
     keep = None if layers is None else set(layers)
+    hub_set = set(hubs)
     scene = Scene()
     boxes, wires = scene.boxes, scene.wires
     box_of: dict[int, int] = {}  # layer id -> box index
     pill_in: dict[str, int] = {}  # blob -> box index of its missing / cut pill
+    hub_pill: dict[int, int] = {}  # hub layer id -> box index of its pill
     for layer in graph:
         if keep is not None and layer.id not in keep:
             continue
@@ -108,6 +119,20 @@ def build_scene(graph: "Graph", *, layers: Iterable[int] | None = None,
             if ps is not None and ps[0].id in box_of:
                 prod, slot = ps
                 ins.append((box_of[prod.id], slot, len(prod.outputs), blob))
+                continue
+            if ps is not None and ps[0].id in hub_set and keep is not None \
+                    and ps[0].id not in keep:
+                hub = ps[0]
+                if hub.id not in hub_pill:
+                    hub_pill[hub.id] = len(boxes)
+                    n = hub_readers(graph, hub)
+                    boxes.append(Box(HUB, hub.name, [f"hub {hub.type} {hub.name}",
+                                                     f"{len(hub.outputs)} tops, {n} readers"],
+                                     f"{hub.type} {hub.name}: {len(hub.outputs)} tops read by "
+                                     f"{n} layers (not drawn: --expand-hubs draws through it)",
+                                     HUB, line_classes=["type", "params"],
+                                     info=layer_info(hub, shapes)))
+                ins.append((hub_pill[hub.id], 0, 1, blob))
                 continue
             if blob not in pill_in:
                 later = ps is not None and (keep is None or ps[0].id in keep)
@@ -130,7 +155,8 @@ def build_scene(graph: "Graph", *, layers: Iterable[int] | None = None,
         me = len(boxes)
         box_of[layer.id] = me
         boxes.append(Box(LAYER, layer.name, lines, title, layer_kind(layer.type),
-                         layer_id=layer.id, line_classes=classes))
+                         layer_id=layer.id, line_classes=classes,
+                         info=layer_info(layer, shapes)))
         for dst_slot, (src, src_slot, src_slots, blob) in enumerate(ins):
             wires.append(Wire(src, me, blob, src_slot, src_slots, dst_slot, n_in))
         for blob in layer.outputs:
@@ -144,10 +170,14 @@ def build_scene(graph: "Graph", *, layers: Iterable[int] | None = None,
             if readers and (keep is None or any(r.id in keep for r in readers)):
                 continue
             kind = OUTPUT if not readers else CUT
-            text = f"output {blob}" if kind == OUTPUT else f"{blob} …"
+            to_hub = next((r for r in readers if r.id in hub_set), None)
+            text = (f"output {blob}" if kind == OUTPUT else
+                    f"{blob} → hub {to_hub.name}" if to_hub is not None else f"{blob} …")
             title = (f"graph output {blob}" if kind == OUTPUT else
                      f"blob {blob}, read by {', '.join(r.name for r in readers[:5])} "
-                     f"(outside the view)")
+                     f"(outside the view" + (f"; {to_hub.type} {to_hub.name} is a hub read by "
+                                             f"{hub_readers(graph, to_hub)} layers)"
+                                             if to_hub is not None else ")"))
             pill = len(boxes)
             boxes.append(Box(kind, blob, [clip(_with_shape(text, blob, shapes))], title,
                              "io" if kind == OUTPUT else kind))
@@ -162,8 +192,23 @@ def _with_shape(text: str, blob: str, shapes: dict[str, str]) -> str:
     return f"{text} {s}" if s else text
 
 
-def neighbourhood(graph: "Graph", center: str, depth: int) -> set[int]:
-    """Ids of the layers within `depth` blob hops of layer (or blob) `center`, both ways."""
+def hub_readers(graph: "Graph", layer: "Layer") -> int:
+    """How many layers read the tops of `layer`."""
+    return len({r.id for blob in layer.outputs for r in graph.consumer_layers(blob)})
+
+
+def hub_layers(graph: "Graph", readers: int = HUB_READERS) -> set[int]:
+    """Ids of the layers whose tops more than `readers` layers read: the kv-cache Input
+    with a top per block, the Splits of the attention mask and the rope tables."""
+    if readers <= 0:
+        return set()
+    return {lay.id for lay in graph if hub_readers(graph, lay) > readers}
+
+
+def neighbourhood(graph: "Graph", center: str, depth: int, *,
+                  hubs: Iterable[int] = ()) -> set[int]:
+    """Ids of the layers within `depth` blob hops of layer (or blob) `center`, both ways,
+    not passing through the layers of `hubs` (they are not drawn, except `center` itself)."""
     if depth < 0:
         raise ParamSurgeryError(f"--depth {depth}: give a number >= 0")
     start = graph.find(center)
@@ -172,13 +217,15 @@ def neighbourhood(graph: "Graph", center: str, depth: int) -> set[int]:
         if producer is None:
             raise ParamSurgeryError(f"--around {center!r}: no layer or blob of that name")
         start = producer
-    return around_layers(graph, [start.id], depth)
+    return around_layers(graph, [start.id], depth, stop=hubs)
 
 
-def around_layers(graph: "Graph", start: Iterable[int], depth: int) -> set[int]:
+def around_layers(graph: "Graph", start: Iterable[int], depth: int, *,
+                  stop: Iterable[int] = ()) -> set[int]:
     """Ids of the layers within `depth` blob hops of any layer in `start` (breadth first,
-    both directions)."""
+    both directions), never entering a layer of `stop`."""
     seen = dict.fromkeys(start, 0)
+    blocked = set(stop) - set(seen)
     todo = deque(graph.layer(i) for i in seen)
     while todo:
         layer = todo.popleft()
@@ -186,7 +233,7 @@ def around_layers(graph: "Graph", start: Iterable[int], depth: int) -> set[int]:
         if d == depth:
             continue
         for nb in (*graph.predecessors(layer), *graph.successors(layer)):
-            if nb.id not in seen:
+            if nb.id not in seen and nb.id not in blocked:
                 seen[nb.id] = d + 1
                 todo.append(nb)
     return set(seen)

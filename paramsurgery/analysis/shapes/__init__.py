@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from paramsurgery.analysis.shapes.affine import Affine, Dim, MaybeDim, parse_dim
 from paramsurgery.analysis.shapes.shapemap import ShapeMap
-from paramsurgery.analysis.shapes.spec import (InputShapes, add_inputshape_arg, inputshape_from_args,
+from paramsurgery.analysis.shapes.spec import (InputShapes, inputshape_from_args,
                                                parse_inputshape)
 
 if TYPE_CHECKING:
@@ -29,7 +29,6 @@ __all__ = [
     "InputShapes",
     "MaybeDim",
     "ShapeMap",
-    "add_inputshape_arg",
     "infer_shapes",
     "inputshape_from_args",
     "parse_dim",

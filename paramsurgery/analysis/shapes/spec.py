@@ -4,9 +4,9 @@ fed to `ncnn.Mat` (`[c, h, w]`); a dim is an integer or an affine form in symbol
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.analysis.shapes.affine import Affine, Dim
@@ -75,15 +75,8 @@ def format_inputshape(shapes: InputShapes) -> str:
     return " ".join(f"{k}=[{','.join(str(d) for d in v)}]" for k, v in shapes.items())
 
 
-def add_inputshape_arg(parser: argparse.ArgumentParser) -> None:
-    """The shared `--inputshape` flag (repeatable; one flag may hold several specs)."""
-    parser.add_argument("--inputshape", action="append", nargs="+", metavar="NAME=[d0,...]",
-                        help="shape of an input blob in numpy order of the ncnn.Mat "
-                             "([c,h,w]); dims are integers or symbols such as T "
-                             "(e.g. in0=[T,1024]); repeatable")
-
-
-def inputshape_from_args(args: argparse.Namespace) -> InputShapes:
+def inputshape_from_args(args: Any) -> InputShapes:
+    """The specs of a parsed command line's `--inputshape` flags (`args.inputshape`)."""
     raw: Sequence = getattr(args, "inputshape", None) or []
     flat = [s for group in raw for s in (group if isinstance(group, list) else [group])]
     return parse_inputshape(flat)

@@ -178,15 +178,22 @@ def write_synth_bin(graph: "Graph", fh: IO[bytes], *, seed: int = 0,
     if unknown:
         raise BinLayoutError(f"given values for {len(unknown)} layer(s) not in the graph: "
                              f"{', '.join(unknown[:5])}")
+    from paramsurgery.core import progress
+
     sink = _Sink(fh)
-    for index, layer, reads, fan, packed in _layer_plan(graph):
-        if layer.name in given:
-            for chunk in given_chunks(layer, reads, given.pop(layer.name)):
-                sink.write(chunk)
-            continue
-        for ri, r in enumerate(reads):
-            for chunk in blob_chunks(layer, r, index, ri, seed, dtype, fan, packed):
-                sink.write(chunk)
+    with progress.task("synth-bin", total=len(graph), unit="layer") as task:
+        last = 0
+        for index, layer, reads, fan, packed in _layer_plan(graph):
+            task.done(n=index + 1 - last)  # the bar moves; no line per layer
+            last = index + 1
+            if layer.name in given:
+                for chunk in given_chunks(layer, reads, given.pop(layer.name)):
+                    sink.write(chunk)
+                continue
+            for ri, r in enumerate(reads):
+                for chunk in blob_chunks(layer, r, index, ri, seed, dtype, fan, packed):
+                    sink.write(chunk)
+        task.done(n=len(graph) - last)
     if given:
         raise BinLayoutError(f"given values for layer(s) that read no weights: "
                              f"{', '.join(sorted(given)[:5])}")
