@@ -150,7 +150,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         report["refused"] = failure
     if args.format == "json":
-        print_json(report)
+        written = report.get("written", [])
+        print_json({**report, "files": [
+            {"file": args.param, "role": "input"}, {"file": args.bin, "role": "weights"},
+            *([{"file": out_param, "role": "output"}, {"file": out_bin, "role": "output weights"}]
+              if written else [])]})
     else:
         print("\n".join(_text(report)))
     if failure is not None:
