@@ -8,8 +8,8 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+from typing import TYPE_CHECKING
 
 from paramsurgery.core.errors import (BinLayoutError, GraphError, MissingDependency, ParamSurgeryError,
                                       ParamSyntaxError, PassRefused, VerificationError)
@@ -46,10 +46,15 @@ _LAZY = {"Graph": ".ir.graph", "Layer": ".ir.layer", "Params": ".ir.params",
          **dict.fromkeys(("Float", "Floats", "Int", "Ints", "Kind", "Str", "Value"), ".core.values")}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'paramsurgery' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
+    value = getattr(_importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    """The public API (`__all__`), not the names the module itself imports."""
+    return sorted(__all__)

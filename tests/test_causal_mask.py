@@ -130,3 +130,31 @@ def test_prove_causal_names_the_reader():
                            "BinaryOp add_0 2 1 in0 m out0 0=0\n")
     with pytest.raises(PassRefused, match="read by BinaryOp 'add_0'"):
         prove_causal(g, g.layer("pnnx_fold_attention_mask"))
+
+
+@pytest.mark.parametrize("t", [3, 9, 20])
+def test_rope_tables_computed_at_run_time(tmp_path, t):
+    """dynamize with a reference past the traced rows (T=6, reference at 9): cos/sin(p·θ)
+    from the run-time length, right at lengths no trace used (torch-style float32 RoPE in
+    numpy as the reference; golden text: tests/cases/dynamize/rope_table_computed.case)."""
+    import importlib.util
+
+    from paramsurgery.passes.dynamize_shapes import reference_shapes
+
+    spec_ = importlib.util.spec_from_file_location(
+        "fixtures_masks", Path(__file__).resolve().parents[1] / "tools" / "fixtures_masks.py")
+    assert spec_ is not None and spec_.loader is not None
+    tool = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(tool)
+    ref = reference_shapes(str(MASKS / "rope6.ref.npz"))
+    assert ref is not None
+    d = Dynamize(traced=MASKS / "rope6.pnnx.param", reference=(*ref, str(MASKS / "rope6.ref.npz")))
+    g = d(load("rope6")).graph
+    assert not [m for m in g.by_type("MemoryData") if m.params.get(1) == 6]
+    param, bin_ = tmp_path / "r.param", tmp_path / "r.bin"
+    paramsurgery.save(g, param, bin=bin_)
+    x = np.random.default_rng(t).standard_normal((2, t, 4)).astype(np.float32)
+    res = run_isolated(str(param), str(bin_), {"in0": x}, ["out0"], RunOptions())
+    assert res.ok, res.describe()
+    want = tool.rope(x)
+    assert float(np.abs(res.outputs["out0"] - want).max()) < 1e-5

@@ -198,7 +198,7 @@ NOT_A_GRAPH = {
     ("requires", "has no Convolution1D"): "add-conv-cache's precondition (nothing to do)",
     ("requires", "cannot stream"): "add-conv-cache's precondition (timeflow analysis)",
     ("requires", "no rule given"): "rewrite's command-line argument",
-    ("requires", "--layer names no layer"): "keep-precision's command-line selection",
+    ("requires", "names no layer of the graph"): "keep-precision's command-line selection",
     ("requires", "--keep names no layer"): "quantize-int8's command-line selection",
 }
 
@@ -313,3 +313,88 @@ def test_explain_and_list_show_every_severity_the_findings_carry(capsys):
     assert main(["lint", "--list"]) == 0
     listed = capsys.readouterr().out
     assert "PS111  warning/info" in listed and "PS113  error " in listed
+
+
+# ---------------------------------------------------------------- runs claimed only when made
+
+def test_lint_run_runs_at_inputshape_or_says_why_not(tmp_path, capsys):
+    p = tmp_path / "m.param"
+    p.write_text("7767517\n2 2\nInput in0 0 1 x\nReLU r 1 1 x y\n")
+    assert main(["lint", "--run", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "PS400 info not run: no input shapes" in out and "All checks passed" not in out
+    assert main(["lint", "--run", str(p), "--inputshape", "x=[4,T]"]) == 0
+    assert "not run: --inputshape has a symbolic dim" in capsys.readouterr().out
+    # with numbers the run is made: a Slice without slices crashes ncnn (PS404 says so)
+    crash = tmp_path / "c.param"
+    crash.write_text("7767517\n3 4\nInput in0 0 1 x\nSlice s 1 2 x a b\nConcat c 2 1 a b y\n")
+    assert main(["lint", "--run", str(crash), "--inputshape", "x=[4,6]"]) == 1
+    out = capsys.readouterr().out
+    assert "PS404 error ncnn fails when the graph runs" in out and "not run" not in out
+
+
+def test_demo_claims_only_the_runs_it_made(capsys):
+    from conftest import CORPUS
+
+    assert main(["demo", str(CORPUS / "squeezenet.param")]) == 0
+    out = capsys.readouterr().out
+    assert "static rules only; not run: nothing to run it at" in out
+    assert "traced shapes" not in out and "all steps passed" not in out
+    assert "not done: lint's ncnn run" in out and "kv-cache parity (no kv-cache graph)" in out
+
+
+# ---------------------------------------------------------------- claims as data, small items
+
+def test_claims_table_is_what_the_passes_claim():
+    """lint's PS004 reads patterns/claims.py (lint may not import passes); it must say what
+    the passes' own `claims` say, type for type (the first repair in fix's order wins)."""
+    from paramsurgery.ir.layer import Layer
+    from paramsurgery.ir.params import Params
+    from paramsurgery.passes.base import repair_for
+    from paramsurgery.passes.lower import default_rules
+    from paramsurgery.passes.passthrough import LEFTOVERS
+    from paramsurgery.patterns.claims import CLAIMS
+
+    types = set(CLAIMS) | set(LEFTOVERS) | {"torch.unbind", "Tensor.unbind"}
+    for r in default_rules():
+        types |= set(r.types)
+    got = {t: repair_for(Layer(t, "x", ["a"], ["b"], Params())) for t in sorted(types)}
+    want = {t: p for t, p in got.items() if p is not None}
+    assert CLAIMS == want, "update paramsurgery/patterns/claims.py: " + ", ".join(
+        f"{t}: {want.get(t)} (table: {CLAIMS.get(t)})" for t in sorted(set(want) | set(CLAIMS))
+        if want.get(t) != CLAIMS.get(t))
+    g = graph("""
+        Input in0 0 1 x
+        Tensor.to t 1 1 x y
+    """)
+    assert [f.fix_pass for f in lint_graph(g, run=False) if f.code == "PS004"] == ["lower"]
+
+
+def test_package_namespace_is_the_public_api():
+    names = set(dir(paramsurgery))
+    assert not names & {"Any", "TYPE_CHECKING", "importlib", "annotations"}
+    assert {"load", "save", "validate", "Graph", "PassRefused"} <= names
+
+
+def test_errors_without_a_file_carry_no_input_prefix(tmp_path, capsys):
+    g = graph(BINOP)
+    with pytest.raises(paramsurgery.GraphError) as info:
+        g.layer("nope")
+    assert str(info.value) == "no layer named 'nope'"
+    assert str(paramsurgery.ParamSurgeryError("x", file="m.param", line=3)) == "m.param:3: x"
+
+
+def test_a_weights_file_given_as_the_graph_says_so(tmp_path, capsys):
+    param, binp = _with_bin(tmp_path, CONV)
+    assert main(["info", str(binp)]) == 2
+    err = capsys.readouterr().err
+    assert f"{binp}: this is a weights file (.bin), not a graph" in err and "magic" not in err
+
+
+def test_counts_are_singular_for_one(capsys):
+    from paramsurgery.analysis.summary import format_summary, summarize
+
+    g = graph("""
+        Input in0 0 1 x
+    """)
+    assert ", 1 layer, 1 blob" in format_summary(summarize(g)) and "1 layer," in repr(g)

@@ -53,12 +53,17 @@ def test_fix_refusal_rolls_back_and_exits_2(tmp_path, capsys):
     captured = capsys.readouterr()
     out = captured.out
     assert "fix-slice: refused (rolled back)" in out and "rank 5" in out
-    # and located on stderr, as every exit-2 message is (the unbind's line)
-    assert captured.err.splitlines() == [
+    # and located on stderr, as every exit-2 message is (the unbind's line), with what is
+    # left and the refusal to write
+    err = captured.err.splitlines()
+    assert err[0] == (
         f"{p}:10: fix-slice: refused (rolled back): fix-slice cannot prove the rewrite of 1 "
         f"layer(s): torch.unbind_7 (line 10): raw torch.unbind: rank 5 cannot hold the batch "
-        f"axis as a real axis"]
-    assert (tmp_path / "o.param").read_bytes() == p.read_bytes()
+        f"axis as a real axis")
+    assert err[-1] == (f"{p}: refusing to write {tmp_path / 'o.param'}: 1 repair(s) refused "
+                       f"(fix-slice; rolled back, see above)")
+    assert "wrote" not in captured.out
+    assert not (tmp_path / "o.param").exists()
 
 
 def test_fix_dynamize_when_given_a_length(tmp_path):
@@ -242,3 +247,124 @@ def test_fix_sees_a_frozen_trace_length_no_other_rule_shows(tmp_path, capsys):
               [Fetch("out0", 233)])["out0"]
     assert ref["in0"].shape[-1] != 10
     np.testing.assert_allclose(got, ref["out0"], rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------ exit codes and outputs
+
+SIMPLE = "7767517\n2 2\nInput in 0 1 a\nReLU r 1 1 a b\n"
+
+
+def test_fix_with_nothing_to_repair_writes_nothing_unless_asked(tmp_path, capsys):
+    from paramsurgery.cli import main
+
+    p = tmp_path / "m.param"
+    p.write_text(SIMPLE)
+    out = tmp_path / "o.param"
+    assert main(["fix", str(p), "-o", str(out)]) == 0
+    assert "nothing to change; no file written" in capsys.readouterr().out
+    assert not out.exists() and not (tmp_path / "m.fixed.param").exists()
+    assert main(["fix", str(p), "-o", str(out), "--always-write"]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out and out.read_text() == SIMPLE
+    assert main(["fix", str(p), "-o", str(tmp_path / "j.param"), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["written"] is False and all(f["role"] != "output" for f in data["files"])
+
+
+def test_fix_applies_the_header_rewrite_its_findings_name(tmp_path, capsys):
+    """PS102 (too few blobs in the header) names `fmt`'s header rewrite: fix applies it."""
+    from paramsurgery.cli import main
+
+    p = tmp_path / "m.param"
+    p.write_text(SIMPLE.replace("2 2\n", "2 1\n"))
+    assert {f.code for f in lint_findings(paramsurgery.load(p))} >= {"PS102"}
+    out = tmp_path / "o.param"
+    assert main(["fix", str(p), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "repairs called for: header" in text and "2 1 -> 2 2" in text
+    assert out.read_text() == SIMPLE
+    assert paramsurgery.lint.lint_file(out, run=False) == []
+
+
+def test_every_fix_a_finding_names_is_a_repair_fix_runs():
+    """A rule whose fix is a paramsurgery command names a pass fix runs (or the header
+    rewrite fix does itself). Info findings are suggestions (PS014's fuse-codebooks changes
+    the model's inputs): fix leaves them to the user."""
+    from paramsurgery.commands.fix import HEADER
+    from paramsurgery.lint.catalogue import all_rules
+    from paramsurgery.passes.base import repairs
+
+    names = {p.name for p in repairs()}
+    for r in all_rules().values():
+        if r.fix and r.fix.startswith("paramsurgery ") and set(r.severities) - {"info"}:
+            assert r.fix_pass in names or (r.code in ("PS101", "PS102") and HEADER), r.code
+
+
+def test_fix_refuses_errors_no_repair_handles(tmp_path, capsys):
+    """A graph lint rejects is never written as fixed: the errors are listed, located, and
+    nothing is written (exit 2); --always-write writes the partly repaired graph (exit 1)."""
+    from paramsurgery.cli import main
+
+    p = tmp_path / "m.param"
+    p.write_text(SIMPLE.replace("2 2\n", "3 3\n") + "FooBar x 1 1 b c\n")
+    out = tmp_path / "o.param"
+    assert main(["fix", str(p), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{p}:5: PS005 error FooBar 'x'" in err
+    assert "refusing to write" in err and "PS005 x (line 5)" in err and not out.exists()
+    assert main(["fix", str(p), "-o", str(out), "--always-write"]) == 1
+    assert out.exists()
+
+
+def test_fix_runs_lints_run_rules_and_refuses_a_wrong_output(tmp_path, capsys):
+    """The reference next to the export shows an output of the wrong shape (PS403, a rule
+    that runs the graph through ncnn): no repair handles it, so fix refuses, naming the
+    layer, instead of "0 finding(s) ... wrote"."""
+    from paramsurgery.cli import main
+
+    p = REPROS / "dropped-negative-slice" / "bug" / "model.ncnn.param"
+    out = tmp_path / "o.param"
+    assert main(["fix", str(p), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "PS403 error output 'out0' from BinaryOp 'mul_0'" in err and not out.exists()
+    rep = fix_graph(paramsurgery.load(p), traced=companion_pnnx(p), param=str(p),
+                    reference=str(p.parent / "ref.npz"))
+    assert [f.layer for f in rep.errors_left] == ["mul_0"]
+
+
+def test_fix_verify_verifies_an_unchanged_graph(tmp_path, capsys):
+    from paramsurgery.cli import main
+
+    d = R / "attention" / "dynamic"
+    ref = dict(np.load(d / "ref.npz"))
+    outs = [k for k in ref if k.startswith("out")]
+    args = ["fix", str(d / "model.ncnn.param"), "--bin", str(d / "model.ncnn.bin"),
+            "-o", str(tmp_path / "o.param"), "--verify"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "verify against" in text and "nothing to change" in text
+    for k in outs:
+        ref[k] = ref[k] + 1.0
+    np.savez(tmp_path / "bad.npz", **ref)
+    assert main(args + ["--reference", str(tmp_path / "bad.npz")]) == 1
+    assert "MISMATCH" in capsys.readouterr().err
+
+
+def test_fix_verifies_a_dynamized_static_export_by_default(tmp_path, capsys):
+    """A static export (traced at 10) with a reference at 13 next to it is dynamized to 13:
+    fix proves it against that reference without --verify (the .bin next to it)."""
+    from paramsurgery.cli import main
+
+    d = R / "attention" / "static10"
+    assert main(["fix", str(d / "model.ncnn.param"), "-o", str(tmp_path / "f.param")]) == 0
+    text = capsys.readouterr().out
+    assert "repairs called for: dynamize" in text and "ref.npz: ok: out0 rel" in text
+    ref = dict(np.load(d / "ref.npz"))
+    ref["out0"] = ref["out0"] * 2.0
+    np.savez(tmp_path / "ref.npz", **ref)
+    for name in ("model.ncnn.param", "model.ncnn.bin", "model.pnnx.param"):
+        (tmp_path / name).write_bytes((d / name).read_bytes())
+    assert main(["fix", str(tmp_path / "model.ncnn.param"), "-o", str(tmp_path / "g.param")]) == 1
+    assert "MISMATCH" in capsys.readouterr().err and not (tmp_path / "g.param").exists()
+    (tmp_path / "model.ncnn.bin").unlink()
+    assert main(["fix", str(tmp_path / "model.ncnn.param"), "-o", str(tmp_path / "g.param")]) == 2
+    assert "give the weights (--bin)" in capsys.readouterr().err

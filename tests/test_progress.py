@@ -123,8 +123,23 @@ def test_add_kvcache_verify_streams_on_the_real_size_talker(tmp_path):
                    check=True, env=env, capture_output=True)
     run = PtyRun("add-kvcache", real, "--bin", b, "-o", tmp_path / "kv.param", "--verify",
                  "--n", "4", "--m", "3", cwd=tmp_path)
-    assert run.finish() == 0, run.err.decode()
+    assert run.finish(timeout=3000) == 0, run.err.decode()
     first_at = run.err_lines[0][0]
     assert first_at < max(1.0, _startup(tmp_path) + 0.5), (first_at, run.lines)
     steps = [(at, t) for at, t in run.lines if t.strip().startswith("step ")]
     assert len(steps) == 3 and steps[0][0] > first_at
+
+
+def test_verify_at_lengths_streams_a_line_per_length():
+    """Generic verification (fold-gqa/rewrite --verify): the plan, then each length."""
+    from paramsurgery.verify.equivalence import verify_equivalent
+
+    g = REPO / "fixtures/rewrite/gelu_tanh.param"
+    buf = io.StringIO()
+    with progress.using(progress.ConsoleReporter(buf)):
+        check = verify_equivalent(g, g, inputshape={"in0": ("T", 16)})
+    assert check.ok
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == f"parity through ncnn against {g}: 2 run(s) (T=7, T=13)"
+    assert [ln.split(":")[0].strip() for ln in lines[1:]] == ["T=7", "T=13"]
+    assert all(ln.endswith("(ok)") and "max rel 0.00e+00 over out0" in ln for ln in lines[1:])

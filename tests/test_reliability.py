@@ -95,7 +95,7 @@ def test_every_writer_keeps_a_loadable_file_loadable(tmp_path):
 
     outs = []
     for src in corpus_params()[:12]:
-        for cmd in (["fmt"], ["fix"], ["remove-passthrough"]):
+        for cmd in (["fmt"], ["fix", "--always-write"], ["remove-passthrough"]):
             out = tmp_path / f"{src.stem}.{cmd[0]}.param"
             code, _, err = run_cli(cmd + [str(src), "-o", str(out)])
             if code in (0, 1) and out.exists():
@@ -240,7 +240,8 @@ EXPLICIT_CACHE = (b"7767517\n6 13\nInput in0 0 6 q k v past_k past_v mask\n"
                   b"SDPA sdpa_0 4 1 q kk_0 vv_0 mask out0 5=1\n")
 
 
-@pytest.mark.parametrize("cmd", [["fmt"], ["fix"], ["fold-explicit-cache"], ["remove-passthrough"],
+@pytest.mark.parametrize("cmd", [["fmt"], ["fix", "--always-write"], ["fold-explicit-cache"],
+                                 ["remove-passthrough"],
                                  ["synth-bin"], ["rename-blobs", "b=c"],
                                  ["extract", "--outputs", "b"]])
 @pytest.mark.parametrize("where", ["missing_dir", "a_directory"])
@@ -407,7 +408,7 @@ def test_commands_write_param_bin_outputs_in_binary(tmp_path):
     src = tmp_path / "m.param.bin"
     src.write_bytes(write_param_bin(paramsurgery.loads(SIMPLE)))
     for argv in (["fmt", str(src), "-o", str(tmp_path / "a.param.bin")],
-                 ["fix", str(src), "-o", str(tmp_path / "b.param.bin")],
+                 ["fix", str(src), "-o", str(tmp_path / "b.param.bin"), "--always-write"],
                  ["remove-passthrough", str(src), "-o", str(tmp_path / "c.param.bin")],
                  ["fmt", str(src), "--in-place"]):
         code, _, err = run_cli(argv)

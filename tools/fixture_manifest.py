@@ -48,6 +48,7 @@ ORIGINS: dict[str, str] = {
     "qwen3_tts": "python tools/make_fixtures.py",
     "repros": "python tools/make_fixtures.py --only repros",
     "fold_constants": "python tools/fixtures_fold_constants.py",
+    "encoder": "python tools/fixtures_encoder.py",
     "precision": "python tools/fixtures_precision.py",
     "rewrite": "hand-written: the examples of README \"Rewrite rules\"",
 }

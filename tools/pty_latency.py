@@ -80,9 +80,14 @@ class PtyRun:
         if until is not None and not until(self.lines):
             raise AssertionError(f"timed out; got {self.lines!r}")
 
-    def finish(self) -> int:
-        self.pump()
-        rc = self.proc.wait(60)
+    def finish(self, timeout: float = 600.0) -> int:
+        """Read to the end (the command is killed after `timeout` seconds) and wait."""
+        self.pump(timeout=timeout)
+        try:
+            rc = self.proc.wait(5)
+        except subprocess.TimeoutExpired:  # still running at the timeout
+            self.proc.kill()
+            rc = self.proc.wait()
         os.close(self.out_m)
         os.close(self.err_m)
         return rc
@@ -93,6 +98,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--term-after", metavar="LINE",
                     help="send SIGTERM once a stdout line starts with LINE")
+    ap.add_argument("--timeout", type=float, default=3600.0,
+                    help="kill the command after this many seconds (default 3600)")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
     args = ap.parse_args()
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -101,7 +108,7 @@ def main() -> int:
         run.pump(until=lambda lines: any(t.strip().startswith(args.term_after)
                                          for _, t in lines))
         run.proc.send_signal(signal.SIGTERM)
-    rc = run.finish()
+    rc = run.finish(args.timeout)
     for at, text in run.lines:
         print(f"{at:7.3f}s  {text}")
     for at, text in run.err_lines:

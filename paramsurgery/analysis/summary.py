@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from paramsurgery.core.text import count
 from paramsurgery.ir.graph import Graph
 from paramsurgery.core.layer_types import is_converter_leftover, is_ncnn_layer
 
@@ -30,9 +31,10 @@ def summarize(g: Graph) -> dict[str, Any]:
 def format_summary(s: dict[str, Any]) -> str:
     lines = []
     hdr = s["header"]
-    head = f"{s['file'] or '<graph>'}: {s['format']}, {s['layers']} layers, {s['blobs']} blobs"
+    head = (f"{s['file'] or '<graph>'}: {s['format']}, {count(s['layers'], 'layer')}, "
+            f"{count(s['blobs'], 'blob')}")
     if hdr["layers"] is not None and (hdr["layers"], hdr["blobs"]) != (s["layers"], s["blobs"]):
-        head += f" (header says {hdr['layers']} layers, {hdr['blobs']} blobs)"
+        head += f" (header says {count(hdr['layers'], 'layer')}, {count(hdr['blobs'], 'blob')})"
     lines.append(head)
     lines.append("inputs:  " + (" ".join(s["inputs"]) or "(none)"))
     lines.append("outputs: " + (" ".join(s["outputs"]) or "(none)"))

@@ -117,6 +117,11 @@ class GraphCommand:
     exit_code: Callable[[Run], int] | None = None  # default 0 once written
     # `file:line: message` lines for stderr whatever the format (a refused repair)
     diagnostics: Callable[[Run], list[str]] | None = None
+    # before verifying: (exit code, why) to write nothing and end with that code (the
+    # report is still printed), or None
+    refuse: Callable[[Run], tuple[int, str] | None] | None = None
+    # after the check: why nothing needs writing (printed instead of "wrote"), or None
+    skip_write: Callable[[Run], str | None] | None = None
 
     def __call__(self, args: argparse.Namespace) -> int:
         try:
@@ -195,6 +200,12 @@ class GraphCommand:
                   weights_changed=bool(bin_in) and weights_changed(source, result.graph))
         if self.before_write is not None:
             self.before_write(run)
+        refusal = self.refuse(run) if self.refuse is not None else None
+        if refusal is not None:
+            code, why = refusal
+            self._report(run, written=False)
+            print(f"{args.param}: refusing to write {out.param}: {why}", file=sys.stderr)
+            return code
         writers = self._writers(run)
         if self.verify is not None:
             with tempfile.TemporaryDirectory(prefix=f"paramsurgery-{self.tag}-") as tmp:
@@ -211,8 +222,10 @@ class GraphCommand:
             print(f"{args.param}: refusing to write {out.param}: {self.refusal}",
                   file=sys.stderr)
             return 1
-        self._write(run, writers)
-        return self._report(run)
+        skip = self.skip_write(run) if self.skip_write is not None else None
+        if skip is None:
+            self._write(run, writers)
+        return self._report(run, written=skip is None, note=skip)
 
     def _writers(self, run: Run) -> dict[str, Writer]:
         """Role → writer of every file this run may write (`param`, `bin`, extras)."""
@@ -257,13 +270,16 @@ class GraphCommand:
         elif "bin" in writers and out.bin:
             run.bin_note = f"weights: rewritten to {out.bin}"
 
-    def _report(self, run: Run) -> int:
+    def _report(self, run: Run, *, written: bool = True, note: str | None = None) -> int:
+        """Print the report; `written`: the outputs were written (else `note`, when given,
+        says why not, in place of the "wrote" line)."""
         args, result, out = run.args, run.result, run.out
         for line in self.diagnostics(run) if self.diagnostics is not None else []:
             print(line, file=sys.stderr)
         if args.format == "json":
-            data: dict[str, Any] = {"pass": result.pass_name, "output": out.param,
-                                    "modified": result.modified,
+            data: dict[str, Any] = {"pass": result.pass_name,
+                                    "output": out.param,
+                                    "written": written, "modified": result.modified,
                                     "changes": [c.__dict__ for c in result.changes],
                                     "skipped": [s.to_json() for s in result.skipped],
                                     "notes": result.notes,
@@ -272,7 +288,7 @@ class GraphCommand:
                 data["verify"] = run.check.to_json()
             if self.json is not None:
                 data.update(self.json(run))
-            data["files"] = self._files(run)
+            data["files"] = self._files(run, written)
             print_json(data, stream=sys.stderr if out.param == "-" else None)
             return self.exit_code(run) if self.exit_code is not None else 0
         stream = sys.stderr if out.param == "-" else sys.stdout
@@ -288,19 +304,24 @@ class GraphCommand:
                 print(rest, file=stream)
         if self.bin_note and run.bin_note:
             print(run.bin_note, file=stream)
-        if out.param != "-":
+        if note is not None:
+            print(note, file=stream)
+        elif out.param != "-" and written:
             changed = result.modified or out.param != args.param
-            written = [p for p in out.all() if changed or p != out.param]
-            print("wrote " + ", ".join(written) if changed else f"{out.param} unchanged",
+            files = [p for p in out.all() if changed or p != out.param]
+            print("wrote " + ", ".join(files) if changed else f"{out.param} unchanged",
                   file=stream)
         return self.exit_code(run) if self.exit_code is not None else 0
 
-    def _files(self, run: Run) -> list[dict[str, Any]]:
-        """Every file read or written, with its role (the JSON `files` list)."""
+    def _files(self, run: Run, written: bool = True) -> list[dict[str, Any]]:
+        """Every file read or written, with its role (the JSON `files` list); outputs that
+        were not written (`written`) are left out."""
         args, out = run.args, run.out
         files: list[dict[str, Any]] = [{"file": args.param, "role": "input"}]
         if getattr(args, "bin", None):
             files.append({"file": args.bin, "role": "weights"})
+        if not written:
+            return files
         files.append({"file": out.param, "role": "output"})
         if out.bin:
             files.append({"file": out.bin, "role": "output weights"})

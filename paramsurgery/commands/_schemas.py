@@ -40,7 +40,7 @@ FINDING = obj({"code": STR, "severity": {"enum": ["error", "warning", "info"]},
                "message": STR}, {"layer": nullable(STR), "line": nullable(INT)})
 CHANGE = obj({"layer": STR, "what": STR}, {"line": nullable(INT)})
 PASS = {  # every graph-writing command (`_runner.GraphCommand`)
-    "pass": STR, "output": STR, "modified": BOOL, "changes": arr(CHANGE),
+    "pass": STR, "output": STR, "written": BOOL, "modified": BOOL, "changes": arr(CHANGE),
     "skipped": arr(obj({})), "notes": arr(STR), "contract_changes": arr(ANY), "files": FILES}
 STEP = obj({"label": STR, "first": INT, "last": INT, "max_abs": NUM, "max_rel": NUM,
             "ok": BOOL})
@@ -91,6 +91,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "fix-slice": pass_report(),
     "dynamize": pass_report(),
     "fix-batch-reshape": pass_report(),
+    "fix-tied-linear": pass_report(),
+    "fix-pow": pass_report(),
+    "fix-lossy-reshape": pass_report(),
     "fuse-codebooks": pass_report(outputs=arr(STR), manifest=ANY,
                                   untouched_weights_identical=nullable(INT)),
     "fold-gqa": pass_report(folded=arr(ANY), unloadable={"type": "object"}),

@@ -8,11 +8,15 @@ import argparse
 def register(sub: argparse._SubParsersAction) -> None:
     from paramsurgery.commands._common import add_format_arg, add_input_arg, add_weights_arg
 
-    p = sub.add_parser("demo", help="run info, validate and a verified round trip on the "
-                       "bundled graph (or on PARAM)",
-                       description="The main job, step by step, on the bundled tiny talker "
-                       "decoder (or on PARAM): lint, info, validate, a byte-identical round "
-                       "trip, add-kvcache and its parity through ncnn.")
+    p = sub.add_parser(
+        "demo", help="the main job on the bundled tiny Qwen3-TTS talker decoder (or PARAM)",
+        description="The main job, end to end, on the bundled tiny Qwen3-TTS talker decoder "
+                    "(or PARAM): lint (static rules, plus a run through ncnn when pnnx's "
+                    "files or a reference are next to the file; it says when no run was "
+                    "made), info, validate, a byte-identical round trip loaded back by ncnn, "
+                    "add-kvcache, and a kv-cache parity check through ncnn at lengths no "
+                    "trace used (needs the weights). A step that cannot be done is said so, "
+                    "never claimed. Exit 1 when a check fails.")
     add_input_arg(p, "use this .param instead of the bundled one", nargs="?")
     add_weights_arg(p, "PARAM's weights (default: the .bin beside it)")
     add_format_arg(p)

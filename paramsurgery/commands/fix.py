@@ -54,6 +54,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the torch reference (.npz; default: X.ref.npz next to the input): "
                         "what --verify compares with, and the length a static export is "
                         "dynamized to when its inputs are the traced ones at another length")
+    p.add_argument("--always-write", action="store_true",
+                   help="write the output even when nothing changed (a copy of the input) or "
+                        "errors are left that no repair handles (then exit 1); without it "
+                        "nothing is written in both cases")
     run.finish(p, explain="also list what each pass left alone")
 
 
@@ -108,6 +112,11 @@ class FixReport:
                 if f.fix_pass not in names and f.severity in (ERROR, WARNING)]
 
     @property
+    def errors_left(self) -> list[Finding]:
+        """Error findings on the result: what ncnn would still fail on or compute wrong."""
+        return [f for f in self.after if f.severity == ERROR]
+
+    @property
     def modified(self) -> bool:
         return any(r.modified for r in self.results)
 
@@ -122,10 +131,12 @@ def fix_graph(g: Graph, *, traced: str | os.PathLike | None = None,
               traced_len: int | None = None, pair: str | os.PathLike | None = None,
               param: str | os.PathLike | None = None, bin: str | os.PathLike | None = None,
               reference: str | os.PathLike | None = None,
-              options: dict[str, object] | None = None) -> FixReport:
+              options: dict[str, object] | None = None, run: bool = True) -> FixReport:
     """Lint `g`, run the repairs the findings (and the given inputs) call for, re-lint;
-    repeated while the findings call for a pass that has not run yet. `options`: values of
-    the passes' `fix_inputs` by name."""
+    repeated while the findings call for a pass that has not run yet. A header ncnn fails
+    on (PS101/PS102) is recomputed. Then, with pnnx's IR or a reference (and `run`), lint's
+    rules that run the result through ncnn. `options`: values of the passes' `fix_inputs`
+    by name."""
     applied: list[type[Pass]] = []  # the repairs that changed the graph, in order
     given = dict(options or {})
     if traced_len is not None:  # the Python API's names for dynamize's declared inputs
@@ -171,8 +182,56 @@ def fix_graph(g: Graph, *, traced: str | os.PathLike | None = None,
             failures += refused
             applied += [type(pass_) for r in ran if r.modified]
         found = lint_findings(current, pnnx_ir)
+    if not failures and any(_bad_header(f) for f in found):
+        header = rewrite_header(current)
+        results.append(header)
+        current = header.graph
+        found = lint_findings(current, pnnx_ir)
+    if run:  # lint's rules that run the graph through ncnn, on the result
+        found += run_findings(current, ctx, pnnx_ir)
     wanted = [p.name for p in repairs() if p.name in done]
+    if any(r.pass_name == HEADER for r in results):
+        wanted.append(HEADER)
     return FixReport(current, before, found, results, failures, wanted, located)
+
+
+HEADER = "header"  # fix's own repair of PS101/PS102: the counts recomputed (fmt's header)
+
+
+def _bad_header(f: Finding) -> bool:
+    """A header ncnn fails on (PS101 fewer layers than declared, PS102 too few blobs); a
+    header declaring fewer layers than the body (PS101 warning) is kept: ncnn ignores the
+    rest, and raising the count could load layers that were never meant to."""
+    return f.severity == ERROR and f.code in ("PS101", "PS102")
+
+
+def rewrite_header(g: Graph) -> PassResult:
+    """The graph with its header counts recomputed when written (what `fmt` does to the
+    header; the layers stay as written)."""
+    from paramsurgery.core.changes import Change
+    from paramsurgery.formats.param_text import write_param
+
+    src = g.source
+    before = f"{src.declared_layers} {src.declared_blobs}"
+    out = g.copy().mark_modified()
+    head = write_param(out).split(b"\n", 2)[1].decode()
+    return PassResult(out, True, [Change("header", "layer and blob counts", before, head)],
+                      pass_name=HEADER)
+
+
+def run_findings(g: Graph, ctx: RepairContext, pnnx_ir: PnnxGraph | None) -> list[Finding]:
+    """Lint's error rules that run the graph through ncnn (PS401-PS405, and PS400 saying
+    why they could not), on the repaired graph, with what fix was given: pnnx's IR, the
+    reference, the weights."""
+    from paramsurgery.lint import lint_graph
+    from paramsurgery.lint.catalogue import all_rules
+
+    if pnnx_ir is None and ctx.reference is None:
+        return []
+    codes = [r.code for r in all_rules().values()
+             if "run" in r.needs and (r.severity == ERROR or ERROR in r.severities)]
+    return lint_graph(g, pnnx_param=pnnx_ir, reference=ctx.reference,
+                      select=codes + ["PS400"], run=True, run_bin=ctx.bin, path=ctx.param)
 
 
 def _located(name: str, exc: ParamSurgeryError, param: str | os.PathLike | None) -> str:
@@ -272,13 +331,24 @@ def _verify(run: Run, staged: Outputs) -> Check | None:
     from paramsurgery.verify.reference import verify_against_reference
 
     args = run.args
-    if not (args.verify and run.result.modified):
+    # a static export dynamized to the reference's length computes something new at that
+    # length: proven against the reference whether --verify was given or not
+    dynamized = any("length_spec" in r.data for r in _report(run).results)
+    if not (args.verify or dynamized):
         return None
     ref = args.reference or find_reference(args.param)
     if ref is None:
         raise ParamSurgeryError("--verify needs a torch reference: X.ref.npz next to the input "
                                 "or --reference REF.npz", file=args.param)
-    if any("length_spec" in r.data for r in _report(run).results):
+    if dynamized:
+        if staged.bin is None:
+            from paramsurgery.core.fs import companion
+
+            staged.bin = companion(args.param, (".param", ".bin"), (".param.bin", ".bin"))
+        if staged.bin is None:
+            raise ParamSurgeryError(f"dynamized to the length of {ref}, which only a run "
+                                    f"through ncnn proves: give the weights (--bin)",
+                                    file=args.param)
         return _verify_other_length(run, staged, os.fspath(ref))
     return verify_against_reference(staged.param, staged.bin, os.fspath(ref), graph=run.graph,
                                     pnnx=args.pnnx or None, source=args.param, tol=args.tol)
@@ -303,7 +373,41 @@ def _verify_other_length(run: Run, staged: Outputs, ref: str) -> Check:
     return check
 
 
+def _refuse(run: Run) -> tuple[int, str] | None:
+    """A repair refused, or errors are left that no repair handles: nothing is written
+    (exit 2), unless `--always-write` asks for the partly repaired graph (exit 1)."""
+    rep = _report(run)
+    if rep.failures:
+        names = ", ".join(dict.fromkeys(name for name, _ in rep.failures))
+        return 2, f"{len(rep.failures)} repair(s) refused ({names}; rolled back, see above)"
+    left = rep.errors_left
+    if left and not run.args.always_write:
+        where = "; ".join(f"{f.code} {f.layer or 'header'}" +
+                          (f" (line {f.line})" if f.line else "") for f in left[:5])
+        more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+        return 2, (f"{len(left)} error(s) no repair handles: {where}{more} (--always-write "
+                   f"writes the partly repaired graph)")
+    return None
+
+
+def _skip_write(run: Run) -> str | None:
+    if run.result.modified or run.args.always_write:
+        return None
+    return "nothing to change; no file written (--always-write writes a copy)"
+
+
+def _exit_code(run: Run) -> int:
+    rep = _report(run)
+    return 1 if rep.errors_left else rep.exit_code
+
+
+def _diagnostics(run: Run) -> list[str]:
+    """Refusals, then every error left, located (`file:line: CODE ...`), for stderr."""
+    rep = _report(run)
+    return rep.located + [f"{f.format(run.args.param)}" for f in rep.errors_left]
+
+
 run = GraphCommand("fixed", _FixAll, bin_note=True, verify=_verify,
                    refusal="the repaired graph does not match the reference", summary=_summary,
-                   json=_json, exit_code=lambda run: _report(run).exit_code,
-                   diagnostics=lambda run: _report(run).located)
+                   json=_json, exit_code=_exit_code, diagnostics=_diagnostics,
+                   refuse=_refuse, skip_write=_skip_write)

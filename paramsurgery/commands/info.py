@@ -9,7 +9,10 @@ from paramsurgery.commands._common import add_format_arg, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("info", help="summarise a graph (counts, types, inputs/outputs)")
+    p = sub.add_parser("info", help="summarise a graph (counts, types, inputs/outputs)",
+                       description="Layer and blob counts, the header, a type histogram, "
+                       "inputs and outputs, the layers ncnn cannot load; with --bin the weight "
+                       "bytes per layer type and dtype. One report per file.")
     from paramsurgery.commands._common import add_input_arg, add_weights_arg
 
     add_input_arg(p, ".param or .param.bin file(s)", nargs="+")

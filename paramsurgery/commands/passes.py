@@ -8,7 +8,9 @@ from paramsurgery.commands._common import add_format_arg, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("passes", help="list the available graph passes")
+    p = sub.add_parser("passes", help="list the available graph passes",
+                       description="Every registered graph pass: its name, what it does and "
+                       "the command that runs it.")
     add_format_arg(p)
     p.set_defaults(run=run)
 

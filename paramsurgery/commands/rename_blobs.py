@@ -10,7 +10,10 @@ from paramsurgery.commands.set_param import intermixed, run_located
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rename-blobs", help="rename blobs everywhere they are written or read "
-                       "(OLD=NEW...), or every kv-cache blob to a naming convention")
+                       "(OLD=NEW...), or every kv-cache blob to a naming convention",
+                       description="Rename blobs everywhere they are written or read: OLD=NEW "
+                       "pairs applied at once, or --cache-naming for every kv-cache blob. "
+                       "Writes <input>.renamed.param unless -o / --in-place.")
     add_pass_args(p, "renamed")
     p.add_argument("renames", nargs="*", metavar="OLD=NEW", help="blob renames (applied at once)")
     p.add_argument("--cache-naming", choices=("ncnn-docs", "ncnn-llm"),

@@ -55,7 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "its name (axis, kv_cache, ...); VALUE is typed by the layer's load_param "
                        "(a float param set to 1 is written 1.0).")
     add_pass_args(p, "set")
-    p.add_argument("assignments", nargs="*", metavar="ID=VALUE", help="params to set")
+    p.add_argument("assignments", nargs="*", metavar="ID=VALUE",
+                   help="params to set; negative ids (array keys, -23310=1,0.2) work as written "
+                        "(`--` also ends the options)")
     sel = p.add_mutually_exclusive_group(required=True)
     sel.add_argument("--layer", nargs="+", metavar="NAME", help="layers by name")
     sel.add_argument("--type", nargs="+", metavar="TYPE", help="every layer of these types")

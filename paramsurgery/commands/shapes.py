@@ -15,7 +15,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     from paramsurgery.commands._common import add_inputshape_arg
 
     p = sub.add_parser("shapes", help="every blob's shape (numpy order of the ncnn.Mat), "
-                       "symbolic in the input sizes; --write-hints writes -23330 hints")
+                       "symbolic in the input sizes; --write-hints writes -23330 hints",
+                       description="Every blob's shape in the numpy order of the ncnn.Mat, "
+                       "symbolic in the input sizes given by --inputshape (static rules, the "
+                       "file's -23330 hints, or ncnn itself with --oracle); --write-hints "
+                       "writes ncnnoptimize's -23330 hints (<input>.hints.param unless -o).")
     from paramsurgery.commands._common import add_input_arg, add_weights_arg
 
     add_input_arg(p, ".param or .param.bin file")

@@ -39,23 +39,23 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from paramsurgery.formats.weights.synth import write_synth_bin
-
     from paramsurgery.commands._common import print_json
     from paramsurgery.commands._runner import bin_path_for
     from paramsurgery.core import progress
 
-    g = load(args.param)
     out = args.output or bin_path_for(args.param)
+    progress.redirect(sys.stderr)  # the weights may go to stdout
+    progress.plan(f"synth-bin: {args.param} -> {out}: {args.dtype} weights, seed {args.seed}",
+                  aside=True)  # at once, before the graph is read (and numpy imported)
+    from paramsurgery.formats.weights.synth import write_synth_bin
+
+    g = load(args.param)
     if out != "-" and os.path.exists(out) and os.path.samefile(out, args.param):
         raise ParamSurgeryError("-o names the input .param", file=args.param)
     if out != "-" and os.path.lexists(out) and not args.force:
         raise ParamSurgeryError("exists; random weights would replace it (pass --force to "
                                 "overwrite)", file=out)
     given = _read_values(args.keep_values) if args.keep_values else None
-    progress.redirect(sys.stderr)  # the weights may go to stdout
-    progress.plan(f"synth-bin: {args.param} -> {out}: {args.dtype} weights for {len(g)} "
-                  f"layers, seed {args.seed}")
     if out == "-":
         n = write_synth_bin(g, sys.stdout.buffer, seed=args.seed, dtype=args.dtype,
                             given=given)

@@ -12,7 +12,9 @@ from paramsurgery.analysis.validate import validate
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check graph invariants (order, single producer, "
-                       "dangling bottoms, Split discipline, header counts)")
+                       "dangling bottoms, Split discipline, header counts)",
+                       description="The structural invariants ncnn relies on (PS101-PS110 and "
+                       "the run-time contracts): exit 1 on an error-level finding, 0 otherwise.")
     from paramsurgery.commands._common import add_input_arg, add_weights_arg
 
     add_input_arg(p, ".param file(s)", nargs="+")

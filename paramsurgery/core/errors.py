@@ -26,6 +26,8 @@ class ParamSurgeryError(Exception):
         return ":".join(parts)
 
     def __str__(self) -> str:
+        if self.file is None and self.line is None:  # no file involved: just the message
+            return self.message
         return f"{self.location()}: {self.message}"
 
 

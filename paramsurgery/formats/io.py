@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from paramsurgery.core.errors import ParamSyntaxError
 from paramsurgery.core.fs import atomic_write, atomic_write_many, read_bytes
 
 if TYPE_CHECKING:
@@ -25,7 +26,14 @@ def load(path: str | os.PathLike, bin: str | os.PathLike | None = None) -> "Grap
     """Load a `.param` (text) or `.param.bin` (binary, recognised by its magic) and, when
     `bin` is given, its weights with exact byte accounting."""
     path_s = os.fspath(path)
-    g = read_graph(read_bytes(path_s), path_s)
+    data = read_bytes(path_s)
+    try:
+        g = read_graph(data, path_s)
+    except ParamSyntaxError:
+        if path_s.endswith(".bin") and not path_s.endswith(".param.bin"):
+            raise ParamSyntaxError("this is a weights file (.bin), not a graph: give its "
+                                   ".param (and this file with --bin)", file=path_s) from None
+        raise
     if bin is not None:
         from paramsurgery.formats.weights import attach_weights
 

@@ -840,7 +840,9 @@ class Graph:
         return g
 
     def __repr__(self) -> str:
-        return f"<Graph {len(self)} layers, {self.blob_count()} blobs" + \
+        from paramsurgery.core.text import count
+
+        return f"<Graph {count(len(self), 'layer')}, {count(self.blob_count(), 'blob')}" + \
             (f" from {self.source.path}>" if self.source.path else ">")
 
 

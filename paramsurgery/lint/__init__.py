@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["lint_graph", "lint_file", "Rule", "RULES", "all_rules", "get_rule", "fix_pass_of",
            "fixable", "LintOptions", "InputSpec", "Reference", "parse_input_shapes",
-           "summarize", "SEVERITY_ORDER"]
+           "summarize", "SEVERITY_ORDER", "ran_through_ncnn"]
 
 SEVERITY_ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
 
@@ -47,7 +47,8 @@ def lint_graph(graph: "Graph", *, bin: str | os.PathLike | None = None,
                run: bool | None = None, run_bin: str | os.PathLike | None = None,
                path: str | None = None,
                options: LintOptions | None = None,
-               inputshape: "dict | str | list | None" = None) -> list[Finding]:
+               inputshape: "dict | str | list | None" = None,
+               record: "list[LintContext] | None" = None) -> list[Finding]:
     """Every finding of the selected rules on `graph`, sorted by line then code.
 
     `bin`: the `.bin` to check (PS2xx) and to run with. `pnnx_param`: pnnx's `.pnnx.param`
@@ -55,7 +56,8 @@ def lint_graph(graph: "Graph", *, bin: str | os.PathLike | None = None,
     torch outputs (or a `Reference`). `input_shapes`: the traced input shapes (InputSpecs or
     pnnx syntax `[1,4,10]f32@0,...`). `run`: run through ncnn for PS4xx (None = when there is
     something to compare with). `run_bin`: weights used only for running (not linted).
-    `select`/`ignore`: code prefixes. Rules whose inputs are missing are skipped."""
+    `select`/`ignore`: code prefixes. Rules whose inputs are missing are skipped. `record`:
+    the run's LintContext is appended (what ran: `ran_through_ncnn(ctx)`)."""
     from paramsurgery.formats.pnnx_param import PnnxGraph, read_pnnx_param
 
     opts = options or LintOptions()
@@ -82,9 +84,41 @@ def lint_graph(graph: "Graph", *, bin: str | os.PathLike | None = None,
         from paramsurgery.analysis.shapes import normalize_inputshape
 
         ctx.inputshape = normalize_inputshape(inputshape)
+        if opts.run is True and not ctx.input_shapes:  # asked to run: at these sizes
+            ctx.input_shapes = _specs_from_inputshape(graph, ctx.inputshape)
     if ref_error:
         ctx.extra["reference_error"] = ref_error
+    if record is not None:
+        record.append(ctx)
     return run_rules(ctx, select_rules(select, ignore))
+
+
+def ran_through_ncnn(ctx: LintContext) -> tuple[list[str], str | None]:
+    """What a lint run did with ncnn: (one line per run made, why none was made or None).
+    Only what happened: a run that was not made is never reported as made."""
+    conf = ctx.__dict__.get("conformance")  # made only when a rule asked for it
+    if conf is None or not conf._done:
+        if not ctx.can_run:
+            return [], "runs are disabled (--no-run)"
+        return [], ("nothing to run it at (no .pnnx.param, X_ncnn.py or reference next to "
+                    "the file, no input shapes)")
+    made = [f"{r.kind} inputs {r.describe_inputs()}: {r.status}" for r in conf.runs]
+    return made, (conf.skipped if not made else None)
+
+
+def _specs_from_inputshape(g: "Graph", shapes: dict) -> list[InputSpec] | None:
+    """`--inputshape` sizes as the inputs of a run, when every graph input has one and
+    every dim is a number (numpy order, no batch axis; ids an Embed reads as int32)."""
+    from paramsurgery.core.ncnn import NO_BATCH
+
+    specs = []
+    for blob in g.inputs:
+        dims = shapes.get(blob)
+        if dims is None or not all(isinstance(d, int) for d in dims):
+            return None
+        ids = any(c.type == "Embed" for c in g.consumer_layers(blob))
+        specs.append(InputSpec(blob, tuple(dims), "i32" if ids else "f32", NO_BATCH))
+    return specs or None
 
 
 def run_rules(ctx: LintContext, rules: Sequence[Rule]) -> list[Finding]:
@@ -161,7 +195,8 @@ def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
               input_shapes: "Sequence[InputSpec] | str | None" = None,
               run: bool | None = None, discover: bool = True,
               options: LintOptions | None = None,
-              inputshape: "dict | str | list | None" = None) -> list[Finding]:
+              inputshape: "dict | str | list | None" = None,
+              record: "list[LintContext] | None" = None) -> list[Finding]:
     """Load `path` (`.param` or `.param.bin`) and lint it. With `discover` (default), pnnx's
     files next to it are used when not given: `X.pnnx.param`, `X_ncnn.py` (traced input
     shapes), `X.ref.npz`/`ref.npz` (a reference), and `X.ncnn.bin`/`X.bin` to run with.
@@ -204,7 +239,8 @@ def lint_file(path: str | os.PathLike, *, bin: str | os.PathLike | None = None,
         run_bin = _bin_next_to(p)
     return lint_graph(g, bin=bin, pnnx_param=pn, select=select, ignore=ignore,
                       reference=ref, input_shapes=input_shapes, run=run,
-                      run_bin=run_bin, path=p, options=options, inputshape=inputshape)
+                      run_bin=run_bin, path=p, options=options, inputshape=inputshape,
+                      record=record)
 
 
 def _bin_next_to(p: str) -> str | None:

@@ -15,6 +15,7 @@ def _load_rules() -> None:
         rules_scale,  # noqa: F401
         rules_shapes,  # noqa: F401
         rules_structure,  # noqa: F401
+        rules_transformers,  # noqa: F401
         rules_weights,  # noqa: F401
     )
 

@@ -172,7 +172,7 @@ class Conformance:
                 return f"it has layers ncnn does not have ({t})"
         for f in self.ctx.validate_findings:
             if f.severity == "error":
-                return f"it is structurally broken ({f.code})"
+                return f"it is structurally broken ({f.code}: running it would crash)"
         return None
 
     # ------------------------------------------------------------------ running

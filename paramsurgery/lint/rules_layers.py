@@ -146,7 +146,7 @@ def not_ncnn_layer(ctx: "LintContext") -> Iterator[Hit]:
     `F.scaled_dot_product_attention` ← `is_causal=True`; `Tensor.slice`/`Tensor.slice_copy`
     ← interleaved M-RoPE slicing; `F.pad` ← shape-derived or replicate padding;
     `torch.arange`/`torch.full`/`aten::triu` ← masks built from the dynamic length; …"""
-    from paramsurgery.passes.base import repair_for
+    from paramsurgery.patterns.claims import repair_for
 
     for t in ctx.graph.types():
         if is_ncnn_layer(t) or not is_converter_leftover(t):
@@ -160,7 +160,7 @@ def not_ncnn_layer(ctx: "LintContext") -> Iterator[Hit]:
                 msg += f"; usually from {c.construct}; workaround: {c.workaround}"
                 fix_pass = c.fix_pass
             if fix_pass is None:
-                fix_pass = repair_for(layer)  # a pass that rewrites this leftover (lower, ...)
+                fix_pass = repair_for(layer.type)  # the pass that rewrites it (lower, ...)
             yield Hit(layer, msg, fix=f"paramsurgery {fix_pass}" if fix_pass else None,
                       fix_pass=fix_pass)
 

@@ -47,6 +47,14 @@ def conformance_skipped(ctx: "LintContext") -> Iterator[Hit]:
     if ctx.extra.get("reference_error"):
         yield Hit(None, f"reference not used: {ctx.extra['reference_error']}",
                   severity=WARNING)
+    if ctx.options.run is True and ctx.pnnx is None and ctx.reference is None \
+            and not ctx.input_shapes:  # asked to run (--run) with nothing to run at
+        why = ("--inputshape has a symbolic dim or misses an input (give numbers for every "
+               "input)" if ctx.inputshape else "no input shapes")
+        yield Hit(None, f"not run: {why}, no .pnnx.param / X_ncnn.py next to the file and no "
+                        f"reference (--input-shape '[1,4,10]f32,...', --inputshape NAME=[..] "
+                        f"with numbers, or --reference REF.npz)")
+        return
     if not ctx.can_run or (ctx.pnnx is None and ctx.reference is None
                            and not ctx.input_shapes):
         return

@@ -8,7 +8,8 @@ them.
 
 A pass that repairs what lint finds declares it here, in its own class: `repair_order` (set:
 `paramsurgery fix` may run it, in this order), `claims(layer)` (the converter leftovers it
-rewrites, which lint's PS004 names as its fix), `fix_inputs` (the extra inputs it can use,
+rewrites; `patterns/claims.py` holds the same as data for lint's PS004, which names it as the
+fix), `fix_inputs` (the extra inputs it can use,
 which `fix` exposes as flags) and `for_fix(ctx, asked)` (the instance `fix` runs). `fix`
 builds its plan from these and the findings' `fix_pass`: adding a repair is one file.
 """

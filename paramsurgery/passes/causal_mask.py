@@ -122,6 +122,43 @@ def prove_causal(g: Graph, layer: Layer) -> CausalMask:
     return CausalMask(layer, v, shape[-1], len(shape), sdpas)
 
 
+class LengthBuilder:
+    """Adds a chain of layers that computes a value from run-time lengths, writing `top`
+    (the blob a constant wrote, so its readers and Splits stay): named after `name`, placed
+    before `anchor` and re-sorted by `finish`."""
+
+    def __init__(self, g: Graph, top: str, name: str, anchor: Layer) -> None:
+        self.g, self.top, self.name = g, top, name
+        self.prev = _before(g, anchor)
+
+    def add(self, type_: str, suffix: str, ins: list[str], params: dict,
+            out: str | None = None) -> str:
+        g = self.g
+        blob = out or g.unique_blob_name(f"{self.top}_{suffix}")
+        lname = g.unique_layer_name(f"{self.name}_{suffix}")
+        self.prev = g.add_layer(type_, lname, ins, [blob], params, after=self.prev) \
+            if self.prev is not None else g.add_layer(type_, lname, ins, [blob], params)
+        return blob
+
+    def positions(self, src: str, tag: str, column: bool) -> str:
+        """p + 1 for p = 0 .. h-1, `src`'s h (a 3-D blob): a column (h, 1) or a row (1, h)."""
+        one = self.add("Crop", f"{tag}1", [src], {9: [0, 0], 10: [1, 1], 11: [0, 2]})
+        vec = self.add("Reshape", f"{tag}v", [one], {0: 1, 1: -1} if column else {0: -1, 1: 1})
+        zero = self.add("BinaryOp", f"{tag}0", [vec], {0: 2, 1: 1, 2: 0.0})
+        ones = self.add("BinaryOp", f"{tag}ones", [zero], {0: 0, 1: 1, 2: 1.0})
+        return self.add("CumulativeSum", f"{tag}pos", [ones], {0: 0 if column else 1})
+
+    def to_rank(self, blob: str, rank: int) -> None:
+        """Write `blob` (2-D) to `top` with the constant's rank 3 or 4 (leading axes of 1)."""
+        assert rank in (3, 4)  # a 2-D value is written to `top` by its last layer
+        self.add("Reshape", "rank", [blob], {0: 0, 1: 0, 2: 1} if rank == 3 else
+                 {0: 0, 1: 0, 11: 1, 2: 1}, out=self.top)
+
+    def finish(self) -> None:
+        self.g.toposort()
+        self.g.insert_splits()
+
+
 def rebuild(g: Graph, cm: CausalMask) -> Change:
     """Replace the constant by the mask built from the first reader's query/key lengths
     (the same blob name, so every reader and Split is kept); the graph is re-sorted."""
@@ -129,37 +166,17 @@ def rebuild(g: Graph, cm: CausalMask) -> Change:
     top, name, line = layer.outputs[0], layer.name, layer.source_line
     before = " ".join([layer.type, *layer.params.tokens()])
     query, key = cm.query, cm.key
-    anchor = g.layer(cm.readers[0])
-    prev = _before(g, anchor)
+    b = LengthBuilder(g, top, name, g.layer(cm.readers[0]))
     g.remove_layer(layer)
-
-    def add(type_: str, suffix: str, ins: list[str], params: dict, out: str | None = None) -> str:
-        nonlocal prev
-        blob = out or g.unique_blob_name(f"{top}_{suffix}")
-        prev = g.add_layer(type_, g.unique_layer_name(f"{name}_{suffix}"), ins, [blob], params,
-                           after=prev) if prev is not None else \
-            g.add_layer(type_, g.unique_layer_name(f"{name}_{suffix}"), ins, [blob], params)
-        return blob
-
-    def positions(src: str, tag: str, shape: dict, axis: int) -> str:
-        one = add("Crop", f"{tag}1", [src], {9: [0, 0], 10: [1, 1], 11: [0, 2]})
-        vec = add("Reshape", f"{tag}v", [one], shape)
-        zero = add("BinaryOp", f"{tag}0", [vec], {0: 2, 1: 1, 2: 0.0})
-        ones = add("BinaryOp", f"{tag}ones", [zero], {0: 0, 1: 1, 2: 1.0})
-        return add("CumulativeSum", f"{tag}pos", [ones], {0: axis})
-
-    rows = positions(query, "q", {0: 1, 1: -1}, 0)      # (Tq, 1): i + 1
-    cols = positions(key, "k", {0: -1, 1: 1}, 1)        # (1, Tk): j + 1
-    diff = add("BinaryOp", "ahead", [cols, rows], {0: 1})  # (Tq, Tk): j - i
-    step = add("Clip", "step", [diff], {0: 0.0, 1: 1.0})
+    rows = b.positions(query, "q", True)         # (Tq, 1): i + 1
+    cols = b.positions(key, "k", False)          # (1, Tk): j + 1
+    diff = b.add("BinaryOp", "ahead", [cols, rows], {0: 1})  # (Tq, Tk): j - i
+    step = b.add("Clip", "step", [diff], {0: 0.0, 1: 1.0})
     if cm.rank == 2:
-        add("BinaryOp", "value", [step], {0: 2, 1: 1, 2: cm.value}, out=top)
+        b.add("BinaryOp", "value", [step], {0: 2, 1: 1, 2: cm.value}, out=top)
     else:
-        val = add("BinaryOp", "value", [step], {0: 2, 1: 1, 2: cm.value})
-        add("Reshape", "rank", [val], {0: 0, 1: 0, 2: 1} if cm.rank == 3 else
-            {0: 0, 1: 0, 11: 1, 2: 1}, out=top)
-    g.toposort()
-    g.insert_splits()
+        b.to_rank(b.add("BinaryOp", "value", [step], {0: 2, 1: 1, 2: cm.value}), cm.rank)
+    b.finish()
     after = f"{cm.value:g} where col > row, by the lengths of {query!r}, {key!r}"
     return Change(name, f"causal mask ({cm.side}×{cm.side}, proven from its values, read by "
                         f"{', '.join(r.name for r in cm.readers)})", before, after, line)

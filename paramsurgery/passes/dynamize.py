@@ -34,8 +34,8 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.values import Kind, int_list
 from paramsurgery.formats import pnnx_traced as _traced
-from paramsurgery.passes.causal_mask import CausalMask, prove_causal, rebuild
-from paramsurgery.passes.dynamize_shapes import int_params
+from paramsurgery.passes.causal_mask import CausalMask, memory_shape, prove_causal, rebuild
+from paramsurgery.passes.dynamize_shapes import computed_table, int_params
 from paramsurgery.passes.base import (TRACED_LEN, FixInput, Pass, PassResult, RepairContext, register)
 from paramsurgery.core.changes import Change
 from paramsurgery.analysis.shapes import infer_shapes
@@ -180,6 +180,7 @@ class Dynamize(Pass):
         self.inputshape = dict(inputshape or {})  # the traced input shapes (--inputshape)
         self._shapes: tuple | None = None  # (traced ShapeMap, symbolic ShapeMap), once per run
         self._tables: dict[int, tuple] = {}  # MemoryData id -> (paired layer, axis, letter, ref)
+        self._roles: dict[int, tuple] = {}  # RoPE table id -> (rope, slot, θ)
 
     # ------------------------------------------------------------------ helpers
     def _selected(self, layer: Layer, pid: int) -> bool:
@@ -423,6 +424,7 @@ class Dynamize(Pass):
         length_axis = None
         tables: list[Layer] = []
         masks: list[CausalMask] = []
+        computed: list[tuple[Layer, str, tuple]] = []  # RoPE tables computed at run time
         for ss in by_layer.values():
             layer = ss[0].layer
             t = layer.type
@@ -466,6 +468,9 @@ class Dynamize(Pass):
                     masks.append(cm)
                     continue
                 why = self._table_plan(g, layer, ss)
+                if why is not None and self._rope_table(g, layer, ss) is not None:
+                    computed.append(self._rope_table(g, layer, ss))  # type: ignore[arg-type]
+                    continue
                 if why is not None:
                     raise PassRefused(f"{layer.name}: MemoryData {ss[0].pid}={ss[0].value} is a "
                                       f"constant traced at one length (a mask or table); make it "
@@ -482,14 +487,57 @@ class Dynamize(Pass):
             g.insert_splits()  # the Crops read a blob other layers read too
         for cm in masks:
             result.changes.append(rebuild(g, cm))
+        for layer, ref, role in computed:
+            before_line = layer.source_line
+            what, before, after = computed_table(g, layer, "h", ref, role)
+            result.changes.append(Change(layer.name, what, before, after, before_line))
         for s, new, how in planned:
             self._apply(s, new)
             what = f"{s.pid}" + ("" if s.index is None else f"[{s.index}]")
             extra = f", {self._fit(s.value, s.other)}" if s.other is not None else ""
             result.changes.append(Change(s.layer.name, f"{what} ({how}{extra})", s.value, new,
                                          s.layer.source_line))
-        result.modified = bool(planned) or bool(tables) or bool(masks)
+        result.modified = bool(planned) or bool(tables) or bool(masks) or bool(computed)
+        if tables:
+            self._check_tables(g, tables, result)
         return result
+
+    def _check_tables(self, g: Graph, tables: list[Layer], result: PassResult) -> None:
+        """The paired tables are exact up to their rows: said in the notes, and with a
+        reference next to the input the graph is run there through ncnn against it (a
+        reference longer than the tables is refused, naming them)."""
+        from paramsurgery.passes.learned_tables import check_reference
+
+        for layer in tables:
+            other, _ax, letter, _ref = self._tables[layer.id]
+            rows = layer.params.get({v: k for k, v in RESHAPE_DIMS.items()}[letter])
+            result.notes.append(f"{layer.name}: a position table of {rows} rows: the result is "
+                                f"exact for lengths up to {rows}")
+        if self.reference is not None and all(t.weights for t in tables):
+            names = [t.name for t in tables]
+            result.notes.append(", ".join(names) + ": " + check_reference(
+                g, self.reference[2], names, None, self.T or 0))
+
+    def _rope_table(self, g: Graph, layer: Layer, ss: list[_Site]) -> tuple | None:
+        """(layer, the rotated blob, its role) when `layer` is a RoPE cos/sin table whose
+        rows (h) are the one length-derived dim, proven cos/sin(p·θ): computed at run time
+        where the pair cannot give a longer table; None otherwise."""
+        from paramsurgery.passes.dynamize_shapes import _rope_table_check, table_role
+
+        if len(ss) != 1 or ss[0].pid != 1 or not layer.weights:
+            return None
+        from paramsurgery.patterns.match import readers_through_splits
+
+        readers = [r for r, _ in readers_through_splits(g, layer.outputs[0])[0]]
+        if not readers or any(r.type != "RotaryEmbed" for r in readers):
+            return None
+        rope = readers[0]
+        cos_l, sin_l = (g.producer(g.above_splits(b)) for b in rope.inputs[1:3])
+        if _rope_table_check(cos_l, sin_l, "h") is not None:
+            return None
+        if layer.id not in self._roles:  # θ from both tables, before either is rewritten
+            self._roles[layer.id] = table_role(g, layer, "h")
+        return layer, rope.inputs[0], self._roles[layer.id]
 
     def _causal_mask(self, g: Graph, layer: Layer) -> "CausalMask | None":
         """The causal mask a MemoryData holds when its values prove it one in this export
@@ -497,19 +545,26 @@ class Dynamize(Pass):
         otherwise (the table rules then decide)."""
         try:
             cm = prove_causal(g, layer)
-            other = self.pair.find(layer.name) if self.pair is not None else None
-            cm2 = prove_causal(self.pair, other) if self.pair is not None and \
-                other is not None else None
         except PassRefused:
-            return None
-        if self.pair is not None and cm2 is None:
             return None
         self._infer_lengths()
         if self.T is not None and cm.side != self.T:
             return None
-        if cm2 is not None and self.T2 is not None and cm2.side != self.T2:
+        other = self.pair.find(layer.name) if self.pair is not None else None
+        if self.pair is None:
+            return cm
+        if other is None:
             return None
-        return cm
+        if other.weights is not None and len(other.weights):  # its values prove it too
+            try:
+                side = prove_causal(self.pair, other).side
+            except PassRefused:
+                return None
+        else:  # proven on this export; the pair's is the same layer, square at its length
+            shape = memory_shape(other)
+            side = shape[-1] if len(shape) == len(memory_shape(layer)) and \
+                shape[-1] == shape[-2] else -1
+        return cm if self.T2 is None or side == self.T2 else None
 
     # ------------------------------------------------------------------ position tables
     def _table_plan(self, g: Graph, layer: Layer, ss: list[_Site]) -> str | None:

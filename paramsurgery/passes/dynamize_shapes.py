@@ -27,6 +27,7 @@ it, so the layers after it see the symbolic shapes too:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -147,6 +148,7 @@ class ShapeDynamize:
         self.changes: list[Change] = []
         self.crops: list[str] = []
         self.bounded: list[str] = []
+        self._roles: dict[int, tuple[Layer, int, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ helpers
     def _at(self, d: MaybeDim) -> int | None:
@@ -161,6 +163,7 @@ class ShapeDynamize:
 
     # ------------------------------------------------------------------ run
     def run(self, g: Graph) -> PassResult:
+        self._drop_zero_masks(g)
         tables: list[Layer] = []
         masks: list[CausalMask] = []  # folded causal masks: checked after the walk
         unknown: list[str] = []  # a traced-length value where the shapes are not known
@@ -180,6 +183,8 @@ class ShapeDynamize:
             elif layer.type == "MemoryData" and self._holds_traced_len(layer):
                 masks.append(self._mask(g, layer))
             outs = self._infer(layer, ins)
+            if tables and tables[-1] is layer:
+                outs = self._symbolic_rows(g, layer, outs)
             for i, blob in enumerate(layer.outputs):
                 if blob in self.spec.inputs:
                     self.shapes[blob] = self.spec.inputs[blob]
@@ -196,17 +201,40 @@ class ShapeDynamize:
         for cm in masks:
             self._check_mask_lengths(cm)
         proven = [self._table(g, layer) for layer in tables]  # all before any rewrite
+        self._roles = {layer.id: table_role(g, layer, letter)
+                       for layer, letter, _, kind in proven if kind == "rope"}
         for cm in masks:
             self.changes.append(rebuild(g, cm))
-        for layer, letter, ref in proven:
-            self._extend_and_crop(g, layer, letter, ref)
+        learned: list[str] = []
+        for layer, letter, ref, kind in proven:
+            if kind == "rope":
+                self._extend_and_crop(g, layer, letter, ref)
+            elif self._learned(g, layer, letter, ref, kind):
+                learned.append(layer.name)
         if tables:
             g.insert_splits()
+            _in_order(g)
         self._check_outputs(g)
+        self._check_followed(g)
+        if learned:
+            self.bounded.append(self._check_learned(g, learned))
         result = PassResult(g, bool(self.changes), list(self.changes))
         result.notes.extend(self.bounded)
         result.data["length_spec"] = self.spec
         return result
+
+    def _drop_zero_masks(self, g: Graph) -> None:
+        """An all-zero additive mask folded at the traced length (`learned_tables.zero_masks`)
+        goes: softmax(s + 0) = softmax(s) at every length."""
+        from paramsurgery.passes.learned_tables import drop_mask, zero_masks
+
+        for mask, readers, splits in zero_masks(g, self.spec.traced_len):
+            before = " ".join(mask.params.tokens())
+            names = ", ".join(r.name for r in readers)
+            self._change(mask, f"all-zero attention mask traced at {self.spec.traced_len}: "
+                               f"dropped from {names} (5=0; adding 0 before softmax changes "
+                               f"nothing at any length)", before, "removed")
+            drop_mask(g, mask, readers, splits)
 
     def _mask(self, g: Graph, layer: Layer) -> CausalMask:
         """A MemoryData holding the traced length that is not a position table: proven a
@@ -372,6 +400,46 @@ class ShapeDynamize:
                                   f"{', '.join(sorted(set(self.crops)))} is not a distance "
                                   f"from the end; give {self.fallback}")
 
+    def _check_followed(self, g: Graph) -> None:
+        """With a reference at another length, every output must measure what the reference
+        measures there, symbolically: a length the shape analysis lost on the way (a
+        strided conv, a table of another size) leaves values it could not rewrite, so the
+        graph would be wrong at that length; refused, naming the layer where it was lost."""
+        from paramsurgery.formats.pnnx_reference import shape_matches
+
+        t1 = self.spec.target_len
+        if t1 is None or not self.spec.outputs:
+            return
+        env = {SYMBOL: t1}
+        for blob, want in self.spec.outputs.items():
+            got = self.shapes.get(blob)
+            at = None if got is None else [evaluate(d, env) if isinstance(d, Affine) else d
+                                           for d in got]
+            if at is not None and all(isinstance(d, int) for d in at) and \
+                    shape_matches(at, want):
+                continue
+            lost = self._where_lost(g)
+            where = f"{lost.type} {lost.name!r} (line {lost.source_line})" if lost else \
+                "a layer the shape rules do not cover"
+            measured = "is not known" if at is None else f"would be {tuple(at)}"
+            raise PassRefused(f"output {blob!r}: at T={t1} it {measured}, the reference "
+                              f"{tuple(want)}: the shape analysis loses the length at {where}, "
+                              f"so values after it cannot be proven length-derived; give "
+                              f"{self.fallback} (the same model traced at another length)",
+                              line=lost.source_line if lost else None)
+
+    def _where_lost(self, g: Graph) -> Layer | None:
+        """The first layer whose inputs have affine shapes and an output does not."""
+        def known(shape: tuple | None) -> bool:
+            return shape is not None and all(isinstance(d, (int, Affine)) for d in shape)
+
+        for layer in g:
+            if layer.type == "Input" or not all(known(self.shapes.get(b)) for b in layer.inputs):
+                continue
+            if not all(known(self.shapes.get(b)) for b in layer.outputs):
+                return layer
+        return None
+
     # ------------------------------------------------------------------ position tables
     def _table_rows(self, layer: Layer) -> str | None:
         """The ncnn axis letter of a MemoryData dim equal to the traced length."""
@@ -394,16 +462,46 @@ class ShapeDynamize:
                         layer.outputs[0])))
         return out
 
-    def _table(self, g: Graph, layer: Layer) -> tuple[Layer, str, str]:
+    def _elementwise_readers(self, g: Graph, layer: Layer) -> list[tuple[Layer, str]] | None:
+        """(reader, the other operand) when every reader combines the table element-wise
+        with one other blob (BinaryOp); else None."""
+        from paramsurgery.passes.learned_tables import ELEMENTWISE
+
+        out = []
+        for r, _slot in self._readers(g, layer):
+            others = [b for b in r.inputs if g.above_splits(b) != layer.outputs[0]]
+            if r.type not in ELEMENTWISE or len(r.inputs) != 2 or len(others) != 1:
+                return None
+            out.append((r, others[0]))
+        return out or None
+
+    def _symbolic_rows(self, g: Graph, layer: Layer, outs: list | None) -> list | None:
+        """A table read only element-wise is cropped to the length (or broadcast) by the
+        rewrite: the walk sees its length dim as the symbol, so what follows stays known."""
+        letter = self._table_rows(layer)
+        if not outs or outs[0] is None or letter is None or \
+                self._elementwise_readers(g, layer) is None:
+            return outs
+        shape = list(outs[0])
+        ax = len(shape) + NUMPY_AXIS[letter]
+        if not 0 <= ax < len(shape) or shape[ax] != self.spec.traced_len:
+            return outs
+        shape[ax] = Affine.symbol(SYMBOL)
+        return [tuple(shape)] + list(outs[1:])
+
+    def _table(self, g: Graph, layer: Layer) -> tuple[Layer, str, str, str]:
         letter = self._table_rows(layer)
         assert letter is not None  # run() keeps only tables with one length dim
         readers = self._readers(g, layer)
+        elementwise = self._elementwise_readers(g, layer)
+        if elementwise is not None:
+            return self._learned_plan(layer, letter, elementwise)
         if not readers or any(r.type != "RotaryEmbed" or slot not in (1, 2)
                               for r, slot in readers):
             raise self._refuse(layer, f"MemoryData {letter}={self.spec.traced_len} is a "
                                       f"constant traced at one length and no rule proves it "
-                                      f"a position table (its readers are not RotaryEmbed "
-                                      f"cos/sin inputs)")
+                                      f"a position table (its readers are neither RotaryEmbed "
+                                      f"cos/sin inputs nor element-wise BinaryOps)")
         rope, slot = readers[0]
         cos_blob, sin_blob = (g.above_splits(b) for b in rope.inputs[1:3])
         cos_l, sin_l = g.producer(cos_blob), g.producer(sin_blob)
@@ -415,12 +513,96 @@ class ShapeDynamize:
         if ref_shape is None or not isinstance(ref_shape[NUMPY_AXIS[letter]], Affine):
             raise self._refuse(layer, f"the {letter} of {ref!r} (what {rope.name} rotates) is "
                                       f"not known to follow the length")
-        return layer, letter, ref
+        return layer, letter, ref, "rope"
+
+    # ------------------------------------------------------------------ learned tables
+    def _learned_plan(self, layer: Layer, letter: str,
+                      readers: list[tuple[Layer, str]]) -> tuple[Layer, str, str, str]:
+        """A table added (BinaryOp) to a blob whose same axis is the length: uniform rows or
+        a learned table of positions (`learned_tables.py`)."""
+        from paramsurgery.passes.learned_tables import uniform_rows
+
+        t0 = self.spec.traced_len
+        reader, ref = readers[0]
+        for r, other in readers:
+            shape = self.shapes.get(other)
+            ax = None if shape is None else len(shape) + NUMPY_AXIS[letter]
+            d = shape[ax] if shape is not None and ax is not None and 0 <= ax < len(shape) \
+                else None
+            if not isinstance(d, Affine) or self._at(d) != t0:
+                raise self._refuse(layer, f"MemoryData {letter}={t0} is added by {r.name} to "
+                                          f"{other!r}, whose {letter} is not known to be the "
+                                          f"length ({d if d is not None else '?'})")
+        if not layer.weights or not len(layer.weights):
+            raise PassRefused(f"{layer.name}: MemoryData {letter}={t0}, a table traced at one "
+                              f"length: its rows are needed to tell a uniform table from a "
+                              f"learned one; give --bin")
+        values = layer.weights[0].array().reshape(_table_shape(layer))
+        ax = values.ndim + NUMPY_AXIS[letter]
+        if uniform_rows(values, ax):
+            return layer, letter, ref, "uniform"
+        t1 = self.spec.target_len
+        if self.pair is None and t1 is not None and t1 > t0:
+            raise PassRefused(f"{layer.name}: a learned position table of {t0} rows (added "
+                              f"by {reader.name}) has no rows for T={t1}, the reference's "
+                              f"length: give {self.fallback} (the same model traced at "
+                              f"{t1} or more: its longer table) or a reference at a length up "
+                              f"to {t0}", line=layer.source_line)
+        return layer, letter, ref, "learned"
+
+    def _learned(self, g: Graph, layer: Layer, letter: str, ref: str, kind: str) -> bool:
+        """Rewrite one table; True when the rewrite needs the numeric check."""
+        from paramsurgery.passes.learned_tables import shrink_to_row
+
+        t0 = self.spec.traced_len
+        before = " ".join(layer.params.tokens())
+        pid = {v: k for k, v in RESHAPE_DIMS.items()}[letter]
+        if kind == "uniform":
+            values = layer.weights[0].array().reshape(_table_shape(layer))
+            shrink_to_row(layer, pid, values, values.ndim + NUMPY_AXIS[letter])
+            self._change(layer, f"uniform table (its {t0} rows are one row): that row, "
+                                f"broadcast over the length by its readers; exact at every "
+                                f"length", before, " ".join(layer.params.tokens()))
+            return False
+        rows = self._longer_table(layer, letter)
+        n = t0 if rows is None else rows
+        t1 = self.spec.target_len
+        if t1 is not None and t1 > n:
+            raise PassRefused(f"{layer.name}: a learned position table of {n} rows (the paired "
+                              f"export's) has no rows for T={t1}, the reference's length: give "
+                              f"--pair with an export traced at {t1} or more (its longer table)",
+                              line=layer.source_line)
+        _crop_rows_to(g, layer, letter, ref)
+        src = "" if rows is None else f"the paired export's {rows} rows (its first {t0} equal " \
+                                      f"these), "
+        self._change(layer, f"learned position table (row p = position p): {src}cropped to the "
+                            f"run-time {letter} of {ref!r}; exact for lengths up to {n}",
+                     before, " ".join(layer.params.tokens()) + f" + Crop to {ref}")
+        self.bounded.append(f"{layer.name}: a learned position table of {n} rows: the result is "
+                            f"exact for lengths up to {n}"
+                            + (f" ({self.fallback} extends it)" if rows is None else ""))
+        return True
+
+    def _check_learned(self, g: Graph, learned: list[str]) -> str:
+        from paramsurgery.passes.learned_tables import check_reference
+
+        ref = self.spec.source
+        if not ref or not os.path.isfile(ref) or not g.layer(learned[0]).weights:
+            raise PassRefused(f"{', '.join(learned)}: a learned table cropped to the length is "
+                              f"proven only against a reference at another length (X.ref.npz "
+                              f"next to the file, or --reference) with the weights (--bin)")
+        return ", ".join(learned) + ": " + check_reference(
+            g, ref, learned, self.spec.target_len, self.spec.traced_len)
 
     def _extend_and_crop(self, g: Graph, layer: Layer, letter: str, ref: str) -> None:
         t0 = self.spec.traced_len
         before = " ".join(layer.params.tokens())
         rows = self._longer_table(layer, letter)
+        target = self.spec.target_len
+        if rows is None and target is not None and target > t0:
+            # the reference runs past the traced rows: cos/sin of p·θ computed at run time
+            self._change(layer, *computed_table(g, layer, letter, ref, self._roles[layer.id]))
+            return
         _crop_rows_to(g, layer, letter, ref)
         if rows is None:
             self._change(layer, f"position table (cos/sin of p·θ, row p = position p): "
@@ -488,13 +670,80 @@ def _rope_table_check(cos_l: Layer | None, sin_l: Layer | None, letter: str) -> 
     return None
 
 
+def _theta(cos_l: Layer, sin_l: Layer, letter: str) -> np.ndarray:
+    """θ per column of a proven cos/sin table (float32, as torch's inv_freq)."""
+    shape = _table_shape(cos_l)
+    ax = len(shape) + NUMPY_AXIS[letter]
+    c = np.moveaxis(cos_l.weights[0].array().reshape(shape).astype(np.float64), ax, 0)
+    s = np.moveaxis(sin_l.weights[0].array().reshape(shape).astype(np.float64), ax, 0)
+    return np.arctan2(s[1], c[1]).reshape(-1).astype(np.float32)
+
+
+def table_role(g: Graph, layer: Layer, letter: str) -> tuple[Layer, int, np.ndarray]:
+    """(the RotaryEmbed reading a proven table, its slot: 1 cos / 2 sin, θ), read before
+    any table is rewritten."""
+    rope, slot = next((r, i) for r, i in (
+        (c, [g.above_splits(b) for b in c.inputs].index(layer.outputs[0]))
+        for c in _readers_through(g, layer)) if i in (1, 2))
+    cos_l, sin_l = (g.producer(g.above_splits(b)) for b in rope.inputs[1:3])
+    assert cos_l is not None and sin_l is not None  # proven by _table
+    return rope, slot, _theta(cos_l, sin_l, letter)
+
+
+def computed_table(g: Graph, layer: Layer, letter: str, ref: str,
+                    role: tuple[Layer, int, np.ndarray]) -> tuple[str, str, str]:
+    """Replace a proven cos/sin position table (its rows on the h axis) by cos/sin(p·θ)
+    computed from the run-time h of `ref` (float32 p·θ, as torch computes it), after
+    checking that this recomputation gives the traced rows; (what, before, after)."""
+    from paramsurgery.formats.weights import set_weights
+    from paramsurgery.passes.causal_mask import LengthBuilder
+
+    rope, slot, theta = role
+    shape = _table_shape(layer)
+    if letter != "h" or len(shape) < 2 or shape[-2] != layer.params.get(1):
+        raise PassRefused(f"{layer.name}: a position table whose rows are not its h axis has no "
+                          f"run-time form here; give --pair OTHER.param", line=layer.source_line)
+    fn = np.cos if slot == 1 else np.sin
+    p = np.arange(shape[-2], dtype=np.float32)[:, None]
+    want = layer.weights[0].array().reshape(shape[-2], shape[-1]).astype(np.float64)
+    err = float(np.abs(fn((p * theta[None, :]).astype(np.float32).astype(np.float64)) - want).max())
+    if err > TABLE_ATOL:
+        raise PassRefused(f"{layer.name}: cos/sin of p·θ in float32 do not give the traced rows "
+                          f"(max error {err:.1e}); give --pair OTHER.param", line=layer.source_line)
+    top, name = layer.outputs[0], layer.name
+    before = " ".join(layer.params.tokens())
+    b = LengthBuilder(g, top, name, rope)
+    g.remove_layer(layer)
+    pos1 = b.positions(ref, "p", True)                               # (T, 1): p + 1
+    pos = b.add("BinaryOp", "p", [pos1], {0: 1, 1: 1, 2: 1.0})       # p
+    th = b.add("MemoryData", "theta", [], {0: int(theta.size), 1: 1})
+    set_weights(g.producer(th), {"data": theta})  # type: ignore[arg-type]
+    angle = b.add("BinaryOp", "angle", [pos, th], {0: 2})            # (T, D): p·θ
+    kind = "cos" if slot == 1 else "sin"
+    if len(shape) == 2:
+        b.add("UnaryOp", kind, [angle], {0: 10 if slot == 1 else 9}, out=top)
+    else:
+        b.to_rank(b.add("UnaryOp", kind, [angle], {0: 10 if slot == 1 else 9}), len(shape))
+    b.finish()
+    return (f"position table ({kind} of p·θ, proven on its {shape[-2]} traced rows, max error "
+            f"{err:.1e}): computed from the run-time h of {ref!r}, right at every length",
+            before, f"{kind}(p·θ), θ = {theta.size} values, p from {ref!r}")
+
+
+def _readers_through(g: Graph, layer: Layer) -> list[Layer]:
+    from paramsurgery.patterns.match import readers_through_splits
+
+    return [r for r, _ in readers_through_splits(g, layer.outputs[0])[0]]
+
+
 def _table_shape(layer: Layer) -> tuple[int, ...]:
     dims = [layer.params.get(pid, 0) for pid in (2, 11, 1, 0)]
     return tuple(d for d in dims if isinstance(d, int) and d)
 
 
 def _crop_rows_to(g: Graph, layer: Layer, letter: str, ref: str) -> None:
-    """Read `layer`'s table through a Crop to the run-time `letter` extent of `ref`."""
+    """Read `layer`'s table through a Crop to the run-time `letter` extent of `ref`, right
+    after the table (the caller restores topological order when `ref` is written later)."""
     top = layer.outputs[0]
     shape = _table_shape(layer)
     ax = len(shape) + NUMPY_AXIS[letter]
@@ -502,6 +751,16 @@ def _crop_rows_to(g: Graph, layer: Layer, letter: str, ref: str) -> None:
     g.replace_uses(top, out)
     g.add_layer("Crop", g.unique_layer_name(f"{layer.name}_rows"), [top, ref], [out],
                 {19: "0", 20: f"1{letter}", 21: str(ax)}, after=layer)
+
+
+def _in_order(g: Graph) -> None:
+    """Toposort (stable) only when a Crop read a blob written after its table."""
+    seen: set[str] = set(g.inputs)
+    for x in g:
+        if any(b not in seen and g.producer(b) is not None for b in x.inputs):
+            g.toposort()
+            return
+        seen.update(x.outputs)
 
 
 def traced_input_shapes(ops: Sequence, g: Graph) -> list[tuple[tuple, int | None]] | None:

@@ -258,7 +258,8 @@ class FoldGQA(Pass):
         for layer, s in readers:
             if layer.type == "SDPA" and s in (1, 2):
                 continue
-            if layer.type == "Crop" and s == 1 and len(layer.inputs) == 2:
+            if layer.type == "Crop" and s == 1 and len(layer.inputs) in (2, 3):
+                # (3: add-kvcache's widened mask crop, its third bottom the k cache)
                 exprs = [str(layer.params.get(i, "")) for i in (19, 20, 21)]
                 refs = {(m.group(1), m.group(2)) for e in exprs for m in _BLOB_REF.finditer(e)}
                 if exprs[0] and exprs[1] and all(dim in "wh" for blob_i, dim in refs

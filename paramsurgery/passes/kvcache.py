@@ -13,6 +13,10 @@ ncnn's docs (`cache_k_in_{i}` / `cache_k_out_{i}`) or ncnn's benchmark LLM param
 (`cache_k{i}` / `out_cache_k{i}`); `i` is the layer's ordinal among all attention layers in
 file order, so names are stable whatever `only`/`skip` select. A layer that already has a
 cache (`7=1`) is left alone, which makes the pass idempotent.
+
+HF's crop of the mask to the key length (`Crop mask k 20="1h"`) is widened to past + current
+(`Crop mask k k_cache 20="+(1h,2h)"`: the cache's h is the past length); a mask computed from
+the current q/k in any other way is refused, naming the layer (`mask_crop`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
 from paramsurgery.passes.base import Pass, PassResult, check_selection, register
-from paramsurgery.patterns.match import InputAncestry
+from paramsurgery.patterns.match import InputAncestry, readers_through_splits
 from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
 ATTENTION_TYPES = ("SDPA", "MultiHeadAttention")
@@ -55,13 +59,100 @@ class CacheSlot:
 
 
 def cache_slots(g: Graph) -> list[CacheSlot]:
-    """The cache blobs of every attention layer that has `7=1`, in file order."""
+    """The cache blobs of every attention layer that has `7=1`, in file order: the inputs
+    above the Splits that share them (a mask Crop reads the past length from the k cache)."""
     slots = []
     for i, layer in enumerate(g.by_type(*ATTENTION_TYPES)):
         if layer.params.get(7, 0) == 1 and len(layer.inputs) >= 2 and len(layer.outputs) >= 3:
-            slots.append(CacheSlot(layer.name, i, layer.inputs[-2], layer.inputs[-1],
-                                   layer.outputs[1], layer.outputs[2]))
+            slots.append(CacheSlot(layer.name, i, g.above_splits(layer.inputs[-2]),
+                                   g.above_splits(layer.inputs[-1]), layer.outputs[1],
+                                   layer.outputs[2]))
     return slots
+
+
+KEY_LENGTH_CROP = "1h"  # HF's attention_mask[..., :key_states.shape[-2]] as pnnx writes it
+PAST_AND_KEY = "+(1h,2h)"  # the same end over the past (the k cache's h) and the new keys
+
+
+@dataclass
+class MaskCrop:
+    """HF's crop of an SDPA's mask to its key length (`Crop mask k 20="1h"` on the last
+    axis), which a cache must widen to past + current."""
+
+    crop: Layer
+    sdpa: Layer
+
+
+def mask_crop(g: Graph, sdpa: Layer, ancestry: InputAncestry) -> MaskCrop | None:
+    """The Crop of `sdpa`'s mask to its key length, None when the mask needs none (a graph
+    input, or built from graph inputs only); PassRefused naming the layer when the mask
+    depends on the current key or query length in a way a cache would break."""
+    from paramsurgery.patterns.match import walk_up
+
+    if not sdpa.params.get(5, 0) or len(sdpa.inputs) < 4:
+        return None
+    q, k = (g.above_splits(b) for b in sdpa.inputs[:2])
+    mask = g.above_splits(sdpa.inputs[3])
+    prod = g.producer(mask)
+    found = None
+    if prod is not None and prod.type == "Crop" and len(prod.inputs) == 2 and \
+            g.above_splits(prod.inputs[1]) == k:
+        ends, axes = prod.params.get(20), prod.params.get(21)
+        readers, _ = readers_through_splits(g, mask)
+        if ends != KEY_LENGTH_CROP or prod.params.get(19) not in ("0", None) or \
+                str(axes) not in ("-1", str(_mask_last_axis(g, prod.inputs[0]))):
+            raise PassRefused(f"{prod.name}: the mask of {sdpa.name} is cropped against its "
+                              f"keys ({k!r}) by 19={prod.params.get(19)!r} 20={ends!r} "
+                              f"21={axes!r}, not HF's crop to the key length on the last axis "
+                              f"(20=\"1h\"): with a cache the keys are past + current and "
+                              f"add-kvcache has no rule for this crop", line=prod.source_line)
+        if any(r.id != sdpa.id for r, _ in readers):
+            other = next(r for r, _ in readers if r.id != sdpa.id)
+            raise PassRefused(f"{prod.name}: the mask cropped to {sdpa.name}'s key length is "
+                              f"also read by {other.type} {other.name!r}; add-kvcache widens "
+                              f"it to {sdpa.name}'s past + current keys only",
+                              line=prod.source_line)
+        found = MaskCrop(prod, sdpa)
+        start = [prod.inputs[0]]
+    else:
+        start = [mask]
+    # what else the mask is computed from: the current q or k (their lengths) breaks a cache
+    above = {blob: layer for blob, layer in walk_up(g, start, frozenset(g.types()))}
+    for blob in (q, k):
+        if blob in above:
+            what = "query" if blob == q else "key"
+            reader = next((lay for lay in above.values() if lay is not None and lay.type !=
+                           "Split" and any(g.above_splits(b) == blob for b in lay.inputs)), None)
+            raise PassRefused(f"{sdpa.name}: its mask is computed from its current {what} "
+                              f"{blob!r} (read by {reader.name if reader else '?'}), which after "
+                              f"add-kvcache holds only the new positions: the mask would not "
+                              f"cover the past; feed the mask as an input (the kv form: an "
+                              f"additive mask of (T, past + T))", line=sdpa.source_line)
+    return found
+
+
+def _mask_last_axis(g: Graph, blob: str) -> int:
+    """The numpy index of the last axis of `blob` (a graph input's rank from its Input
+    layer is unknown to ncnn: -1 when not known)."""
+    from paramsurgery.analysis.shapes import infer_shapes
+
+    try:
+        shape = infer_shapes(g).shape_of(blob)
+    except Exception:  # noqa: BLE001 - no shape known: only -1 and 2 (3-D mask) qualify
+        shape = None
+    return len(shape) - 1 if shape else 2
+
+
+def widen_mask_crop(g: Graph, mc: MaskCrop, k_cache: str) -> Change:
+    """`Crop mask k 20="1h"` → `Crop mask k k_cache 20="+(1h,2h)"`: the keys' length is the
+    past (the k cache's h) plus the new keys."""
+    crop = mc.crop
+    before = f"{len(crop.inputs)} bottoms, 20={crop.params.get(20)}"
+    g.set_inputs(crop, list(crop.inputs) + [k_cache])
+    crop.set(20, PAST_AND_KEY)
+    return Change(crop.name, f"mask crop to {mc.sdpa.name}'s key length: past + current "
+                             f"(the k cache {k_cache!r} holds the past)", before,
+                  f"3 bottoms (+{k_cache}), 20={PAST_AND_KEY}", crop.source_line)
 
 
 @register
@@ -149,6 +240,8 @@ class AddKVCache(Pass):
             self._gemm(g, result)
             return result
 
+        crops = {layer.id: mask_crop(g, layer, ancestry) for layer, _, _ in todo
+                 if layer.type == "SDPA"}
         for slot, (layer, _, m) in zip(slots, todo):
             before_in, before_out = len(layer.inputs), len(layer.outputs)
             g.set_inputs(layer, list(layer.inputs) + [slot.k_in, slot.v_in])
@@ -162,6 +255,15 @@ class AddKVCache(Pass):
                 result.notes.append(f"{layer.name}: cross-attention; ncnn computes k/v on the "
                                     f"first call and reuses the cached k/v afterwards")
         self._add_inputs(g, slots, result)
+        widened = False
+        for slot, (layer, _, _m) in zip(slots, todo):
+            mc = crops.get(layer.id)
+            if mc is not None:
+                result.changes.append(widen_mask_crop(g, mc, slot.k_in))
+                widened = True
+        if widened:
+            g.toposort()  # the Crop reads the cache Input
+            g.insert_splits()  # the k cache is read by the Crop and the SDPA
         self._gemm(g, result)
         result.modified = True
         result.data["slots"] = cache_slots(g)

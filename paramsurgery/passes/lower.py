@@ -147,6 +147,7 @@ class Lower(Pass):
                                 f"{', ...' if len(names) > 3 else ''})")
         if not lowered and not declined:
             result.notes.insert(0, "no leftover a rule lowers")
+        result.contract_changes.extend(shared.get("contracts", []))
         if result.modified:
             result.changes += share_added_tables(g, existing)
             g.insert_splits()  # rules may read a blob another layer reads (an extent's tensor)

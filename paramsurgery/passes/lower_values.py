@@ -12,8 +12,12 @@ Composed into `lower`'s default rules (`paramsurgery.passes.lower.RULES`).
   input does not come from a graph input: ncnn computes every layer in float32, so an
   integer tensor computed in the graph (positions from `arange`, shape arithmetic) already
   holds its integer values as floats, and the cast changes nothing. Integer tensors fed as
-  graph inputs hold int32 bit patterns (what `Embed` reads): a cast of those is refused, as
-  are rounding casts (float → int of computed floats, float → f16/bf16). A bool → number
+  graph inputs hold int32 bit patterns (what `Embed` reads): a cast of those is refused
+  unless the cast is the input's only reader (through layout layers), goes int → float and
+  feeds float arithmetic (HF's `position_ids.float()` of a positions input; not a graph
+  output): then the input takes float values
+  and the pass reports the contract change; refused as well are rounding casts (float →
+  int of computed floats, float → f16/bf16). A bool → number
   cast of a comparison `lower_masks` lowered is the identity (it holds 0/1 already).
 """
 
@@ -116,9 +120,31 @@ def int_cast(s: Site) -> str:
         return s.input(0)  # a lowered comparison already holds 0/1 as float32
     fed = _graph_input_source(s.g, s.input(0))
     if fed is not None and (din in _INTS) != (dout in _INTS):
+        if din in _INTS and dout in _FLOATS and _read_only_by(s.g, fed, s.layer) and \
+                s.g.consumers(s.layer.outputs[0]):  # computed on, not handed out as is
+            # positions fed as ints and only ever used as floats (HF's rotary embedding:
+            # `position_ids.float()`): the input takes float values instead
+            s.shared.setdefault("contracts", []).append(
+                f"input {fed!r}: was {din} ({s.layer.name} casts it to {dout}); now fed as "
+                f"float32 values (the cast is gone: ncnn reads the Mat as floats)")
+            return s.input(0)
         raise MatchFailure.declined(f"its {din} input comes from graph input {fed!r}, which ncnn holds as "
                        f"int32 bit patterns, not as float values")
     return s.input(0)
+
+
+def _read_only_by(g: Graph, blob: str, cast) -> bool:
+    """Every reader of graph input `blob`, through layout-only layers, is `cast`."""
+    from paramsurgery.patterns.match import visit_once
+
+    def expand(b: str) -> list[str]:
+        return [o for c in g.consumer_layers(b) if c.id != cast.id for o in c.outputs]
+
+    for b in visit_once([blob], expand):
+        for c in g.consumer_layers(b):
+            if c.id != cast.id and (c.type not in _LAYOUT_ONLY or c.type.startswith("Tensor.")):
+                return False
+    return True
 
 
 def _graph_input_source(g: Graph, blob: str) -> str | None:

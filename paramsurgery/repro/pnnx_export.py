@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from paramsurgery.core.errors import MissingDependency
-from paramsurgery.formats.io import save
 
 from paramsurgery.core.ncnn import NO_BATCH
 
@@ -209,7 +208,7 @@ def export_with_pnnx(module: Any, example_inputs: tuple, out_dir: Path, name: st
         if msg not in trace_msgs:
             trace_msgs.append(msg)
     pt = out_dir / f"{name}.pt"
-    save(traced, str(pt))
+    traced.save(str(pt))  # TorchScript's own writer (not paramsurgery.save)
 
     cmd = [exe, pt.name, f"inputshape={shape_arg(example_inputs)}"]
     if example_inputs2 is not None:

@@ -76,16 +76,25 @@ def verify_equivalent(candidate: str | os.PathLike, reference: str | os.PathLike
     if not outputs:
         check.error = "the two graphs share no output blob"
         return check
-    for env in envs:
-        concrete = {b: tuple(evaluate(d, env) for d in s) for b, s in spec.items()}
-        feeds = make_feeds(gr, concrete, seed=seed, npz=inputs, kinds=kinds)
-        tag = " ".join(f"{k}={v}" for k, v in env.items())
-        rel = run_side_by_side((candidate, bin, feeds), (reference, reference_bin or bin, feeds),
-                               outputs, what="the rewritten graph")
-        if isinstance(rel, str):
-            check.error = f"{tag}: {rel}"
-            return check
-        check.rel.update({f"{tag} {name}".strip(): v for name, v in rel.items()})
+    from paramsurgery.core import progress
+
+    tags = [" ".join(f"{k}={v}" for k, v in env.items()) for env in envs]
+    progress.plan(f"parity through ncnn against {os.fspath(reference)}: "
+                  f"{len(envs)} run(s) ({', '.join(t or 'the fixed shapes' for t in tags)})")
+    with progress.task("parity", total=len(envs), unit="run") as task:
+        for env, tag in zip(envs, tags):
+            concrete = {b: tuple(evaluate(d, env) for d in s) for b, s in spec.items()}
+            feeds = make_feeds(gr, concrete, seed=seed, npz=inputs, kinds=kinds)
+            rel = run_side_by_side((candidate, bin, feeds),
+                                   (reference, reference_bin or bin, feeds),
+                                   outputs, what="the rewritten graph")
+            if isinstance(rel, str):
+                check.error = f"{tag}: {rel}"
+                return check
+            check.rel.update({f"{tag} {name}".strip(): v for name, v in rel.items()})
+            worst = max(rel.values(), default=0.0)
+            task.done(f"  {tag or 'fixed shapes'}: max rel {worst:.2e} over "
+                      f"{', '.join(rel)} ({'ok' if worst <= tol else 'MISMATCH'})")
     return check
 
 

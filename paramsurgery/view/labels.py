@@ -33,18 +33,34 @@ def layer_kind(layer_type: str) -> str:
     return "plain"
 
 
+_ROWS: dict[tuple[str, str], tuple[tuple[int, str | None, str, bool], ...]] = {}
+
+
+def param_rows(layer: "Layer") -> tuple[tuple[int, str | None, str, bool], ...]:
+    """(id, name or None when no table knows it, value text, is ncnn's default) of every
+    param, in id order; computed once per distinct (type, param line) of a drawing."""
+    key = (layer.type, " ".join(layer.params.tokens()))
+    rows = _ROWS.get(key)
+    if rows is None:
+        out = []
+        for pid, value in sorted(layer.params.items()):
+            info = param_info(layer.type, pid)
+            default = info is not None and _same(value, param_default(layer.type, pid,
+                                                                      layer.params))
+            out.append((pid, info.name if info else None, _fmt(value), default))
+        rows = tuple(out)
+        if len(_ROWS) > 4096:
+            _ROWS.clear()
+        _ROWS[key] = rows
+    return rows
+
+
 def key_params(layer: "Layer") -> str:
     """`name=value` for every param that is not ncnn's default (shape hints left out), in
     id order."""
-    out = []
-    for pid, value in sorted(layer.params.items()):
-        if pid == SHAPE_HINTS:
-            continue
-        info = param_info(layer.type, pid)
-        if info is not None and _same(value, param_default(layer.type, pid, layer.params)):
-            continue
-        out.append(f"{info.name if info else pid}={_fmt(value)}")
-    return " ".join(out)
+    return " ".join(f"{pid if name is None else name}={text}"
+                    for pid, name, text, default in param_rows(layer)
+                    if pid != SHAPE_HINTS and not default)
 
 
 def weight_text(layer: "Layer") -> str:
@@ -61,13 +77,9 @@ def layer_info(layer: "Layer", shapes: dict[str, str] | None = None) -> dict:
     with its shape, every param (id, name, value, whether it is ncnn's default), weights and
     the file line."""
     shapes = shapes or {}
-    params = []
-    for pid, value in sorted(layer.params.items()):
-        info = param_info(layer.type, pid)
-        default = info is not None and _same(value, param_default(layer.type, pid,
-                                                                  layer.params))
-        params.append([pid, info.name if info else ("shape hints" if pid == SHAPE_HINTS
-                                                    else ""), _fmt(value), int(default)])
+    params = [[pid, name if name is not None else ("shape hints" if pid == SHAPE_HINTS
+                                                   else ""), text, int(default)]
+              for pid, name, text, default in param_rows(layer)]
     out: dict = {"type": layer.type, "name": layer.name,
                  "in": [[b, shapes.get(b, "")] for b in layer.inputs],
                  "out": [[b, shapes.get(b, "")] for b in layer.outputs], "params": params}

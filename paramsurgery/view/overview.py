@@ -17,8 +17,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from paramsurgery.view.labels import clip, layer_info, layer_kind, layer_lines
-from paramsurgery.view.scene import LAYER, MISSING, OUTPUT, Box, Scene, Wire
+from paramsurgery.view.labels import clip, wrap
+from paramsurgery.view.scene import MISSING, OUTPUT, Box, Scene, Wire, layer_box
 
 if TYPE_CHECKING:
     from paramsurgery.ir.graph import Graph
@@ -198,11 +198,9 @@ def overview_scene(graph: "Graph", blocks: Blocks, shapes: dict[str, str],
                                  f"blob {blob} is read before it is written (or never is)",
                                  MISSING))
             ins.append((missing[blob], 0, 1, blob))
-        lines, classes, title = layer_lines(layer)
         me = len(boxes)
         box_of[layer.id] = me
-        boxes.append(Box(LAYER, layer.name, lines, title, layer_kind(layer.type),
-                         layer_id=layer.id, line_classes=classes, info=layer_info(layer, shapes)))
+        boxes.append(layer_box(layer, shapes))
         for dst_slot, (src, src_slot, src_slots, blob) in enumerate(ins):
             wires.append(Wire(src, me, blob, src_slot, src_slots, dst_slot, len(ins)))
         for blob in layer.outputs:
@@ -232,17 +230,7 @@ def _group_box(graph: "Graph", lays: list, blocks: Blocks, full_box_of: dict[str
     one = [lays[i] for i in blocks.members[0]]
     types = Counter(lay.type for lay in one)
     summary = ", ".join(f"{t} {c}" if c > 1 else t for t, c in types.most_common())
-    words = summary.split(" ")
-    lines_t: list[str] = []
-    cur = ""
-    for w in words:
-        if cur and len(cur) + 1 + len(w) > 40:
-            lines_t.append(cur)
-            cur = w
-        else:
-            cur = f"{cur} {w}" if cur else w
-    if cur:
-        lines_t.append(cur)
+    lines_t = wrap(summary, len(summary))  # every type, in lines of a box's width
     first, last = one[0], lays[blocks.members[-1][-1]]
     name = f"{blocks.count} × block"
     lines = [name, f"{blocks.period} layers each, {first.name} … {last.name}", *lines_t,

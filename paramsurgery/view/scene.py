@@ -151,12 +151,9 @@ def build_scene(graph: "Graph", *, layers: Iterable[int] | None = None,
                 boxes.append(Box(kind, blob, [clip(_with_shape(text, blob, shapes))], title,
                                  kind))
             ins.append((pill_in[blob], 0, 1, blob))
-        lines, classes, title = layer_lines(layer)
         me = len(boxes)
         box_of[layer.id] = me
-        boxes.append(Box(LAYER, layer.name, lines, title, layer_kind(layer.type),
-                         layer_id=layer.id, line_classes=classes,
-                         info=layer_info(layer, shapes)))
+        boxes.append(layer_box(layer, shapes))
         for dst_slot, (src, src_slot, src_slots, blob) in enumerate(ins):
             wires.append(Wire(src, me, blob, src_slot, src_slots, dst_slot, n_in))
         for blob in layer.outputs:
@@ -185,6 +182,13 @@ def build_scene(graph: "Graph", *, layers: Iterable[int] | None = None,
     for blob in pill_in:
         scene.blob_labels.setdefault(blob, _with_shape(blob, blob, shapes))
     return scene
+
+
+def layer_box(layer: "Layer", shapes: dict[str, str]) -> Box:
+    """The box of a layer: its lines, tooltip, kind and side-panel data."""
+    lines, classes, title = layer_lines(layer)
+    return Box(LAYER, layer.name, lines, title, layer_kind(layer.type), layer_id=layer.id,
+               line_classes=classes, info=layer_info(layer, shapes))
 
 
 def _with_shape(text: str, blob: str, shapes: dict[str, str]) -> str:

@@ -191,7 +191,7 @@ def _fix_raw(module: str, rec: dict[str, Any], work: Path) -> tuple[Path, Path |
         raise RawNotReady(module, f"no raw export in the fixtures (pnnx: {status.get('kind')}"
                                   + (f", exit {code})" if code is not None else ")"))
     out = work / f"{module}.raw.fixed.param"
-    code, text = run_fix(param, binp, out)
+    code, text = run_fix(param, binp, out, always_write=True)
     if not out.exists():
         tail = text.strip().splitlines()[-3:]
         raise RawNotReady(module, f"paramsurgery fix wrote nothing (exit {code}): "

@@ -50,12 +50,15 @@ def raw_variant(module: str) -> str:
     return "raw_static" if module == "codec_decoder" else "raw"
 
 
-def run_fix(param: Path, bin_path: Path | None, out: Path, *extra: str) -> tuple[int, str]:
+def run_fix(param: Path, bin_path: Path | None, out: Path, *extra: str,
+            always_write: bool = False) -> tuple[int, str]:
     """`paramsurgery fix PARAM [--bin BIN] -o OUT [extra]`, in this process: (exit code,
-    what it printed)."""
+    what it printed). `always_write`: OUT also when nothing changed or errors are left
+    (`--always-write`; the tables inspect whatever fix made)."""
     from paramsurgery.cli import main
 
-    args = ["fix", str(param), "-o", str(out), *extra]
+    args = ["fix", str(param), "-o", str(out), *extra] + (["--always-write"] if always_write
+                                                          else [])
     if bin_path is not None:
         args += ["--bin", str(bin_path)]
     buf = io.StringIO()
@@ -92,7 +95,7 @@ def table() -> list[tuple[str, str, str, str]]:
         param = TINY / f"{module}.{variant}.ncnn.param"
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "y.param"
-            code, text = run_fix(param, param.with_suffix(".bin"), out)
+            code, text = run_fix(param, param.with_suffix(".bin"), out, always_write=True)
             rec = record(module, variant)
             if not out.exists():
                 after = f"fix wrote nothing (exit {code})"

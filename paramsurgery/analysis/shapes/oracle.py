@@ -83,11 +83,17 @@ def oracle_shapes(g: Graph, inputshape: InputShapes, *, static: ShapeMap | None 
                                     f"values for the symbols")
         feeds_per_run.append(make_feeds(g, concrete, seed=seed, npz=npz))
     blobs = g.blob_names()
-    if isolated:
-        runs = run_all_blobs(g, bin, feeds_per_run, blobs, timeout=timeout)
-    else:
-        runs = extract_all(dumps(g), None if bin is None else os.fspath(bin), feeds_per_run,
-                           blobs)
+    from paramsurgery.core import progress
+
+    at = "; ".join(", ".join(f"{k}={v}" for k, v in env.items()) for env in envs) or "one run"
+    progress.plan(f"shapes --oracle: every blob through ncnn at {at}", aside=True)
+    with progress.task("shapes --oracle", total=len(envs), unit="run") as task:
+        if isolated:
+            runs = run_all_blobs(g, bin, feeds_per_run, blobs, timeout=timeout)
+        else:
+            runs = extract_all(dumps(g), None if bin is None else os.fspath(bin),
+                               feeds_per_run, blobs)
+        task.done(n=len(envs))
     return fit(g, blobs, envs, runs, static, feeds_shapes)
 
 

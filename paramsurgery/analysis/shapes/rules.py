@@ -568,13 +568,53 @@ def _slice(layer: Layer, ins: Shapes):
     return [_replaced(x, axis, size) for size in sizes]
 
 
+def _crop_exprs(layer: Layer, ins: Shapes, x: Shape):
+    """Crop with shape expressions (`19=` starts, `20=` ends, `21=` numpy axes, e.g. pnnx's
+    `x[:y.size(0)]` as `20="1h"`): each bound evaluated on the inputs; an end that is an
+    int, or the axis' own extent, is modelled; another symbolic end (min(L, e)) is not."""
+    from paramsurgery.analysis.shapes.exprs import eval_shape_expr
+
+    p = layer.params
+    raw = [p.get(pid) for pid in (19, 20, 21)]
+    if any(t is not None and not isinstance(t, str) for t in raw) or not raw[1]:
+        return None
+    texts = [t if isinstance(t, str) else "" for t in raw]
+    starts = eval_shape_expr(texts[0], ins) if texts[0] else None
+    ends = eval_shape_expr(texts[1], ins)
+    axes = eval_shape_expr(texts[2], ins) if texts[2] else None
+    rank = len(x)
+    if ends is None or (texts[0] and starts is None) or (texts[2] and axes is None):
+        return None
+    axes = axes if axes is not None else list(range(len(ends)))
+    starts = starts if starts is not None else [0] * len(ends)
+    if len(axes) != len(ends) or len(starts) != len(ends) or \
+            not all(isinstance(a, int) for a in axes):
+        return None
+    out = list(x)
+    for ax, st, en in zip(axes, starts, ends):
+        assert isinstance(ax, int)
+        ax = ax + rank if ax < 0 else ax
+        if not 0 <= ax < rank or not isinstance(st, int) or st < 0:
+            return None
+        L = x[ax]
+        if isinstance(en, int) and isinstance(L, int):
+            end: MaybeDim = L if en == -233 else (min(L, en) if en >= 0 else L + en)
+        elif en == L or en == -233:
+            end = L
+        else:
+            out[ax] = None  # min(L, e) of a symbolic e: not affine
+            continue
+        out[ax] = sub(end, st)
+    return [tuple(out)]
+
+
 @rule("Crop")
 @first_input_known
 def _crop(layer: Layer, ins: Shapes):
     x = _first(ins)
     p = layer.params
     if p.get(19) is not None or p.get(20) is not None:
-        return None  # expression crops: not modelled
+        return _crop_exprs(layer, ins, x)
     rank = len(x)
     if len(ins) > 1 and _i(layer, 0, 0) == -233:
         return None

@@ -67,8 +67,13 @@ def compare_ncnn(target: NcnnSide, reference: NcnnSide, feeds: Mapping[str, Feed
             report.notes.append(f"the reference run ended early: {ref_out.status}"
                                 + (f" ({ref_out.message})" if ref_out.message else ""))
         outcome = Outcome()
-        with FrameFile(scratch) as ref:
-            for ev in stream_blobs(target, feeds, extractable_blobs(tg), outcome, timeout):
+        from paramsurgery.core import progress
+
+        blobs = extractable_blobs(tg)
+        with FrameFile(scratch) as ref, progress.task("compare", total=len(blobs),
+                                                      unit="blob") as task:
+            for ev in stream_blobs(target, feeds, blobs, outcome, timeout):
+                task.done()  # the bar moves per blob; the rows are the report's
                 row = rows.get(ev.name)
                 if row is None:
                     continue

@@ -61,7 +61,11 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
             raise ParamSurgeryError(f"pnnx's torch export did not run ({status}): {message}",
                                     file=script)
         outcome = Outcome()
-        with FrameFile(scratch) as torch_values:
+        from paramsurgery.core import progress
+
+        blobs = extractable_blobs(graph)
+        with FrameFile(scratch) as torch_values, progress.task("compare", total=len(blobs),
+                                                               unit="blob") as task:
             virtual: dict[str, np.ndarray] = {}
             expanded: dict[int, list[str]] = {}
 
@@ -89,7 +93,7 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
                 return expanded[id(op)]
 
             aligner = Aligner(graph, pn, ok, terms)
-            for ev in stream_blobs(target, feeds, extractable_blobs(graph), outcome, timeout):
+            for ev in _counted(stream_blobs(target, feeds, blobs, outcome, timeout), task):
                 row = rows.get(ev.name)
                 if row is None or ev.name not in producer:
                     continue
@@ -137,3 +141,10 @@ def _against_model(row, arr: np.ndarray, n: int, model_out: np.ndarray,
     if pnnx_agrees:
         row.note = ("pnnx's own torch export computes this output differently from the "
                     "model: pnnx lost or changed an op while tracing, upstream of this layer")
+
+
+def _counted(events, task):
+    """The events as they come, each moving `task`'s bar."""
+    for ev in events:
+        task.done()
+        yield ev

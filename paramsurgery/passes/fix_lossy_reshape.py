@@ -1,0 +1,86 @@
+"""`fix-lossy-reshape`: a Reshape to static dims whose input has another element count at
+the shapes pnnx traced (lint PS019; detection: `patterns/lossy_reshape.py`): pnnx's
+broadcast helper `<op>_ncnnreshape<k>` wrote 1 for a dim that was dynamic.
+
+    Crop     slice1_0             2 1 table x 9 20="1h"      # (T, 32): the table to the length
+    Reshape  add_0_ncnnreshape0   1 1 9 10 0=32 1=1          # (1, 32): rows 1.. lost
+    Reshape  add_0_ncnnreshape0   1 1 9 10 0=32 1=-1         # (T, 32) at every T
+
+Only the form where every other dim equals the input's is rewritten (the 1 becomes -1: the
+Reshape keeps the input's layout at every length, as torch's broadcast did); any other
+element-count mismatch is refused naming the layer. The traced shapes come from pnnx's
+`X_ncnn.py` next to `X.pnnx.param` (its input tensors) or pnnx's static input shapes.
+"""
+
+from __future__ import annotations
+
+import os
+
+from paramsurgery.core.changes import Change
+from paramsurgery.core.errors import PassRefused
+from paramsurgery.ir.graph import Graph
+from paramsurgery.passes.base import Pass, PassResult, RepairContext, register
+from paramsurgery.patterns.lossy_reshape import find_lossy_reshapes, traced_inputshape
+
+RESHAPE_AXES = {0: "w", 1: "h", 11: "d", 2: "c"}
+
+
+@register
+class FixLossyReshape(Pass):
+    name = "fix-lossy-reshape"
+    summary = ("a static Reshape that drops elements at the traced shapes (pnnx's broadcast "
+               "helper with 1 for a dynamic dim) -> that dim inferred (-1)")
+    tag = "reshape"
+    repair_order = 46
+
+    def __init__(self, traced: str | os.PathLike | None = None,
+                 inputshape: dict[str, tuple[int, ...]] | None = None) -> None:
+        self.traced = traced
+        self.inputshape = inputshape
+
+    @classmethod
+    def add_args(cls, p) -> None:  # noqa: ANN001
+        p.add_argument("--pnnx", metavar="PNNX_PARAM", help="pnnx's X.pnnx.param (default: next "
+                       "to the input; its X_ncnn.py gives the traced input shapes)")
+
+    @classmethod
+    def from_args(cls, args) -> "FixLossyReshape":  # noqa: ANN001
+        from paramsurgery.formats.pnnx_param import find_pnnx_param
+
+        return cls(args.pnnx or find_pnnx_param(args.param))
+
+    @classmethod
+    def for_fix(cls, ctx: RepairContext, asked: bool) -> "FixLossyReshape | None":
+        return cls(ctx.traced) if asked else None
+
+    def run(self, g: Graph) -> PassResult:
+        from paramsurgery.formats.pnnx_param import read_pnnx_param
+
+        result = PassResult(g, False)
+        shapes = self.inputshape
+        if shapes is None:
+            if self.traced is None:
+                raise PassRefused("the traced input shapes are needed: pnnx's X.pnnx.param next "
+                                  "to the input (with its X_ncnn.py), or --pnnx")
+            shapes = traced_inputshape(read_pnnx_param(self.traced), self.traced, g)
+            if shapes is None:
+                raise PassRefused(f"{self.traced}: the traced input shapes are not recorded "
+                                  f"(keep pnnx's X_ncnn.py next to it)")
+        sites = find_lossy_reshapes(g, shapes)
+        bad = [s for s in sites if s.pid is None]
+        if bad:
+            s = bad[0]
+            raise PassRefused(f"{s.describe()}; no single dim of 1 to infer, so no repair: "
+                              f"make the shape explicit in the model", line=s.layer.source_line)
+        for s in sites:
+            assert s.pid is not None
+            layer = s.layer
+            before = layer.params.get(s.pid)
+            layer.set(s.pid, -1)
+            result.changes.append(Change(layer.name, f"{s.pid}({RESHAPE_AXES[s.pid]}) (inferred "
+                                                     f"(-1): {s.describe()})", before, -1,
+                                         layer.source_line))
+            result.modified = True
+        if not sites:
+            result.notes.append("no Reshape drops elements at the traced shapes")
+        return result
