@@ -92,6 +92,13 @@ CASES = {
     "precision": dict(model=_t(".param"), bin=_t(".bin"),
                       rest=["--mode", "fp16", "--at", "T=5", "--inputshape", *TALKER_SHAPES],
                       code=1),  # exit 1: layers that break in fp16 (the report names them)
+    "quantize": dict(model=_t(".param"), bin=_t(".bin"),
+                     rest=["--calib", str(TALKER)[: -len(".ncnn")] + ".ref.npz", "--method", "max",
+                           "-o", "{out}/q.param"]),
+    "quantize-int8": dict(model=str(F / "precision/small_cnn.param"),
+                          bin=str(F / "precision/small_cnn.bin"),
+                          rest=["--table", str(F / "precision/small_cnn.table"),
+                                "-o", "{out}/q.param"]),
     "keep-precision": dict(model=_t(".param"), bin=_t(".bin"),
                            rest=["--layer", "rmsn_20", "--mode", "fp16", "-o", "{out}/o.param"]),
 }

@@ -199,6 +199,7 @@ NOT_A_GRAPH = {
     ("requires", "cannot stream"): "add-conv-cache's precondition (timeflow analysis)",
     ("requires", "no rule given"): "rewrite's command-line argument",
     ("requires", "names no layer of the graph"): "keep-precision's command-line selection",
+    ("requires", "--keep names no layer"): "quantize-int8's command-line selection",
 }
 
 

@@ -222,3 +222,29 @@ def test_keep_precision_masks_hold_through_ncnn():
     bad = run_variants(str(PLANTED_BIN), _planted_feeds(),
                        [Variant(unguarded, mode_settings("bf16"), ["out0"])], timeout=20)[0]
     assert not bad.ok or rel_error(bad.arrays["out0"], ref) > 0.01
+
+
+def test_int8_search_keeps_the_layers_int8_breaks_and_quantize_takes_them(tmp_path, capsys):
+    """--mode int8: the variants are the graph quantized as `quantize` does (max scales on
+    the calibration set), every layer but the kept ones; the report's kept set then goes to
+    `quantize --keep-from`."""
+    fix = ROOT / "fixtures" / "precision"
+    out = tmp_path / "int8.param"
+    code = main(["precision", str(fix / "small_cnn.param"), "--mode", "int8", "--calib",
+                 str(fix / "small_cnn.calib"), "--inputs", str(fix / "small_cnn.calib" / "c0.npz"),
+                 "--tol", "0.002", "-o", str(out), "--format", "json"])
+    rep = json.loads(capsys.readouterr().out)
+    assert code == 0, rep
+    assert rep["all_reduced"]["out0"] > 0.002 >= rep["final"]["out0"]
+    assert rep["kept"] and all(v > 0.002 for v in rep["proof"].values())
+    assert set(rep["proof"]) == set(rep["kept"])
+    # the written graph: int8 but for the kept layers, its own .bin, run by ncnn
+    g = paramsurgery.load(str(out), bin=str(tmp_path / "int8.bin"))
+    for layer in g:
+        if layer.type in ("Convolution", "ConvolutionDepthWise", "InnerProduct"):
+            assert bool(layer.params.get(8)) == (layer.name not in rep["kept"])
+    (tmp_path / "prec.json").write_text(json.dumps(rep))
+    assert main(["quantize", str(fix / "small_cnn.param"), "--bin", str(fix / "small_cnn.bin"),
+                 "--calib", str(fix / "small_cnn.calib"), "--keep-from",
+                 str(tmp_path / "prec.json"), "-o", str(tmp_path / "q.param")]) == 0
+    assert f"kept in fp32: {', '.join(sorted(rep['kept']))}" in capsys.readouterr().out

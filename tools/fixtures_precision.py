@@ -20,8 +20,14 @@ global average pooling → `fc_huge` (InnerProduct 8→16, weights ±2^20) → f
   fp32 (`31=3`) repairs the output. Where fp16 storage covers the convolutions too (ARM),
   `conv_huge` overflows as well (2048 × |x| > 65504 for |x| > 32).
 
-`planted.inputs.npz`: one seeded input (`in0`). Every value is seeded: the files are
-byte-identical on every run.
+`planted.inputs.npz`: one seeded input (`in0`).
+
+`small_cnn.param` / `.bin` / `.table` (the int8 pass's golden case): Convolution 3x3 →
+ConvolutionDepthWise → Convolution 1x1 → global pooling → InnerProduct, seeded weights, and
+a calibration table in ncnn2table's format (weight scales as ncnn2table computes them,
+fixed input scales). `small_cnn.calib/c{0,1,2}.npz`: seeded calibration inputs.
+
+Every value is seeded: the files are byte-identical on every run.
 """
 
 from __future__ import annotations
@@ -75,6 +81,46 @@ def main() -> None:
     x = rng.standard_normal((3, 16, 16)).astype(np.float32)
     write_npz(OUT / "planted.inputs.npz", {"in0": x})
     print(f"wrote {OUT}/planted.param, planted.bin, planted.inputs.npz")
+    small_cnn(np.random.default_rng(8))
+
+
+SMALL = """7767517
+6 6
+Input                    in0                      0 1 in0 0=12 1=12 2=3
+Convolution              conv0                    1 1 in0 c0 0=8 1=3 4=1 5=1 6=216 9=1
+ConvolutionDepthWise     dw1                      1 1 c0 d1 0=8 1=3 4=1 5=1 6=72 7=8 9=1
+Convolution              pw2                      1 1 d1 c2 0=16 1=1 5=1 6=128 9=1
+Pooling                  gap                      1 1 c2 p 0=1 4=1
+InnerProduct             fc                       1 1 p out0 0=5 1=1 2=80
+"""
+
+
+def small_cnn(rng: np.random.Generator) -> None:
+    from paramsurgery.passes.quantize_int8 import Int8Table, weight_scales
+
+    g = paramsurgery.loads(SMALL)
+    for layer in g:
+        if layer.type in ("Input", "Pooling"):
+            continue
+        p = layer.params
+        n_out = int(p.get(0, 0))
+        size = int(p.get(2 if layer.type == "InnerProduct" else 6, 0))
+        fan_in = size // n_out if layer.type != "ConvolutionDepthWise" else 9
+        w = rng.standard_normal(size).astype(np.float32) / np.float32(np.sqrt(fan_in))
+        set_weights(layer, {"weight": w, "bias": rng.standard_normal(n_out).astype(np.float32)
+                            * np.float32(0.1)})
+    paramsurgery.save(g, OUT / "small_cnn.param", bin=OUT / "small_cnn.bin")
+    table = Int8Table()
+    for layer, scale in zip([x for x in g if x.type != "Input" and x.type != "Pooling"],
+                            (40.0, 25.0, 30.0, 60.0)):
+        table.weights[layer.name] = weight_scales(layer)
+        table.inputs[layer.name] = scale
+    (OUT / "small_cnn.table").write_text(table.format())
+    calib = OUT / "small_cnn.calib"
+    calib.mkdir(exist_ok=True)
+    for i in range(3):
+        write_npz(calib / f"c{i}.npz", {"in0": rng.standard_normal((3, 12, 12)).astype(np.float32)})
+    print(f"wrote {OUT}/small_cnn.param, .bin, .table, small_cnn.calib/")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""`paramsurgery precision`: which layers break under fp16 / bf16, and the smallest set to
-keep in fp32 (`31=` masks)
+"""`paramsurgery precision`: which layers break under fp16 / bf16 / int8, and the smallest
+set to keep in fp32 (`31=` masks; int8: left unquantized)
 
 Run the graph through ncnn with the reduced-precision options and compare with its fp32
 run on the same inputs: each layer's error with only that layer reduced ("alone", at the
@@ -9,8 +9,12 @@ every output within --tol: greedy by contribution, then every kept layer proven 
 (without it the tolerance breaks). A mode that changes no bit of any blob on this machine
 is said to be not in effect (exit 1), never reported as an error of 0. -o writes the graph
 with the kept layers' masks (the keep-precision pass: `31=` bits and an fp32 guard in
-front of each). Exit 0 when every output is within tolerance (with the kept set), 1 when
-no set reaches it, the mode has no effect here, or ncnn failed; 2 on bad input.
+front of each). int8: the variants are the graph quantized as `paramsurgery quantize` does
+(calibrated on --calib, default the measured inputs), every candidate layer but the kept
+ones, without requantization between int8 layers (every top stays fp32, so each blob's
+error reads as a number); -o writes that graph and its int8 .bin. Exit 0 when every output
+is within tolerance (with the kept set), 1 when no set reaches it, the mode has no effect
+here, or ncnn failed; 2 on bad input.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 from paramsurgery.commands._common import add_format_arg, add_input_arg, command, print_json
 from paramsurgery.core.errors import ParamSurgeryError
 
-MODES = ("fp16", "bf16")
+MODES = ("fp16", "bf16", "int8")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,7 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, __doc__, run)
     add_input_arg(p, "the ncnn graph (.param)")
     p.add_argument("--bin", help="its weights (default: X.bin next to X.param)")
-    p.add_argument("--mode", choices=MODES, required=True, help="the reduced precision")
+    p.add_argument("--mode", choices=MODES, required=True,
+                   help="the reduced precision (int8: the layers `quantize` quantizes, "
+                        "calibrated on --calib)")
+    p.add_argument("--calib", metavar="DIR|NPZ", help="int8: calibration inputs (default: "
+                   "the measured inputs themselves)")
+    p.add_argument("--method", choices=("kl", "max"), default="max",
+                   help="int8: activation scales (default max: the search runs on few inputs)")
     p.add_argument("--metric", choices=sorted(METRICS), default="rel",
                    help="rel: max|Δ|/max|ref| (default), snr: dB, cos: cosine similarity")
     p.add_argument("--tol", type=float, help="every output within this (default: rel 1e-2, "
@@ -103,9 +113,14 @@ def run(args: argparse.Namespace) -> int:
     graph = load(args.param, bin=binp) if binp else load(args.param)
     feeds, source = _feeds(args, graph)
     metric = METRICS[args.metric]
+    table = None
+    if args.mode == "int8":
+        table = _calibrate(args, graph, binp, feeds)
+        if table is None:
+            return 1
     try:
         res = search(graph, binp, feeds, mode=args.mode, metric=args.metric, tol=args.tol,
-                     timeout=args.timeout)
+                     timeout=args.timeout, table=table)
     except SearchFailed as exc:
         print(f"{args.param}: {exc}", file=sys.stderr)
         return 1
@@ -130,14 +145,38 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _calibrate(args: argparse.Namespace, graph: Any, binp: str | None, feeds: dict) -> Any:
+    from paramsurgery.commands.quantize import _feeds as npz_feeds, _npz_files
+    from paramsurgery.verify.precision.calibrate import CalibrationFailed, calibrate
+
+    if not binp:
+        raise ParamSurgeryError("--mode int8 needs the weights (--bin)", file=args.param)
+    calib = [npz_feeds(graph, args.param, f) for f in _npz_files(args.calib)] \
+        if args.calib else [feeds]
+    try:
+        table, _ = calibrate(graph, binp, calib, method=args.method, timeout=args.timeout)
+    except CalibrationFailed as exc:
+        print(f"{args.param}: {exc}", file=sys.stderr)
+        return None
+    return table
+
+
 def _write(args: argparse.Namespace, res: Any, binp: str | None) -> list[str]:
     from paramsurgery.commands._common import link_or_copy
     from paramsurgery.core.fs import atomic_write
 
+    stem = args.output[: -len(".param")] if args.output.endswith(".param") else args.output
+    if res.mode == "int8":  # new weights: written with the graph
+        from paramsurgery.core.fs import atomic_write_many
+        from paramsurgery.formats.weights import write_weights
+
+        g, data = res.graph_out, res.text.encode()
+        atomic_write_many({args.output: lambda fh: fh.write(data),
+                           stem + ".bin": lambda fh: write_weights(g, fh)})
+        return [args.output, stem + ".bin"]
     atomic_write(args.output, res.text)
     out = [args.output]
     if binp:
-        stem = args.output[: -len(".param")] if args.output.endswith(".param") else args.output
         if not (os.path.exists(stem + ".bin") and os.path.samefile(stem + ".bin", binp)):
             link_or_copy(binp, stem + ".bin")
             out.append(stem + ".bin")

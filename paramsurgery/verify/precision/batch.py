@@ -38,6 +38,7 @@ class Variant:
     settings: Mapping[str, object]
     blobs: Sequence[str]
     bin: str | None = None  # its own weights (quantize); None: the batch's
+    feeds: Mapping[str, FeedLike] | None = None  # its own inputs; None: the worker's
 
 
 @dataclass
@@ -69,11 +70,8 @@ class Worker:
         self.timeout = timeout
         self._tmp = tempfile.TemporaryDirectory(prefix="paramsurgery-variants-")
         self.work = Path(self._tmp.name)
-        as_feeds = {name: _as_feed(f) for name, f in feeds.items()}
-        save_arrays(self.work / "inputs.npz",
-                    {f"i{i}": f.array for i, f in enumerate(as_feeds.values())})
         (self.work / "inputs.json").write_text(json.dumps(
-            [[n, f.batch_index] for n, f in as_feeds.items()]))
+            _save_feeds(self.work / "inputs.npz", feeds)))
         self.proc: subprocess.Popen | None = None
         self.batches = 0
 
@@ -112,11 +110,14 @@ class Worker:
         batch = self.work / f"b{self.batches}"
         self.batches += 1
         batch.mkdir()
+        own: list[list | None] = []
         for i, v in enumerate(variants):
             (batch / f"v{i}.param").write_text(v.param_text)
+            own.append(None if v.feeds is None else _save_feeds(batch / f"i{i}.npz", v.feeds))
         spec = {"bin": self.bin, "variants": [{"settings": dict(v.settings),
-                                               "blobs": list(v.blobs), "bin": v.bin}
-                                              for v in variants]}
+                                               "blobs": list(v.blobs), "bin": v.bin,
+                                               "inputs": names}
+                                              for v, names in zip(variants, own)]}
         (batch / "spec.json").write_text(json.dumps(spec))
         results: list[VariantResult] = []
         while len(results) < len(variants):
@@ -141,6 +142,18 @@ class Worker:
                     f"child ended ({_how(proc.returncode)}) {_tail(self.work / 'stderr')}"
                 results.append(VariantResult(how, message=f"variant {done}: {what}".strip()))
         return results
+
+
+def _save_feeds(path: Path, feeds: Mapping[str, FeedLike]) -> list:
+    """Write the arrays; [[name, batch_index], ...] in their order."""
+    as_feeds = {name: _as_feed(f) for name, f in feeds.items()}
+    save_arrays(path, {f"i{i}": f.array for i, f in enumerate(as_feeds.values())})
+    return [[n, f.batch_index] for n, f in as_feeds.items()]
+
+
+def _load_feeds(path: Path, names: list) -> dict[str, Feed]:
+    with np.load(path) as data:
+        return {name: Feed(data[f"i{k}"], bidx) for k, (name, bidx) in enumerate(names)}
 
 
 def _how(rc: int | None) -> str:
@@ -214,6 +227,8 @@ def _load(param: Path, bin: str | None, settings: Mapping[str, object]):  # noqa
 
 def _run_one(batch: Path, i: int, spec: dict, inputs: dict[str, Feed]) -> None:
     v = spec["variants"][i]
+    if v.get("inputs") is not None:
+        inputs = _load_feeds(batch / f"i{i}.npz", v["inputs"])
     net, status = _load(batch / f"v{i}.param", v["bin"] or spec["bin"], v["settings"])
     names: list[str] = []
     if net is not None:
@@ -244,9 +259,7 @@ def main(argv: list[str]) -> int:
     """Serve batches: each stdin line `BATCH START` runs BATCH's variants from START on, then
     answers `done`."""
     work = Path(argv[1])
-    names = json.loads((work / "inputs.json").read_text())
-    with np.load(work / "inputs.npz") as data:
-        inputs = {name: Feed(data[f"i{k}"], bidx) for k, (name, bidx) in enumerate(names)}
+    inputs = _load_feeds(work / "inputs.npz", json.loads((work / "inputs.json").read_text()))
     for line in sys.stdin:
         if not line.strip():
             continue

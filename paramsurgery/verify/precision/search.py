@@ -1,5 +1,6 @@
-"""The precision search: which layers go wrong under fp16 / bf16, and the smallest set to
-keep in full precision (`31=` feature masks) that brings every output within tolerance.
+"""The precision search: which layers go wrong under fp16 / bf16 / int8, and the smallest set
+to keep in full precision (`31=` feature masks; int8: left unquantized) that brings every
+output within tolerance.
 
 Every number is measured through ncnn (`batch.run_variants`), against the fp32 run of the
 same graph on the same inputs (parity options, one thread):
@@ -22,19 +23,26 @@ same graph on the same inputs (parity options, one thread):
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
+from paramsurgery.formats.io import save
 from paramsurgery.formats.param_text import dumps
 from paramsurgery.ir.graph import Graph
 from paramsurgery.passes.keep_precision import KeepPrecision
+from paramsurgery.passes.quantize_int8 import QuantizeInt8
 from paramsurgery.runtime.child import FeedLike
 from paramsurgery.verify.compare.ncnn_run import cache_tops, extractable_blobs
 from paramsurgery.verify.compare.options import ALIASES, PARITY
 from paramsurgery.verify.precision.batch import Variant, VariantResult, Worker
 from paramsurgery.verify.precision.metrics import METRICS, Metric, rel_error, same_bits
+
+if TYPE_CHECKING:
+    from paramsurgery.passes.quantize_int8 import Int8Table
 
 # prefixes of the greedy order evaluated per child run (the search stops at the first
 # chunk holding a prefix within tolerance)
@@ -47,7 +55,10 @@ class SearchFailed(RuntimeError):
 
 def mode_settings(mode: str) -> dict[str, object]:
     settings = dict(PARITY)
-    settings.update(ALIASES[mode])
+    if mode == "int8":  # the quantized graph's int8 layers run in int8
+        settings["use_int8_inference"] = True
+    else:
+        settings.update(ALIASES[mode])
     return settings
 
 
@@ -78,6 +89,7 @@ class Search:
     control_exact: bool = True  # every layer masked: bit-identical to fp32
     kept_fp32_exact: bool | None = None  # the written graph run in fp32: bit-identical
     text: str = ""  # the graph with the kept set masked (what -o writes)
+    graph_out: Graph | None = None  # the same as a graph (int8: with its new weights)
     runs: int = 0
     reached: bool = True  # the tolerance is met (by the kept set)
     notes: list[str] = field(default_factory=list)
@@ -87,20 +99,44 @@ class Search:
 
 
 class _Runner:
+    """Builds and runs the variants: fp16/bf16 mask the kept layers (`keep-precision`, same
+    weights); int8 quantizes every candidate but the kept ones (`quantize-int8` with the
+    calibration table: each variant has its own weights)."""
+
     def __init__(self, graph: Graph, bin: str | None, feeds: Mapping[str, FeedLike],
-                 mode: str, timeout: float) -> None:
+                 mode: str, timeout: float, table: "Int8Table | None" = None) -> None:
         self.graph = graph
         self.bin = bin
         self.feeds = feeds
         self.mode = mode
+        self.table = table
         self.reduced = mode_settings(mode)
         self.worker = Worker(bin, feeds, timeout=timeout)
         self.runs = 0
+        self._tmp = tempfile.TemporaryDirectory(prefix="paramsurgery-int8-") if table else None
+        self._n = 0
+
+    def close(self) -> None:
+        self.worker.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def reduced_graph(self, keep: Sequence[str] | set[str]) -> Graph:
+        """The graph with everything reduced but `keep` (int8: quantized; else masked)."""
+        if self.table is not None:
+            # no requantize fusion: every top stays fp32 (an int8 top is no error to read)
+            return QuantizeInt8(self.table, keep, requantize=False)(self.graph).graph
+        return KeepPrecision(sorted(keep), self.mode)(self.graph).graph
+
+    def candidates(self) -> list[str]:
+        if self.table is not None:
+            return list(QuantizeInt8(self.table, requantize=False)(self.graph)
+                        .data["int8_layers"])
+        return [layer.name for layer in self.graph if layer.type != "Input"]
 
     def text(self, keep: Sequence[str] | set[str]) -> str:
-        """The graph with `keep` masked, written by the pass `-o` uses (`keep-precision`:
-        the masks and the fp32 guards in front of them)."""
-        return dumps(KeepPrecision(sorted(keep), self.mode)(self.graph).graph)
+        """The graph the -o output writes for `keep`."""
+        return dumps(self.reduced_graph(keep))
 
     def run(self, variants: list[Variant], what: str) -> list[VariantResult]:
         self.runs += len(variants)
@@ -110,33 +146,49 @@ class _Runner:
                 raise SearchFailed(f"ncnn could not run {what}: {r.status} {r.message}".strip())
         return results
 
+    def original(self, blobs: Sequence[str]) -> Variant:
+        return Variant(dumps(self.graph), dict(PARITY), list(blobs))
+
     def variant(self, keep: Sequence[str] | set[str], blobs: Sequence[str],
                 settings: Mapping[str, object] | None = None) -> Variant:
-        return Variant(self.text(keep), settings or self.reduced, list(blobs))
+        if self.table is None or self._tmp is None:
+            return Variant(self.text(keep), settings or self.reduced, list(blobs))
+        g = self.reduced_graph(keep)
+        self._n += 1
+        param = os.path.join(self._tmp.name, f"v{self._n}.param")
+        binp = os.path.join(self._tmp.name, f"v{self._n}.bin")
+        save(g, param, bin=binp)
+        with open(param) as fh:
+            text = fh.read()
+        return Variant(text, settings or self.reduced, list(blobs), bin=binp)
 
 
 def search(graph: Graph, bin: str | None, feeds: Mapping[str, FeedLike], *, mode: str,
-           metric: str = "rel", tol: float | None = None, timeout: float = 600.0) -> Search:
+           metric: str = "rel", tol: float | None = None, timeout: float = 600.0,
+           table: "Int8Table | None" = None) -> Search:
+    """`table` (int8 only): the calibration the quantized variants use."""
+    if mode == "int8" and table is None:
+        raise ValueError("int8 needs a calibration table")
     m = METRICS[metric]
     tol = m.default_tol if tol is None else tol
     hidden = cache_tops(graph)
     outputs = [b for b in graph.outputs if b not in hidden]
     res = Search(mode, m, tol, outputs)
-    runner = _Runner(graph, bin, feeds, mode, timeout)
+    runner = _Runner(graph, bin, feeds, mode, timeout, table if mode == "int8" else None)
     try:
         return _search(res, graph, runner)
     finally:
-        runner.worker.close()
+        runner.close()
 
 
 def _search(res: Search, graph: Graph, runner: _Runner) -> Search:
     m, tol, outputs, mode = res.metric, res.tol, res.outputs, res.mode
     blobs = [b for b, _ in extractable_blobs(graph)]
-    ref_r, full_r = runner.run([runner.variant((), blobs, dict(PARITY)),
-                                runner.variant((), blobs)], "the fp32 and the reduced runs")
+    ref_r, full_r = runner.run([runner.original(blobs), runner.variant((), blobs)],
+                               "the fp32 and the reduced runs")
     ref, full = ref_r.arrays, full_r.arrays
     res.all_reduced = _per_output(m, full, ref, outputs)
-    cands = [layer for layer in graph if layer.type != "Input"]
+    cands = [graph.layer(name) for name in runner.candidates()]
     res.rows = [LayerRow(layer.name, layer.type, layer.source_line) for layer in cands]
     if all(same_bits(full[b], ref[b]) for b in blobs):
         res.in_effect = False
@@ -144,7 +196,9 @@ def _search(res: Search, graph: Graph, runner: _Runner) -> Search:
         res.runs = runner.runs
         res.notes.append(f"{mode} not in effect here: every blob of the {mode} run is bit "
                          f"for bit the fp32 run (ncnn falls back to fp32 for every layer of "
-                         f"this graph on this machine); nothing was measured")
+                         f"this graph on this machine); nothing was measured" if mode != "int8"
+                         else "int8 not in effect here: every blob of the quantized graph is "
+                         "bit for bit the fp32 run; nothing was measured")
         return res
     for row, layer in zip(res.rows, cands):
         errs = [m.measure(full[t], ref[t]) for t in layer.outputs if t in full]
@@ -168,7 +222,8 @@ def _search(res: Search, graph: Graph, runner: _Runner) -> Search:
     effective = [row for row in res.rows if row.in_effect]
     if m.within(res.worst(res.all_reduced), tol):
         res.final = dict(res.all_reduced)
-        res.text = runner.text(())
+        res.graph_out = runner.reduced_graph(())
+        res.text = dumps(res.graph_out)
         res.runs = runner.runs
         return res
     order = sorted(effective, key=lambda r: -m.badness(r.alone if r.alone is not None else 0.0))
@@ -182,7 +237,11 @@ def _search(res: Search, graph: Graph, runner: _Runner) -> Search:
         res.kept, res.final, res.proof = _minimal(runner, res, kept, final, ref)
     for row in res.rows:
         row.kept = row.name in res.kept
-    res.text = runner.text(res.kept)
+    res.graph_out = runner.reduced_graph(res.kept)
+    res.text = dumps(res.graph_out)
+    if mode == "int8":  # the written graph is int8: its run is the final error above
+        res.runs = runner.runs
+        return res
     (check,) = runner.run([Variant(res.text, dict(PARITY), outputs)], "the written graph in fp32")
     res.kept_fp32_exact = all(same_bits(check.arrays[o], ref[o]) for o in outputs)
     if not res.kept_fp32_exact:
