@@ -784,8 +784,3 @@ def infer_layouts(g: Graph, given: dict[str, tuple[int, int]] | None = None,
                             "give it explicitly (time_axis)")
     errors.sort(key=lambda e: e[0])
     raise errors[-1][1]
-
-
-# Transitional spelling for branches written before the one failure type; removed by the
-# migration once they have landed.
-Refusal = MatchFailure

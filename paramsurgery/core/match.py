@@ -120,8 +120,3 @@ class Explain:
         old = self.best.get(rule)
         if old is None or failure.matched > old.matched:
             self.best[rule] = failure
-
-
-# Transitional spellings for branches written before the one failure type; the migration
-# removes them once every branch has landed.
-NoMatch = MatchFailure

@@ -271,9 +271,3 @@ def new_errors(before: Iterable[Finding], after: Iterable[Finding]) -> list[Find
     seen_loose = {(f.code, f.layer) for f in before if f.severity == ERROR}
     return [f for f in after if f.severity == ERROR and (f.code, f.layer, f.message) not in seen
             and (f.code, f.layer) not in seen_loose]
-
-
-def Skip(layer: str, reason: str, line: int | None = None) -> MatchFailure:  # noqa: N802
-    """Transitional spelling of `MatchFailure(layer_name, reason, line=...)` for branches
-    written before the one failure type; removed by the migration once they have landed."""
-    return MatchFailure(layer, reason, line=line)

@@ -25,11 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
-from paramsurgery.passes.base import Pass, PassResult, Skip, register
+from paramsurgery.passes.base import Pass, PassResult, register
 from paramsurgery.patterns.match import readers_through_splits
 
 MASK_FLOOR = -1e4  # a masked score: at most this (HF: finfo.min; older code -1e4, -inf)
@@ -211,15 +212,15 @@ class CausalMaskPass(Pass):
         proven = []
         for m in square_constants(g):
             if not sdpa_readers(g, m)[0]:
-                result.skipped.append(Skip(m.name, sdpa_readers(g, m)[1], m.source_line))
+                result.skipped.append(MatchFailure(m.name, sdpa_readers(g, m)[1], line=m.source_line))
                 continue
             try:  # read as an SDPA mask: its values decide (without them: refused)
                 proven.append(prove_causal(g, m))
             except PassRefused as exc:
                 if m.weights is None or not len(m.weights):
                     raise
-                result.skipped.append(Skip(m.name, exc.message.split(": ", 1)[-1],
-                                           m.source_line))
+                result.skipped.append(MatchFailure(m.name, exc.message.split(": ", 1)[-1],
+                                                   line=m.source_line))
         for cm in proven:
             result.changes.append(rebuild(g, cm))
         result.modified = bool(proven)

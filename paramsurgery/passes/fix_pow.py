@@ -14,9 +14,10 @@ can only be ≥ 0 (ReLU, Sigmoid, Exp, ...) is left alone (ncnn's pow is right t
 
 from __future__ import annotations
 
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.core.changes import Change
 from paramsurgery.ir.graph import Graph
-from paramsurgery.passes.base import Pass, PassResult, Skip, register
+from paramsurgery.passes.base import Pass, PassResult, register
 from paramsurgery.patterns.pow_scalar import find_scalar_pows, integer_exponent
 
 
@@ -34,8 +35,8 @@ class FixPow(Pass):
         todo = {s.layer.id for s in sites}
         for layer in g.by_type("BinaryOp"):
             if integer_exponent(layer) is not None and layer.id not in todo:
-                result.skipped.append(Skip(layer.name, "its base is never negative (ncnn's "
-                                                       "pow is right there)", layer.source_line))
+                result.skipped.append(MatchFailure(layer.name, "its base is never negative (ncnn's "
+                                                       "pow is right there)", line=layer.source_line))
         for s in sites:
             layer, n = s.layer, s.exponent
             x, y, name, line = layer.inputs[0], layer.outputs[0], layer.name, layer.source_line

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
-from paramsurgery.passes.base import Pass, PassResult, Skip, register
+from paramsurgery.passes.base import Pass, PassResult, register
 
 if TYPE_CHECKING:
     import argparse
@@ -95,8 +96,8 @@ class KeepPrecision(Pass):
             old = featmask(layer)
             new = old | self.bits
             if new == old:
-                result.skipped.append(Skip(name, f"31={old} already keeps it out of {self.mode}",
-                                           layer.source_line))
+                result.skipped.append(MatchFailure(name, f"31={old} already keeps it out of {self.mode}",
+                                                   line=layer.source_line))
                 continue
             layer.set(FEATMASK, new)
             result.changes.append(Change(name, f"kept out of {self.mode}",

@@ -412,9 +412,3 @@ for _name, _types, _why in _NOT_EXACT:
     _RULES.append(Rule(_name, _types, f"declined: {_why}", _declines(_why)))
 
 BASE_RULES = Rules(_RULES)
-
-
-def Declined(reason: str, layer: Layer | None = None) -> MatchFailure:  # noqa: N802
-    """Transitional spelling of `MatchFailure.declined` for branches written before the one
-    failure type; removed by the migration once they have landed."""
-    return MatchFailure.declined(reason, layer)

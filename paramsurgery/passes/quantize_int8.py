@@ -31,11 +31,12 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import ParamSurgeryError, PassRefused
 from paramsurgery.formats.weights import set_weights
 from paramsurgery.ir.graph import Graph
-from paramsurgery.passes.base import Pass, PassResult, Skip, register
+from paramsurgery.passes.base import Pass, PassResult, register
 
 if TYPE_CHECKING:
     import argparse
@@ -185,7 +186,7 @@ class QuantizeInt8(Pass):
                 continue
             why = self._skip_reason(layer)
             if why is not None:
-                result.skipped.append(Skip(layer.name, why, layer.source_line))
+                result.skipped.append(MatchFailure(layer.name, why, line=layer.source_line))
                 continue
             what = _QUANTIZERS[layer.type](layer, self.table)
             result.changes.append(Change(layer.name, f"{layer.type} int8", "fp32", what,
