@@ -44,6 +44,11 @@ WORKS: set[tuple[str, str, str]] = {
 # xfail(strict=True), so the change that fixes one must move it out of here (into WORKS)
 _WRONG = "fix exits 0 and the result is not torch's at untraced lengths (silently wrong)"
 _NO_LAYER = "fix refuses naming only a layer of its own rewrite (PS105 on *_rows)"
+# (the default-CI cells of every family hold the invariant since the passes merged at
+# 17:30: they left this list; the slow cells below are as measured before them)
+_DEFAULT_FIXED = {(f, f"{'x' if f in ('vit', 'whisper_encoder') else 'embeds'}_sdpa_static", "fix")
+                  for f in ("llama", "qwen2", "qwen3", "mistral", "gemma", "vit",
+                            "whisper_encoder", "phi3", "gpt_neox")}
 KNOWN_VIOLATIONS: dict[tuple[str, str, str], str] = {
     **{(f, r, "fix"): _WRONG for f, routes in {
         "llama": ("embeds_sdpa_static", "embeds_sdpa_pair", "embeds_eager_static",
@@ -59,6 +64,8 @@ KNOWN_VIOLATIONS: dict[tuple[str, str, str], str] = {
     **{(f, r, "fix"): _NO_LAYER for f in ("phi3", "gpt_neox")
        for r in ("embeds_sdpa_static", "embeds_sdpa_pair", "embeds_eager_static")},
 }
+for _cell in _DEFAULT_FIXED:
+    KNOWN_VIOLATIONS.pop(_cell, None)
 WORKS |= {("vit", "x_sdpa_dynamic", "fix")}
 
 # the one default-CI export per family (the smallest route that exercises fix)
