@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from paramsurgery.core.words import counted
 from paramsurgery.formats.io import load
 from paramsurgery.commands._common import (add_format_arg, add_input_arg, add_output_args,
                                            add_weights_arg, default_output, print_json,
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from paramsurgery.formats.normalize import normalize
 
     normalize(g)
-    note = f"wrote {{out}} ({len(g)} layers, {g.blob_count()} blobs)"
+    note = f"wrote {{out}} ({counted(len(g), 'layer')}, {counted(g.blob_count(), 'blob')})"
     write_graph(g, out, note if args.format == "text" else None)
     if args.format == "json":
         print_json({"output": out, "layers": len(g), "blobs": g.blob_count(),

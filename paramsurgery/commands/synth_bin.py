@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from paramsurgery.core.words import counted
 from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.core.fs import atomic_open
 from paramsurgery.formats.io import load
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
                                                  {"file": out, "role": "weights"}]},
                    stream=sys.stderr if out == "-" else sys.stdout)
     else:
-        print(f"{out}: {n} bytes of {args.dtype} weights for {len(g)} layers",
+        print(f"{out}: {n} bytes of {args.dtype} weights for {counted(len(g), 'layer')}",
               file=sys.stderr)
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from paramsurgery.core.words import counted
 from paramsurgery.core.findings import ERROR
 from paramsurgery.formats.io import load
 from paramsurgery.commands._common import add_format_arg, print_json
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
             for f in findings:
                 print(f.format(path))
             if not findings:
-                print(f"{path}: ok ({len(g)} layers, {g.blob_count()} blobs)")
+                print(f"{path}: ok ({counted(len(g), 'layer')}, {counted(g.blob_count(), 'blob')})")
     if args.format == "json":
         print_json({"files": report})
     return status

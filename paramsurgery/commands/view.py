@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from paramsurgery.core.words import counted
 from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.view.scene import HUB_READERS, MAX_LAYERS
 from paramsurgery.commands._common import add_input_arg, command
@@ -104,9 +105,9 @@ def run(args: argparse.Namespace) -> int:
         drawn = {b for i in layers for lay in (g.layer(i),) for b in (*lay.inputs, *lay.outputs)}
         shapes = {b: s for b, s in shapes.items() if b in drawn}
     types = g.types()
-    summary = (f"{len(g)} layers, {g.blob_count()} blobs; inputs {', '.join(g.inputs) or '-'}; "
-               f"outputs {', '.join(g.outputs) or '-'}"
-               + (f"; drawn: {n} layers within {args.depth} of {args.around}"
+    summary = (f"{counted(len(g), 'layer')}, {counted(g.blob_count(), 'blob')}; "
+               f"inputs {', '.join(g.inputs) or '-'}; outputs {', '.join(g.outputs) or '-'}"
+               + (f"; drawn: {counted(n, 'layer')} within {args.depth} of {args.around}"
                   if layers is not None else "")
                + _hub_note(g, hubs, layers, hub_readers)
                + f"\ntypes: {', '.join(f'{t} {c}' for t, c in sorted(types.items()))}"
