@@ -98,10 +98,13 @@ def run_at_lengths(param: Path, bin_path: Path, family: str, route: str,
     with temp_workdir() as tmp:
         tmpdir = Path(tmp)
         feeds = {}
+        read_as_ids = _embed_inputs(param)
         for n in lengths:
             for i, e in enumerate(io["inputs"]):
                 x = arrays[f"{entry}.{e['name']}@{n}"]
-                feeds[f"{i}@{n}"] = x.astype(np.int32) if x.dtype.kind in "iu" else x
+                if x.dtype.kind in "iu":  # ncnn holds ints only where an Embed reads them
+                    x = x.astype(np.int32 if e["blob"] in read_as_ids else np.float32)
+                feeds[f"{i}@{n}"] = x
         save_arrays(tmpdir / "inputs.npz", feeds)
         spec = {"param": str(param), "bin": str(bin_path), "inputs": str(tmpdir / "inputs.npz"),
                 "feeds": [[e["blob"], e["batch_index"]] for e in io["inputs"]],
@@ -182,6 +185,17 @@ def fix_args(family: str, route: str, out: Path) -> list[str | Path]:
     return args
 
 
+def _embed_inputs(param: Path) -> set[str]:
+    """Graph inputs an Embed reads (through Splits): fed as int32 ids; any other integer
+    input (positions after `lower` removed HF's `.float()` cast) is fed as float32."""
+    import paramsurgery
+    from paramsurgery.patterns.match import readers_through_splits
+
+    g = paramsurgery.load(str(param))
+    return {b for b in g.inputs
+            if any(r.type == "Embed" for r, _slot in readers_through_splits(g, b)[0])}
+
+
 def fix(family: str, route: str, workdir: Path) -> tuple[Outcome, Path | None]:
     """`paramsurgery fix` then ncnn at every tested length (traced and untraced)."""
     rec = family_record(family)
@@ -193,7 +207,9 @@ def fix(family: str, route: str, workdir: Path) -> tuple[Outcome, Path | None]:
         return Outcome("refused", refusal_text(text), names_a_layer(text, param),
                        returncode=rc), None
     if not out.exists():
-        return Outcome("wrong", "exit 0 but no output written", returncode=rc), None
+        if "nothing to change" not in text:
+            return Outcome("wrong", "exit 0 but no output written", returncode=rc), None
+        out = param  # nothing to repair: fix writes no copy, the export itself is the result
     out_bin = out.with_name(out.name[: -len(".param")] + ".bin")
     lengths = sorted({*rec["routes"][base]["traced"], *rec["lengths"]["untraced"]})
     errors, first = run_at_lengths(out, out_bin, family, base, lengths)
@@ -251,10 +267,13 @@ def kvcache(family: str, route: str, fixed: Path, workdir: Path) -> Outcome:
     arrays = torch_arrays(family)
     entry = family_record(family)["routes"][base]["entry"]
     extra: dict[str, list] = {}
+    ids = _embed_inputs(kv)
     for e in io["inputs"][1:]:
         traced = arrays[f"{entry}.{e['name']}@{REF_T}"]
         rank = traced.ndim - (0 if e["batch_index"] == NO_BATCH else 1)
-        extra[e["blob"]] = [e["name"] if e["name"] == "mask" else "positions", rank]
+        kind = "mask" if e["name"] == "mask" else \
+            "position_ids" if e["blob"] in ids else "positions"
+        extra[e["blob"]] = [kind, rank]
     others = [b for b in g.inputs if b not in cache_ins and b != io["inputs"][0]["blob"]
               and b not in extra]
     if others:

@@ -50,7 +50,9 @@ def main(spec_path: Path) -> int:
                 m[:, past:][np.triu_indices(t, 1)] = np.finfo(np.float32).min
                 feeds[blob] = m.reshape((1,) * (rank - 2) + m.shape)
             else:
-                feeds[blob] = np.arange(past, past + t, dtype=np.int32).reshape(
+                # int32 only for an Embed's ids (learned positions); else float32 values
+                dtype = np.int32 if kind == "position_ids" else np.float32
+                feeds[blob] = np.arange(past, past + t, dtype=dtype).reshape(
                     (1,) * (rank - 1) + (t,))
         for blob, arr in feeds.items():
             keep.append(arr)
