@@ -80,7 +80,12 @@ def _machine_changes(run: Run) -> list[dict]:
 
 def _text(run: Run) -> list[str]:
     new, old = run.graph, run.source
-    return [f"header: {len(old)} {old.blob_count()} -> {len(new)} {new.blob_count()}"]
+    lines = [f"header: {len(old)} {old.blob_count()} -> {len(new)} {new.blob_count()}"]
+    if run.result.modified and not run.args.verify:
+        # exit 0 without the parity run: say so (the cache is proven only by --verify)
+        lines.append("not proven: the cached decode was not run through ncnn (--verify "
+                     "checks prefill + single steps against a full prefill; needs --bin)")
+    return lines
 
 
 def _make_pass(args: argparse.Namespace) -> PassLike:
