@@ -129,16 +129,50 @@ def test_pass_output_through_ncnn_matches_the_scales():
 
 
 def test_tiny_codec_quantizes_loads_and_runs(tmp_path, capsys):
-    """The tiny Qwen3-TTS codec decoder: its Gemm (constant B) and Embed layers in int8
+    """The tiny Qwen3-TTS codec decoder: its Gemm (constant B), Embed and SDPA layers in int8
     (its Convolution1D has no int8 path in ncnn), run by ncnn against fp32."""
     stem = TINY / "codec_decoder.ported"
     code = main(["quantize", f"{stem}.ncnn.param", "--bin", f"{stem}.ncnn.bin", "--calib",
                  f"{stem}.ref.npz", "-o", str(tmp_path / "codec.param"), "--format", "json"])
     rep = json.loads(capsys.readouterr().out)
     assert code == 0, rep
-    assert rep["int8_by_type"] == {"Embed": 2, "Gemm": 20}
+    assert rep["int8_by_type"] == {"Embed": 2, "Gemm": 20, "SDPA": 2}
     assert rep["in_effect"] is True
     assert rep["errors"]["out0"]["cos"] > 0.99  # figures: README "Quantize"
+
+
+SEQ, SEQ_BIN = FIX / "seq_rnn.param", FIX / "seq_rnn.bin"
+
+
+def test_recurrent_and_attention_weight_only_int8_runs_in_ncnn(tmp_path, capsys):
+    """LSTM / GRU (bidirectional) / RNN / MultiHeadAttention as ncnn2int8 writes them:
+    int8 weights with ncnn2table's per-row scales, read back by the weights schema; ncnn runs
+    the result in int8 (its bits differ from fp32) within a small error on a held-out input."""
+    out = tmp_path / "q.param"
+    code = main(["quantize", str(SEQ), "--bin", str(SEQ_BIN), "--calib", str(FIX / "seq_rnn.calib"),
+                 "-o", str(out), "--save-table", str(tmp_path / "q.table"), "--format", "json"])
+    rep = json.loads(capsys.readouterr().out)
+    assert code == 0, rep
+    assert rep["int8_by_type"] == {"GRU": 1, "LSTM": 1, "MultiHeadAttention": 1, "RNN": 1}
+    fp32 = paramsurgery.load(str(SEQ), bin=str(SEQ_BIN))
+    g = paramsurgery.load(str(out), bin=str(tmp_path / "q.bin"))
+    gru, w = g.layer("gru").weights, fp32.layer("gru").weights["weight_hc"].array()
+    assert gru["weight_hc"].dtype == "int8" and gru["weight_xc"].dtype == "int8"
+    # ncnn2table's scale: 127 / absmax of every gate row, both directions (2 × 3 × 20 rows)
+    rows = np.asarray(w, np.float32).reshape(120, -1)
+    assert np.allclose(gru["weight_hc_scales"].array().reshape(-1),
+                       np.float32(127) / np.abs(rows).max(axis=1), rtol=1e-6)
+    assert g.layer("mha").weights["out_scale"].array().size == 1
+    # the saved table holds every weight set in ncnn2table's order, and drives the same bytes
+    t = Int8Table.read(tmp_path / "q.table")
+    assert [len(t.more_weights[n]) for n in ("lstm", "gru", "rnn", "mha")] == [1, 1, 1, 3]
+    res = QuantizeInt8(t)(paramsurgery.load(str(SEQ), bin=str(SEQ_BIN)))
+    paramsurgery.save(res.graph, str(tmp_path / "t.param"), bin=str(tmp_path / "t.bin"))
+    assert (tmp_path / "t.bin").read_bytes() == (tmp_path / "q.bin").read_bytes()
+    x = np.random.default_rng(12).standard_normal((10, 16)).astype(np.float32)
+    ref = _run(str(SEQ), str(SEQ_BIN), x)
+    q = _run(str(out), str(tmp_path / "q.bin"), x)
+    assert q.tobytes() != ref.tobytes() and rel_error(q, ref) < 0.05
 
 
 def test_bad_inputs_exit_2(tmp_path, capsys):

@@ -27,6 +27,11 @@ ConvolutionDepthWise → Convolution 1x1 → global pooling → InnerProduct, se
 a calibration table in ncnn2table's format (weight scales as ncnn2table computes them,
 fixed input scales). `small_cnn.calib/c{0,1,2}.npz`: seeded calibration inputs.
 
+`seq_rnn.param` / `.bin` (the recurrent and attention int8 case): Input (16 features × 10
+steps) → LSTM (24) → GRU (20, bidirectional) → RNN (16) → MultiHeadAttention (self, 2
+heads), seeded weights, and its table (ncnn2table's `_param_0..3` weight scales: these
+layers need no calibration run); `seq_rnn.calib/c{0,1}.npz`: seeded inputs.
+
 Every value is seeded: the files are byte-identical on every run.
 """
 
@@ -82,6 +87,46 @@ def main() -> None:
     write_npz(OUT / "planted.inputs.npz", {"in0": x})
     print(f"wrote {OUT}/planted.param, planted.bin, planted.inputs.npz")
     small_cnn(np.random.default_rng(8))
+    seq_rnn(np.random.default_rng(31))
+
+
+SEQ = """7767517
+5 5
+Input                    in0                      0 1 in0 0=16 1=10
+LSTM                     lstm                     1 1 in0 l 0=24 1=1536 2=0
+GRU                      gru                      1 1 l g 0=20 1=2880 2=2
+RNN                      rnn                      1 1 g r 0=16 1=640 2=0
+MultiHeadAttention       mha                      1 1 r out0 0=16 1=2 2=256
+"""
+
+
+def seq_rnn(rng: np.random.Generator) -> None:
+    from paramsurgery.formats.weights.schema import layer_reads
+
+    g = paramsurgery.loads(SEQ)
+    for layer in g:
+        reads = [r for r in layer_reads(layer) or [] if r.required]
+        if not reads:
+            continue
+        # weights ~ N(0, 1/fan_in) (fan_in: a read's innermost dim), biases ~ N(0, 0.01)
+        set_weights(layer, {r.role: (rng.standard_normal(r.count).astype(np.float32)
+                                     / np.float32(np.sqrt(r.shape[-1] if "bias" not in r.role
+                                                          else 1e4)))
+                            for r in reads})
+    paramsurgery.save(g, OUT / "seq_rnn.param", bin=OUT / "seq_rnn.bin")
+    from paramsurgery.passes.quantize_int8 import Int8Table, table_weight_sets
+
+    table = Int8Table()
+    for layer in g:
+        sets = table_weight_sets(layer)
+        if sets:
+            table.weights[layer.name], table.more_weights[layer.name] = sets[0], sets[1:]
+    (OUT / "seq_rnn.table").write_text(table.format())
+    calib = OUT / "seq_rnn.calib"
+    calib.mkdir(exist_ok=True)
+    for i in range(2):
+        write_npz(calib / f"c{i}.npz", {"in0": rng.standard_normal((10, 16)).astype(np.float32)})
+    print(f"wrote {OUT}/seq_rnn.param, .bin, .table, seq_rnn.calib/")
 
 
 SMALL = """7767517

@@ -10,7 +10,13 @@ tools/quantize/ncnn2int8.cpp does (ncnn 1.0.20261020).
 - Gemm with constant A and/or B: `18=2`, A transposed to `2=0` and quantized per row, B
   transposed to `3=1` with one scale (ncnn2int8's layout; activations are quantized at run
   time);
-- Embed: `18=2`, the weights with one scale (weight-only).
+- Embed: `18=2`, the weights with one scale (weight-only);
+- RNN / LSTM / GRU: `8=2`, the input-to-hidden and hidden-to-hidden weights quantized per
+  gate row (`NAME_param_0`, `NAME_param_1`; ncnn quantizes the input and the hidden state at
+  run time, per time step);
+- MultiHeadAttention: `18=2`, q/k/v weights per row (`_param_0..2`), the output projection
+  with one scale (`_param_3`);
+- SDPA: `18=2`, no weights (ncnn quantizes q·k and the attention weights at run time).
 Values are quantized as ncnn does (`float2int8`: v·scale rounded half away from zero, clamped
 to ±127). The table is ncnn2table's text format (`NAME_param_0 s...` weight scales, `NAME s`
 the layer's input scale): `Int8Table.read`/`write` read and write the files ncnn2table writes,
@@ -27,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -45,8 +51,10 @@ if TYPE_CHECKING:
 
 # layer types with an activation scale from calibration (their bottom blob is measured)
 ACTIVATION_TYPES = ("Convolution", "ConvolutionDepthWise", "InnerProduct")
-# weight-only: activations quantized at run time (Gemm) or none (Embed)
-WEIGHT_ONLY_TYPES = ("Gemm", "Embed")
+# weight-only: activations quantized at run time (Gemm, the recurrent layers, attention) or
+# none (Embed)
+RECURRENT_TYPES = ("RNN", "LSTM", "GRU")
+WEIGHT_ONLY_TYPES = ("Gemm", "Embed") + RECURRENT_TYPES + ("MultiHeadAttention", "SDPA")
 INT8_TYPES = ACTIVATION_TYPES + WEIGHT_ONLY_TYPES
 
 
@@ -101,11 +109,20 @@ def _weight(layer: "Layer", role: str) -> np.ndarray:
 
 @dataclass
 class Int8Table:
-    """ncnn2table's calibration table: weight scales (`NAME_param_0`) and input scales
-    (`NAME`: the scale of the layer's bottom blob), by layer name."""
+    """ncnn2table's calibration table: weight scales (`NAME_param_0`; the recurrent layers and
+    MultiHeadAttention have more weights: `NAME_param_1`, ... in `more_weights`) and input
+    scales (`NAME`: the scale of the layer's bottom blob), by layer name."""
 
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     inputs: dict[str, float] = field(default_factory=dict)
+    more_weights: dict[str, list[np.ndarray]] = field(default_factory=dict)
+
+    def weight_set(self, name: str, count: int) -> list[np.ndarray] | None:
+        """The layer's `count` weight scale sets `_param_0 .. _param_{count-1}`, None when the
+        table does not hold all of them."""
+        sets = ([self.weights[name]] if name in self.weights else []) + \
+            self.more_weights.get(name, [])
+        return sets[:count] if len(sets) >= count else None
 
     @classmethod
     def read(cls, path: str | Path) -> "Int8Table":
@@ -129,16 +146,24 @@ class Int8Table:
             key = parts[0]
             if "_param_" in key:
                 name, _, idx = key.rpartition("_param_")
+                scales = np.array(values, np.float32)
                 if idx == "0":
-                    table.weights[name] = np.array(values, np.float32)
+                    table.weights[name] = scales
+                elif idx.isdigit() and int(idx) == len(table.more_weights.get(name, [])) + 1:
+                    table.more_weights.setdefault(name, []).append(scales)
+                else:
+                    raise ParamSurgeryError(f"{key}: weight scales out of order (ncnn2table "
+                                            f"writes {name}_param_0, _param_1, ... in turn)",
+                                            file=str(path), line=n)
             else:
                 table.inputs[key] = values[0]
         return table
 
     def format(self) -> str:
         """The table as ncnn2table writes it (`%f` numbers, a space after each)."""
-        lines = [f"{name}_param_0 " + "".join(f"{v:f} " for v in s)
-                 for name, s in self.weights.items()]
+        lines = [f"{name}_param_{i} " + "".join(f"{v:f} " for v in s)
+                 for name, first in self.weights.items()
+                 for i, s in enumerate([first] + self.more_weights.get(name, []))]
         lines += [f"{name} {s:f} " for name, s in self.inputs.items()]
         return "\n".join(lines) + "\n"
 
@@ -147,7 +172,8 @@ class Int8Table:
 class QuantizeInt8(Pass):
     name = "quantize-int8"
     summary = ("int8 weights and scales from an ncnn2table-format table (Convolution, "
-               "ConvolutionDepthWise, InnerProduct; Gemm and Embed weight-only), as ncnn2int8")
+               "ConvolutionDepthWise, InnerProduct; Gemm, Embed, RNN, LSTM, GRU, "
+               "MultiHeadAttention and SDPA weight-only), as ncnn2int8")
     tag = "int8"
 
     def __init__(self, table: Int8Table | None = None, keep: Iterable[str] = (),
@@ -209,7 +235,7 @@ class QuantizeInt8(Pass):
             if layer.name not in self.table.inputs or layer.name not in self.table.weights:
                 return "no scale in the table"
             return None
-        if _ip(p, 18, 0):
+        if _ip(p, 8 if layer.type in RECURRENT_TYPES else 18, 0):
             return "already quantized"
         if layer.type == "Gemm" and not (_ip(p, 4, 0) or _ip(p, 5, 0)):
             return "no constant A or B: nothing to quantize"
@@ -297,8 +323,73 @@ def _embed(layer: "Layer", table: Int8Table) -> str:
     return f"18=2, weight scale {scale:g}"
 
 
+def _rows_scales(rows: np.ndarray) -> np.ndarray:
+    return np.array([_absmax_scale(r) for r in rows], np.float32)
+
+
+# a recurrent layer's gate rows per direction: RNN 1, LSTM 4 × hidden, GRU 3 × num_output
+_GATES = {"RNN": 1, "LSTM": 4, "GRU": 3}
+
+
+def recurrent_weight_scales(layer: "Layer") -> list[np.ndarray]:
+    """ncnn2table's scales for an RNN / LSTM / GRU: 127 / absmax of every gate row of the
+    input-to-hidden (`_param_0`) and hidden-to-hidden (`_param_1`) weights, direction by
+    direction."""
+    p = layer.params
+    per_gate = _ip(p, 3, _ip(p, 0, 0)) if layer.type == "LSTM" else _ip(p, 0, 0)
+    rows = _GATES[layer.type] * per_gate * (2 if _ip(p, 2, 0) == 2 else 1)
+    return [_rows_scales(_weight(layer, role).reshape(rows, -1))
+            for role in ("weight_xc", "weight_hc")]
+
+
+def attention_weight_scales(layer: "Layer") -> list[np.ndarray]:
+    """ncnn2table's scales for a MultiHeadAttention: q/k/v weights per row (embed_dim rows),
+    the output projection with one scale."""
+    embed = _ip(layer.params, 0, 0)
+    qkv = [_rows_scales(_weight(layer, f"{x}_weight").reshape(embed, -1)) for x in "qkv"]
+    return qkv + [np.array([_absmax_scale(_weight(layer, "out_weight"))], np.float32)]
+
+
+def _from_table(layer: "Layer", table: Int8Table, count: int,
+                computed: Callable[["Layer"], list[np.ndarray]]) -> list[np.ndarray]:
+    """The table's weight scales for `layer` when it holds them (a table from ncnn2table
+    drives the same bytes as ncnn2int8), else ncnn2table's own computation."""
+    return table.weight_set(layer.name, count) or computed(layer)
+
+
+def _recurrent(layer: "Layer", table: Int8Table) -> str:
+    xc_s, hc_s = _from_table(layer, table, 2, recurrent_weight_scales)
+    xc, hc = _weight(layer, "weight_xc"), _weight(layer, "weight_hc")
+    layer.set(8, 2)
+    _set(layer, {"weight_xc": float2int8(xc.reshape(xc_s.size, -1), xc_s[:, None]).reshape(-1),
+                 "weight_hc": float2int8(hc.reshape(hc_s.size, -1), hc_s[:, None]).reshape(-1),
+                 "weight_xc_scales": xc_s, "weight_hc_scales": hc_s})
+    return f"8=2, {xc_s.size} + {hc_s.size} gate row scale(s)"
+
+
+def _attention(layer: "Layer", table: Int8Table) -> str:
+    scales = _from_table(layer, table, 4, attention_weight_scales)
+    updates: dict[str, object] = {}
+    for x, s in zip("qkv", scales):
+        w = _weight(layer, f"{x}_weight")
+        updates[f"{x}_weight"] = float2int8(w.reshape(s.size, -1), s[:, None]).reshape(-1)
+        updates[f"{x}_scales"] = s
+    updates["out_weight"] = float2int8(_weight(layer, "out_weight"), scales[3][0])
+    updates["out_scale"] = scales[3][:1]
+    layer.set(18, 2)
+    _set(layer, updates)
+    return f"18=2, q/k/v {scales[0].size} row scale(s) each, out scale {scales[3][0]:g}"
+
+
+def _sdpa(layer: "Layer", table: Int8Table) -> str:
+    layer.set(18, 2)
+    return "18=2 (q, k and the attention weights quantized by ncnn at run time)"
+
+
 _QUANTIZERS = {"Convolution": _conv_like, "ConvolutionDepthWise": _conv_like,
-               "InnerProduct": _conv_like, "Gemm": _gemm, "Embed": _embed}
+               "InnerProduct": _conv_like, "Gemm": _gemm, "Embed": _embed,
+               "RNN": _recurrent, "LSTM": _recurrent, "GRU": _recurrent,
+               "MultiHeadAttention": _attention, "SDPA": _sdpa}
 
 
 def kl_threshold(hist: np.ndarray, target_bin: int = 128, chunk: int = 128) -> int:
@@ -382,3 +473,15 @@ def _kl_threshold_loop(hist: np.ndarray, target_bin: int = 128) -> int:
         if kl < best:
             best, best_t = kl, t
     return best_t
+
+
+def table_weight_sets(layer: "Layer") -> list[np.ndarray] | None:
+    """What ncnn2table writes for a weight-only layer with several weights (`_param_0`, ...):
+    the recurrent layers and MultiHeadAttention (not yet quantized); None for the others."""
+    if _ip(layer.params, 8 if layer.type in RECURRENT_TYPES else 18, 0):
+        return None
+    if layer.type in RECURRENT_TYPES:
+        return recurrent_weight_scales(layer)
+    if layer.type == "MultiHeadAttention":
+        return attention_weight_scales(layer)
+    return None

@@ -10,7 +10,8 @@ measured:
   clipped histogram and its 128-level quantization (`passes.quantize_int8.kl_threshold`),
   threshold = (t + 0.5)·max/2048, input scale = 127 / threshold.
 
-Weight scales are ncnn2table's (`passes.quantize_int8.weight_scales`). The result is an
+Weight scales are ncnn2table's (`passes.quantize_int8.weight_scales`; `table_weight_sets` for
+the recurrent layers and MultiHeadAttention, which need no run). The result is an
 `Int8Table` (ncnn2table's format).
 """
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from paramsurgery.ir.graph import Graph
 from paramsurgery.passes.quantize_int8 import (ACTIVATION_TYPES, Int8Table, _ip, kl_threshold,
-                                               weight_scales)
+                                               table_weight_sets, weight_scales)
 from paramsurgery.runtime.child import FeedLike
 from paramsurgery.verify.compare.options import PARITY
 from paramsurgery.verify.precision.batch import Variant, Worker
@@ -70,6 +71,11 @@ def calibrate(graph: Graph, bin: str, inputs: Sequence[Mapping[str, FeedLike]], 
     layers = calibration_layers(graph, keep)
     stats = [BlobStat(layer.name, layer.inputs[0]) for layer in layers]
     table = Int8Table()
+    # the weight-only layers' scales need no run; ncnn2table writes them all the same
+    for layer in graph:
+        sets = None if layer.name in keep else table_weight_sets(layer)
+        if sets:
+            table.weights[layer.name], table.more_weights[layer.name] = sets[0], sets[1:]
     if not layers:
         return table, stats
     text = dumps(graph)
