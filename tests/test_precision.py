@@ -248,3 +248,56 @@ def test_int8_search_keeps_the_layers_int8_breaks_and_quantize_takes_them(tmp_pa
                  "--calib", str(fix / "small_cnn.calib"), "--keep-from",
                  str(tmp_path / "prec.json"), "-o", str(tmp_path / "q.param")]) == 0
     assert f"kept in fp32: {', '.join(sorted(rep['kept']))}" in capsys.readouterr().out
+
+
+def test_layers_that_share_a_name_are_searched_as_two(tmp_path):
+    """pnnx writes some names twice (two `splitncnn_0` in the zoo's llama): each layer is
+    its own candidate (`name#2` for the second), masked by itself — the control with every
+    layer masked is bit for bit fp32, which masking by name (the first only) was not."""
+    text = PLANTED.read_text().replace("ReLU                     relu2 ",
+                                       "ReLU                     relu  ")
+    g = paramsurgery.loads(text)
+    assert [x.name for x in g].count("relu") == 2
+    res = search_mod.search(g, str(PLANTED_BIN), _planted_feeds(), mode="bf16", tol=1e-2)
+    rows = {r.name: r for r in res.rows}
+    assert {"relu", "relu#2"} <= set(rows) and rows["relu#2"].line == rows["relu"].line + 2
+    assert res.control_exact and res.kept == ["conv_huge"]
+
+
+def test_a_reference_the_fp32_run_misses_is_said_and_not_reached(monkeypatch):
+    """--pnnx's reference (here: torch's outputs stood in by fp32 + 1 %): errors are held
+    against it; when ncnn's fp32 run is itself outside the tolerance, no kept set can reach
+    it, and the search says so instead of keeping every layer."""
+    g = paramsurgery.load(str(PLANTED))
+    (fp32,) = _out0([(PLANTED.read_text(), dict(PARITY))])
+    off = {"out0": fp32 * np.float32(1.01)}
+    res = search_mod.search(g, str(PLANTED_BIN), _planted_feeds(), mode="bf16", tol=1e-3,
+                            reference=off)
+    assert res.reference == "torch" and not res.reached
+    assert 0.009 < res.fp32_vs_reference["out0"] < 0.011
+    assert any("ncnn's fp32 run is already" in n for n in res.notes)
+    near = {"out0": fp32 * np.float32(1.0001)}  # within: the search runs against it
+    res = search_mod.search(g, str(PLANTED_BIN), _planted_feeds(), mode="bf16", tol=1e-2,
+                            reference=near)
+    assert res.reached and res.kept == ["conv_huge"] and res.final["out0"] <= 1e-2
+
+
+def test_pnnx_reference_is_torchs_output(tmp_path, capsys):
+    """`precision --pnnx` on the zoo's llama (pnnx's torch export kept next to it): the
+    outputs are held against torch; ncnn's fp32 run is within fp32 noise of it."""
+    pytest.importorskip("torch")
+    stem = ROOT / "fixtures" / "zoo" / "llama" / "embeds_sdpa_static"
+    code = main(["precision", f"{stem}.ncnn.param", "--mode", "bf16", "--pnnx",
+                 f"{stem}.pnnx.param", "--metric", "snr", "--tol", "30", "--format", "json"])
+    rep = json.loads(capsys.readouterr().out)
+    assert code == 0, rep
+    assert rep["reference"] == "torch" and rep["fp32_vs_reference"]["out0"] > 100
+    assert rep["control_exact"] is True and 30 < rep["all_reduced"]["out0"] < 100
+
+
+def test_pnnx_without_its_export_is_located(tmp_path, capsys):
+    (tmp_path / "m.pnnx.param").write_text("7767517\n0 0\n")
+    assert main(["precision", str(PLANTED), "--mode", "bf16", "--inputs", str(PLANTED_INPUTS),
+                 "--pnnx", str(tmp_path / "m.pnnx.param")]) == 2
+    err = capsys.readouterr().err
+    assert "m.pnnx.param: pnnx's torch export is incomplete" in err and "m_pnnx.py" in err

@@ -14,7 +14,10 @@ front of each). int8: the variants are the graph quantized as `paramsurgery quan
 ones, without requantization between int8 layers (every top stays fp32, so each blob's
 error reads as a number); -o writes that graph and its int8 .bin. Exit 0 when every output
 is within tolerance (with the kept set), 1 when no set reaches it, the mode has no effect
-here, or ncnn failed; 2 on bad input.
+here, or ncnn failed; 2 on bad input. --pnnx X.pnnx.param holds the outputs against the model
+itself (pnnx's torch export, X_pnnx.py + X.pnnx.bin next to it, run on the same inputs)
+instead of ncnn's fp32 run: the tolerance is then torch's, and when ncnn's fp32 run is
+already outside it, that is said (no kept set can do better than fp32).
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "the measured inputs themselves)")
     p.add_argument("--method", choices=("kl", "max"), default="max",
                    help="int8: activation scales (default max: the search runs on few inputs)")
+    p.add_argument("--pnnx", metavar="X.pnnx.param",
+                   help="hold the outputs against pnnx's torch export of the model (X_pnnx.py "
+                        "and X.pnnx.bin next to it; needs torch) instead of ncnn's fp32 run")
     p.add_argument("--metric", choices=sorted(METRICS), default="rel",
                    help="rel: max|Δ|/max|ref| (default), snr: dB, cos: cosine similarity")
     p.add_argument("--tol", type=float, help="every output within this (default: rel 1e-2, "
@@ -110,9 +116,12 @@ def run(args: argparse.Namespace) -> int:
         raise ParamSurgeryError("--bin: no such file", file=args.bin)
     if args.output and os.path.exists(args.output) and os.path.samefile(args.output, args.param):
         raise ParamSurgeryError("-o names the input file", file=args.param)
+    if args.pnnx is not None and not os.path.isfile(args.pnnx):
+        raise ParamSurgeryError("--pnnx: no such file", file=args.pnnx)
     graph = load(args.param, bin=binp) if binp else load(args.param)
     feeds, source = _feeds(args, graph)
     metric = METRICS[args.metric]
+    reference = _torch_reference(args, graph, feeds) if args.pnnx else None
     table = None
     if args.mode == "int8":
         table = _calibrate(args, graph, binp, feeds)
@@ -120,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
     try:
         res = search(graph, binp, feeds, mode=args.mode, metric=args.metric, tol=args.tol,
-                     timeout=args.timeout, table=table)
+                     timeout=args.timeout, table=table, reference=reference)
     except SearchFailed as exc:
         print(f"{args.param}: {exc}", file=sys.stderr)
         return 1
@@ -143,6 +152,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("\n".join(_text(args, res, source, metric, written)))
     return 0 if ok else 1
+
+
+def _torch_reference(args: argparse.Namespace, graph: Any, feeds: dict) -> dict:
+    from paramsurgery.verify.compare.ncnn_run import cache_tops
+    from paramsurgery.verify.compare.torch_run import export_files
+    from paramsurgery.verify.precision.torch_reference import torch_outputs
+
+    export_files(args.pnnx)  # X_pnnx.py and X.pnnx.bin must be next to it (located error)
+    hidden = cache_tops(graph)
+    outputs = [b for b in graph.outputs if b not in hidden]
+    return torch_outputs(graph, args.param, args.pnnx, feeds, outputs, timeout=args.timeout)
 
 
 def _calibrate(args: argparse.Namespace, graph: Any, binp: str | None, feeds: dict) -> Any:
@@ -213,8 +233,12 @@ def _verdict(res: Any) -> str:
 
 
 def _text(args: argparse.Namespace, res: Any, source: str, m: Any, written: list[str]) -> list[str]:
-    lines = [f"{args.param}: {res.mode} vs fp32 through ncnn (inputs: {source}; metric "
+    against = "fp32" if res.reference == "fp32" else f"torch ({args.pnnx}'s export)"
+    lines = [f"{args.param}: {res.mode} vs {against} through ncnn (inputs: {source}; metric "
              f"{m.name}, tolerance {m.format(res.tol)})"]
+    if res.fp32_vs_reference:
+        outs = ", ".join(f"{o} {m.format(v)}" for o, v in res.fp32_vs_reference.items())
+        lines.append(f"ncnn fp32 vs torch: {outs}")
     if not res.in_effect:
         lines.extend(res.notes)
         lines.append(f"verdict: {_verdict(res)}")
@@ -255,7 +279,9 @@ def _json(args: argparse.Namespace, res: Any, source: str, written: list[str]) -
 
     return {
         "param": args.param, "mode": res.mode, "metric": res.metric.name, "tol": res.tol,
-        "inputs": source, "in_effect": res.in_effect,
+        "inputs": source, "reference": res.reference,
+        "fp32_vs_reference": {o: num(v) for o, v in res.fp32_vs_reference.items()} or None,
+        "in_effect": res.in_effect,
         "in_effect_layers": [r.name for r in res.rows if r.in_effect],
         # not in effect: nothing was measured, no error of 0 is reported
         "all_reduced": {o: num(v) for o, v in res.all_reduced.items()} if res.in_effect else None,

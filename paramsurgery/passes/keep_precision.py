@@ -68,7 +68,9 @@ class KeepPrecision(Pass):
                "bits OR-ed in (what the masks buy: paramsurgery precision)")
     tag = "keepprec"
 
-    def __init__(self, layers: Sequence[str] = (), mode: str = "fp16") -> None:
+    def __init__(self, layers: Sequence[str | int] = (), mode: str = "fp16") -> None:
+        # names (the command line) or layer ids (the precision search: pnnx writes some
+        # layer names twice, e.g. two `splitncnn_0`)
         self.layers = list(layers)
         self.mode = mode
         self.bits = mask_for(mode)
@@ -85,14 +87,15 @@ class KeepPrecision(Pass):
         return cls(args.layer, args.mode)
 
     def requires(self, g: Graph) -> None:
-        unknown = [n for n in self.layers if g.find(n) is None]
+        unknown = [str(n) for n in self.layers if isinstance(n, str) and g.find(n) is None]
         if unknown:
             raise PassRefused(f"--layer names no layer of the graph: {', '.join(unknown)}")
 
     def run(self, g: Graph) -> PassResult:
         result = PassResult(g, False)
-        for name in self.layers:
-            layer = g.layer(name)
+        for ref in self.layers:
+            layer = g.layer(ref)
+            name = layer.name
             old = featmask(layer)
             new = old | self.bits
             if new == old:

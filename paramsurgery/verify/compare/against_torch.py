@@ -135,7 +135,7 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
                     # a graph output nothing matched by value (a wrong shape, a wrong
                     # value): held against pnnx's output of the same number, so the
                     # layer that writes it is named instead of left uncompared
-                    fallback = _output_operand(ev.name, pn)
+                    fallback = output_operand(ev.name, pn)
                     err = judge(fallback, False) if fallback is not None else None
                     if err is not None and fallback is not None:
                         row.against, row.how, row.error = fallback, "output", err
@@ -155,7 +155,7 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
     return report
 
 
-def _output_operand(blob: str, pn) -> str | None:  # noqa: ANN001 - a PnnxGraph
+def output_operand(blob: str, pn) -> str | None:  # noqa: ANN001 - a PnnxGraph
     """pnnx's output operand for ncnn output `outN` (pnnx numbers both the same way)."""
     m = re.fullmatch(r"out(\d+)", blob)
     outs = pn.outputs

@@ -19,6 +19,12 @@ same graph on the same inputs (parity options, one thread):
 5. minimality: for each kept layer, the run without it must break the tolerance; a layer
    whose removal keeps every output within it is dropped (the least harmful first) and the
    check starts again. The runs of the last round are the proof (`Search.proof`).
+
+With `reference` (torch's outputs: `precision --pnnx`), steps 4–5 and every error at the
+outputs are measured against the model instead of ncnn's fp32 run; the per-layer tops and
+the bit-for-bit checks stay against ncnn's fp32 run (the only place every blob exists).
+When ncnn's fp32 run itself is not within tolerance of the reference, no kept set can
+reach it (every layer kept is that run): the search says so and stops.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from paramsurgery.verify.precision.batch import Variant, VariantResult, Worker
 from paramsurgery.verify.precision.metrics import METRICS, Metric, rel_error, same_bits
 
 if TYPE_CHECKING:
+    from paramsurgery.ir.layer import Layer
     from paramsurgery.passes.quantize_int8 import Int8Table
 
 # prefixes of the greedy order evaluated per child run (the search stops at the first
@@ -93,6 +100,8 @@ class Search:
     runs: int = 0
     reached: bool = True  # the tolerance is met (by the kept set)
     notes: list[str] = field(default_factory=list)
+    reference: str = "fp32"  # what the outputs are held against: "fp32" (ncnn) or "torch"
+    fp32_vs_reference: dict[str, float] = field(default_factory=dict)  # torch only
 
     def worst(self, per_output: Mapping[str, float]) -> float:
         return self.metric.worst(list(per_output.values()))
@@ -112,6 +121,14 @@ class _Runner:
         self.table = table
         self.reduced = mode_settings(mode)
         self.worker = Worker(bin, feeds, timeout=timeout)
+        # each layer by a unique key: its name, or `name#k` for the k-th (k ≥ 2) layer of a
+        # name pnnx wrote more than once (two `splitncnn_0` are two layers to keep or not)
+        self.keys: dict[str, "Layer"] = {}
+        seen: dict[str, int] = {}
+        for layer in graph:
+            seen[layer.name] = seen.get(layer.name, 0) + 1
+            k = seen[layer.name]
+            self.keys[layer.name if k == 1 else f"{layer.name}#{k}"] = layer
         self.runs = 0
         self._tmp = tempfile.TemporaryDirectory(prefix="paramsurgery-int8-") if table else None
         self._n = 0
@@ -125,14 +142,16 @@ class _Runner:
         """The graph with everything reduced but `keep` (int8: quantized; else masked)."""
         if self.table is not None:
             # no requantize fusion: every top stays fp32 (an int8 top is no error to read)
-            return QuantizeInt8(self.table, keep, requantize=False)(self.graph).graph
-        return KeepPrecision(sorted(keep), self.mode)(self.graph).graph
+            names = {self.keys[k].name for k in keep}
+            return QuantizeInt8(self.table, names, requantize=False)(self.graph).graph
+        return KeepPrecision(sorted(self.keys[k].id for k in keep), self.mode)(self.graph).graph
 
     def candidates(self) -> list[str]:
+        """The keys of the layers the mode reduces."""
         if self.table is not None:
             return list(QuantizeInt8(self.table, requantize=False)(self.graph)
                         .data["int8_layers"])
-        return [layer.name for layer in self.graph if layer.type != "Input"]
+        return [k for k, layer in self.keys.items() if layer.type != "Input"]
 
     def text(self, keep: Sequence[str] | set[str]) -> str:
         """The graph the -o output writes for `keep`."""
@@ -165,32 +184,42 @@ class _Runner:
 
 def search(graph: Graph, bin: str | None, feeds: Mapping[str, FeedLike], *, mode: str,
            metric: str = "rel", tol: float | None = None, timeout: float = 600.0,
-           table: "Int8Table | None" = None) -> Search:
-    """`table` (int8 only): the calibration the quantized variants use."""
+           table: "Int8Table | None" = None,
+           reference: Mapping[str, np.ndarray] | None = None) -> Search:
+    """`table` (int8 only): the calibration the quantized variants use; `reference`: the
+    outputs to hold every run against (torch's), instead of ncnn's fp32 run."""
     if mode == "int8" and table is None:
         raise ValueError("int8 needs a calibration table")
     m = METRICS[metric]
     tol = m.default_tol if tol is None else tol
     hidden = cache_tops(graph)
     outputs = [b for b in graph.outputs if b not in hidden]
-    res = Search(mode, m, tol, outputs)
+    res = Search(mode, m, tol, outputs, reference="fp32" if reference is None else "torch")
     runner = _Runner(graph, bin, feeds, mode, timeout, table if mode == "int8" else None)
     try:
-        return _search(res, graph, runner)
+        return _search(res, graph, runner, reference)
     finally:
         runner.close()
 
 
-def _search(res: Search, graph: Graph, runner: _Runner) -> Search:
+def _search(res: Search, graph: Graph, runner: _Runner,
+            reference: Mapping[str, np.ndarray] | None) -> Search:
+    from paramsurgery.verify.precision.torch_reference import aligned
+
     m, tol, outputs, mode = res.metric, res.tol, res.outputs, res.mode
     blobs = [b for b, _ in extractable_blobs(graph)]
     ref_r, full_r = runner.run([runner.original(blobs), runner.variant((), blobs)],
                                "the fp32 and the reduced runs")
-    ref, full = ref_r.arrays, full_r.arrays
+    fp32, full = ref_r.arrays, full_r.arrays
+    ref = dict(fp32)  # what the outputs are held against (the other blobs: ncnn's fp32)
+    if reference is not None:
+        ref.update({o: aligned(reference[o], fp32[o], o) for o in outputs})
+        res.fp32_vs_reference = _per_output(m, fp32, ref, outputs)
     res.all_reduced = _per_output(m, full, ref, outputs)
-    cands = [graph.layer(name) for name in runner.candidates()]
-    res.rows = [LayerRow(layer.name, layer.type, layer.source_line) for layer in cands]
-    if all(same_bits(full[b], ref[b]) for b in blobs):
+    names = runner.candidates()
+    cands = [runner.keys[k] for k in names]
+    res.rows = [LayerRow(k, layer.type, layer.source_line) for k, layer in zip(names, cands)]
+    if all(same_bits(full[b], fp32[b]) for b in blobs):
         res.in_effect = False
         res.final = dict(res.all_reduced)
         res.runs = runner.runs
@@ -201,25 +230,34 @@ def _search(res: Search, graph: Graph, runner: _Runner) -> Search:
                          "bit for bit the fp32 run; nothing was measured")
         return res
     for row, layer in zip(res.rows, cands):
-        errs = [m.measure(full[t], ref[t]) for t in layer.outputs if t in full]
-        rels = [rel_error(full[t], ref[t]) for t in layer.outputs if t in full]
+        errs = [m.measure(full[t], fp32[t]) for t in layer.outputs if t in full]
+        rels = [rel_error(full[t], fp32[t]) for t in layer.outputs if t in full]
         row.downstream = m.worst(errs) if errs else None
         row.downstream_rel = max(rels) if rels else None
-    names = [layer.name for layer in cands]
     every = set(names)
-    alone_vs = [runner.variant(every - {layer.name}, outputs + [t for t in layer.outputs
-                                                               if t not in outputs])
-                for layer in cands]
+    alone_vs = [runner.variant(every - {k}, outputs + [t for t in layer.outputs
+                                                       if t not in outputs])
+                for k, layer in zip(names, cands)]
     control_v = runner.variant(every, outputs)
     *alone_r, control_r = runner.run(alone_vs + [control_v], "the per-layer runs")
     for row, r in zip(res.rows, alone_r):
         row.alone = res.worst(_per_output(m, r.arrays, ref, outputs))
-        row.in_effect = any(not same_bits(r.arrays[b], ref[b]) for b in r.arrays)
-    res.control_exact = all(same_bits(control_r.arrays[b], ref[b]) for b in outputs)
+        row.in_effect = any(not same_bits(r.arrays[b], fp32[b]) for b in r.arrays)
+    res.control_exact = all(same_bits(control_r.arrays[b], fp32[b]) for b in outputs)
     if not res.control_exact:
         res.notes.append(f"every layer masked, the {mode} run still differs from fp32: the "
                          f"masks do not neutralise {mode} on this graph")
     effective = [row for row in res.rows if row.in_effect]
+    if res.fp32_vs_reference and not m.within(res.worst(res.fp32_vs_reference), tol):
+        res.reached = False
+        res.final = dict(res.fp32_vs_reference)
+        worst = max(res.fp32_vs_reference, key=lambda o: m.badness(res.fp32_vs_reference[o]))
+        res.notes.append(f"ncnn's fp32 run is already {m.format(res.fp32_vs_reference[worst])} "
+                         f"from torch at {worst}: no set of layers kept in fp32 brings the "
+                         f"outputs within {m.format(tol)} (compare --pnnx shows where fp32 "
+                         f"diverges)")
+        res.runs = runner.runs
+        return res
     if m.within(res.worst(res.all_reduced), tol):
         res.final = dict(res.all_reduced)
         res.graph_out = runner.reduced_graph(())
@@ -243,7 +281,7 @@ def _search(res: Search, graph: Graph, runner: _Runner) -> Search:
         res.runs = runner.runs
         return res
     (check,) = runner.run([Variant(res.text, dict(PARITY), outputs)], "the written graph in fp32")
-    res.kept_fp32_exact = all(same_bits(check.arrays[o], ref[o]) for o in outputs)
+    res.kept_fp32_exact = all(same_bits(check.arrays[o], fp32[o]) for o in outputs)
     if not res.kept_fp32_exact:
         res.notes.append("the graph with the masks, run in fp32, differs from the input's fp32 "
                          "run")
