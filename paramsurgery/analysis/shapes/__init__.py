@@ -57,7 +57,14 @@ def infer_shapes(g: Graph, inputshape: Mapping[str, tuple] | str | list[str] | N
         # a neighbourhood late in a long chain has most of the graph as ancestors: past a
         # third, the walk would cost more than it saves
         only = ancestors(g, layers, limit=len(g) // 3) if layers is not None else None
-        static = propagate(g, shapes, use_hints=use_hints, only=only)
+        if only is None:
+            # the whole graph's static shapes: one analysis per edit version and input
+            # shapes, shared by every pass, lint rule and command that asks (the result is
+            # read-only for callers)
+            key = f"shapes:{use_hints}:{sorted((k, repr(v)) for k, v in shapes.items())!r}"
+            static = g.analysis(key, lambda gr: propagate(gr, shapes, use_hints=use_hints))
+        else:
+            static = propagate(g, shapes, use_hints=use_hints, only=only)
     if not oracle:
         return static
     from paramsurgery.analysis.shapes.oracle import oracle_shapes
