@@ -103,7 +103,7 @@ def test_fuse_codebooks_with_weights(tmp_path):
 
 
 def test_fix():
-    from paramsurgery.commands.fix import fix_graph
+    from paramsurgery.pipeline.fix import fix_graph
     from paramsurgery.formats.pnnx_traced import companion_pnnx
 
     expected = {

@@ -160,7 +160,7 @@ def test_fix_declares_the_pair_inputs_of_dynamize(tmp_path, capsys):
     """fix's extra flags are the repairs' declarations, not a list in fix; a file one names
     that does not exist is an input error (exit 2, nothing written)."""
     from paramsurgery.cli import main
-    from paramsurgery.commands.fix import fix_inputs
+    from paramsurgery.pipeline.fix import fix_inputs
 
     assert [f for f in fix_inputs()] == ["--traced-len", "--pair", "--pair-bin", "--pair-pnnx"]
     assert all(i.help for i in Dynamize.fix_inputs)

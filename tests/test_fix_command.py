@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import paramsurgery
-from paramsurgery.commands.fix import fix_graph, lint_findings
+from paramsurgery.pipeline.fix import fix_graph, lint_findings
 from paramsurgery.formats.pnnx_traced import companion_pnnx
 from paramsurgery.runtime.child import Feed, Fetch, run
 
@@ -289,7 +289,7 @@ def test_every_fix_a_finding_names_is_a_repair_fix_runs():
     """A rule whose fix is a paramsurgery command names a pass fix runs (or the header
     rewrite fix does itself). Info findings are suggestions (PS014's fuse-codebooks changes
     the model's inputs): fix leaves them to the user."""
-    from paramsurgery.commands.fix import HEADER
+    from paramsurgery.pipeline.fix import HEADER
     from paramsurgery.lint.catalogue import all_rules
     from paramsurgery.passes.base import repairs
 
