@@ -210,7 +210,7 @@ def test_keep_precision_masks_hold_through_ncnn():
     repaired), and the guards make a masked layer fed by a reduced one right: without
     them ncnn hands the masked layer bf16 bits as fp32."""
     g = paramsurgery.load(str(PLANTED))
-    kept = KeepPrecision(["conv_huge", "fc"], "bf16")(g).graph
+    kept = KeepPrecision(("conv_huge", "fc"), "bf16")(g).graph
     text = paramsurgery.dumps(kept)
     assert text.count("DeepCopy") == 2
     unguarded = PLANTED.read_text().replace(" 6=128\n", " 6=128 31=4\n").replace(

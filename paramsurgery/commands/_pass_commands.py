@@ -1,15 +1,20 @@
 """Commands declared by the passes themselves: every registered pass with a `tag` and no
 module of its own in commands/ becomes `paramsurgery <name>`, which loads the input, runs the
 pass on a copy, writes `<input>.<tag>.param` (or -o) atomically and reports (the shared
-runner, `run_param_pass`). Adding such a pass touches its file, its test and README."""
+runner, `run_param_pass`). Its flags are the pass's own option fields
+(`passes/options.py`): the pass is data, the command line is built here. Adding such a pass
+touches its file, its case files and README."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Container
+import dataclasses
+from typing import Any, Container
 
 from paramsurgery.commands._common import add_pass_args
 from paramsurgery.commands._runner import run_param_pass
+from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.passes.options import flag_of, options_of
 
 
 def register_pass_commands(sub: argparse._SubParsersAction, taken: Container[str]) -> None:
@@ -20,9 +25,48 @@ def register_pass_commands(sub: argparse._SubParsersAction, taken: Container[str
             continue
         p = sub.add_parser(name, help=cls.summary, description=cls.summary)
         add_pass_args(p, cls.tag)
-        cls.add_args(p)
+        add_option_args(p, cls)
 
         def run(args: argparse.Namespace, cls: type[Pass] = cls, tag: str = cls.tag) -> int:
-            return run_param_pass(args, cls.from_args(args), tag)
+            return run_param_pass(args, pass_from_args(cls, args), tag)
 
         p.set_defaults(run=run)
+
+
+def add_option_args(p: argparse.ArgumentParser, cls: type) -> None:
+    """One flag per option field of the pass class."""
+    for f, opt in options_of(cls):
+        kw: dict[str, Any] = {"dest": f.name, "help": opt.help}
+        if f.type in (bool, "bool"):
+            kw["action"] = "store_false" if opt.negate else "store_true"
+        else:
+            if opt.metavar:
+                kw["metavar"] = opt.metavar
+            if opt.choices:
+                kw["choices"] = list(opt.choices)
+            if opt.repeat:
+                kw["action"], kw["default"] = "append", []
+            kw["required"] = opt.required
+        p.add_argument(flag_of(f, opt), **kw)
+
+
+def pass_from_args(cls: type, args: argparse.Namespace) -> Any:
+    """The pass instance from its flags: each option's value (loaded from its file by
+    `load`, or found beside the input when the flag is absent); the weights first when the
+    pass needs them."""
+    if getattr(cls, "needs_weights", False) and not getattr(args, "bin", None):
+        raise ParamSurgeryError(f"{cls.name} needs the weights (--bin model.bin)",  # type: ignore[attr-defined]
+                                file=args.param)
+    values: dict[str, Any] = {}
+    for f, opt in options_of(cls):
+        value = getattr(args, f.name, None)
+        if opt.repeat:
+            value = tuple(value or ())
+        if value is None and opt.beside_input is not None:
+            value = opt.beside_input(args.param)
+        elif value is not None and opt.load is not None:
+            value = opt.load(value)
+        if value is None and f.default is not dataclasses.MISSING:
+            continue  # the field's own default
+        values[f.name] = value
+    return cls(**values)

@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{args.param}: {exc}", file=sys.stderr)
             return 1
         source = f"{len(calib)} calibration input(s), {args.method}"
-    result = QuantizeInt8(table, keep, requantize=not args.no_requantize)(graph)
+    result = QuantizeInt8(table, frozenset(keep), requantize=not args.no_requantize)(graph)
     if not result.modified:
         print(f"{args.param}: no layer to quantize " +
               "; ".join(s.format() for s in result.skipped[:5]), file=sys.stderr)

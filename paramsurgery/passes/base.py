@@ -29,7 +29,6 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.analysis.validate import validate
 
 if TYPE_CHECKING:
-    import argparse
 
     from paramsurgery.ir.layer import Layer
     from paramsurgery.formats.pnnx_traced import PnnxOp
@@ -171,18 +170,9 @@ class Pass:
     repair_order: ClassVar[int | None] = None  # set: `paramsurgery fix` runs it, in this order
     fix_inputs: ClassVar[tuple[FixInput, ...]] = ()  # extra inputs `fix` exposes for it
     # set: the pass declares its own command `paramsurgery <name>` (writes <input>.<tag>.param;
-    # flags from `add_args`, the instance from `from_args`): no module in commands/ needed
+    # its flags are its option fields, `passes/options.py`): no module in commands/ needed
     tag: ClassVar[str | None] = None
-
-    @classmethod
-    def add_args(cls, p: "argparse.ArgumentParser") -> None:
-        """Its command's own flags, after the ones every pass command takes (input, -o,
-        --in-place, --explain, --format, --report)."""
-
-    @classmethod
-    def from_args(cls, args: "argparse.Namespace") -> "Pass":
-        """The instance its command runs."""
-        return cls()
+    needs_weights: ClassVar[bool] = False  # its command refuses without --bin
 
     @classmethod
     def claims(cls, layer: "Layer") -> bool:

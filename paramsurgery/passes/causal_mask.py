@@ -200,6 +200,7 @@ def square_constants(g: Graph) -> list[Layer]:
 
 
 @register
+@dataclass(frozen=True)
 class CausalMaskPass(Pass):
     name = "causal-mask"
     summary = ("a causal mask pnnx folded at the traced length (MemoryData, 0 on/below the "

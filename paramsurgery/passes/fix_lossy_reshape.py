@@ -15,17 +15,21 @@ element-count mismatch is refused naming the layer. The traced shapes come from 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
+from paramsurgery.formats.pnnx_param import find_pnnx_param
 from paramsurgery.passes.base import Pass, PassResult, RepairContext, register
+from paramsurgery.passes.options import internal, option
 from paramsurgery.patterns.lossy_reshape import find_lossy_reshapes, traced_inputshape
 
 RESHAPE_AXES = {0: "w", 1: "h", 11: "d", 2: "c"}
 
 
 @register
+@dataclass(frozen=True)
 class FixLossyReshape(Pass):
     name = "fix-lossy-reshape"
     summary = ("a static Reshape that drops elements at the traced shapes (pnnx's broadcast "
@@ -33,21 +37,11 @@ class FixLossyReshape(Pass):
     tag = "reshape"
     repair_order = 46
 
-    def __init__(self, traced: str | os.PathLike | None = None,
-                 inputshape: dict[str, tuple[int, ...]] | None = None) -> None:
-        self.traced = traced
-        self.inputshape = inputshape
-
-    @classmethod
-    def add_args(cls, p) -> None:  # noqa: ANN001
-        p.add_argument("--pnnx", metavar="PNNX_PARAM", help="pnnx's X.pnnx.param (default: next "
-                       "to the input; its X_ncnn.py gives the traced input shapes)")
-
-    @classmethod
-    def from_args(cls, args) -> "FixLossyReshape":  # noqa: ANN001
-        from paramsurgery.formats.pnnx_param import find_pnnx_param
-
-        return cls(args.pnnx or find_pnnx_param(args.param))
+    traced: str | os.PathLike | None = option(
+        None, flag="--pnnx", metavar="PNNX_PARAM", beside_input=find_pnnx_param,
+        help="pnnx's X.pnnx.param (default: next to the input; its X_ncnn.py gives the traced "
+             "input shapes)")
+    inputshape: dict[str, tuple[int, ...]] | None = internal()  # the traced shapes, when known
 
     @classmethod
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "FixLossyReshape | None":

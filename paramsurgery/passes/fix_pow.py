@@ -14,6 +14,8 @@ can only be ≥ 0 (ReLU, Sigmoid, Exp, ...) is left alone (ncnn's pow is right t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from paramsurgery.core.match import MatchFailure
 from paramsurgery.core.changes import Change
 from paramsurgery.ir.graph import Graph
@@ -22,6 +24,7 @@ from paramsurgery.patterns.pow_scalar import find_scalar_pows, integer_exponent
 
 
 @register
+@dataclass(frozen=True)
 class FixPow(Pass):
     name = "fix-pow"
     summary = ("BinaryOp pow by a scalar integer (ncnn: exp(n·log x), wrong for x < 0) -> "

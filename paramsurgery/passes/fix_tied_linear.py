@@ -14,6 +14,7 @@ weights (`--bin`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 import numpy as np
 
 from paramsurgery.core.changes import Change
@@ -26,6 +27,7 @@ from paramsurgery.patterns.tied_linear import find_tied_linears
 
 
 @register
+@dataclass(frozen=True)
 class FixTiedLinear(Pass):
     name = "fix-tied-linear"
     summary = ("a tied Linear pnnx wrote as InnerProduct(table) + BinaryOp(hidden) -> one "

@@ -43,6 +43,7 @@ class _Chain:
 
 
 @register
+@dataclass(frozen=True)
 class FoldConstantLayout(Pass):
     name = "fold-constant-layout"
     summary = ("MemoryData → Reshape/Permute/ExpandDims/Squeeze/Flatten chain → one MemoryData "

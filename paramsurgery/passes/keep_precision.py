@@ -28,17 +28,17 @@ int8 has no mask here: ncnn's bit 3 masks the int8 storage options of the Vulkan
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from paramsurgery.core.match import MatchFailure
 from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.options import option
 
 if TYPE_CHECKING:
-    import argparse
-
     from paramsurgery.ir.layer import Layer
 
 FEATMASK = 31
@@ -62,29 +62,29 @@ def mask_for(mode: str) -> int:
 
 
 @register
+@dataclass(frozen=True)
 class KeepPrecision(Pass):
     name = "keep-precision"
     summary = ("keep named layers in fp32 under fp16/bf16 options: the `31=` feature-mask "
                "bits OR-ed in (what the masks buy: paramsurgery precision)")
     tag = "keepprec"
 
-    def __init__(self, layers: Sequence[str | int] = (), mode: str = "fp16") -> None:
-        # names (the command line) or layer ids (the precision search: pnnx writes some
-        # layer names twice, e.g. two `splitncnn_0`)
-        self.layers = list(layers)
-        self.mode = mode
-        self.bits = mask_for(mode)
-
-    @classmethod
-    def add_args(cls, p: "argparse.ArgumentParser") -> None:
-        p.add_argument("--layer", action="append", default=[], metavar="NAME", required=True,
-                       help="a layer to keep in full precision (repeatable)")
-        p.add_argument("--mode", choices=sorted(MODE_BITS), default="fp16",
+    # names (the command line) or layer ids (the precision search: pnnx writes some layer
+    # names twice, e.g. two `splitncnn_0`)
+    layers: tuple[str | int, ...] = option((), flag="--layer", metavar="NAME", repeat=True,
+                                           required=True,
+                                           help="a layer to keep in full precision "
+                                                "(repeatable)")
+    mode: str = option("fp16", choices=tuple(sorted(MODE_BITS)),
                        help="the reduced precision to keep it out of (default fp16)")
 
-    @classmethod
-    def from_args(cls, args: "argparse.Namespace") -> "KeepPrecision":
-        return cls(args.layer, args.mode)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layers", tuple(self.layers))
+        mask_for(self.mode)  # an unknown mode is refused at once
+
+    @property
+    def bits(self) -> int:
+        return mask_for(self.mode)
 
     def requires(self, g: Graph) -> None:
         unknown = [str(n) for n in self.layers if isinstance(n, str) and g.find(n) is None]

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -43,9 +43,9 @@ from paramsurgery.core.errors import ParamSurgeryError, PassRefused
 from paramsurgery.formats.weights import set_weights
 from paramsurgery.ir.graph import Graph
 from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.options import internal, option
 
 if TYPE_CHECKING:
-    import argparse
 
     from paramsurgery.ir.layer import Layer
 
@@ -169,6 +169,7 @@ class Int8Table:
 
 
 @register
+@dataclass(frozen=True)
 class QuantizeInt8(Pass):
     name = "quantize-int8"
     summary = ("int8 weights and scales from an ncnn2table-format table (Convolution, "
@@ -176,29 +177,21 @@ class QuantizeInt8(Pass):
                "MultiHeadAttention and SDPA weight-only), as ncnn2int8")
     tag = "int8"
 
-    def __init__(self, table: Int8Table | None = None, keep: Iterable[str] = (),
-                 types: Sequence[str] = INT8_TYPES, requantize: bool = True) -> None:
-        self.table = table or Int8Table()
-        self.keep = set(keep)
-        self.types = tuple(types)
-        self.requantize = requantize
+    needs_weights = True
 
-    @classmethod
-    def add_args(cls, p: "argparse.ArgumentParser") -> None:
-        p.add_argument("--table", required=True, metavar="TABLE",
-                       help="the calibration table (ncnn2table's format; `paramsurgery "
-                            "quantize --save-table` writes one)")
-        p.add_argument("--keep", action="append", default=[], metavar="NAME",
-                       help="a layer to leave in fp32 (repeatable)")
-        p.add_argument("--no-requantize", action="store_true",
-                       help="do not fuse requantization between int8 convolutions")
+    table: Int8Table = option(None, metavar="TABLE", required=True, load=Int8Table.read,
+                              help="the calibration table (ncnn2table's format; `paramsurgery "
+                                   "quantize --save-table` writes one)")
+    keep: frozenset[str] = option(frozenset(), metavar="NAME", repeat=True,
+                                  help="a layer to leave in fp32 (repeatable)")
+    types: tuple[str, ...] = internal(INT8_TYPES)
+    requantize: bool = option(True, negate=True,
+                              help="do not fuse requantization between int8 convolutions")
 
-    @classmethod
-    def from_args(cls, args: "argparse.Namespace") -> "QuantizeInt8":
-        if not args.bin:
-            raise ParamSurgeryError("quantize-int8 needs the weights (--bin model.bin)",
-                                    file=args.param)
-        return cls(Int8Table.read(args.table), args.keep, requantize=not args.no_requantize)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "table", self.table or Int8Table())
+        object.__setattr__(self, "keep", frozenset(self.keep))
+        object.__setattr__(self, "types", tuple(self.types))
 
     def requires(self, g: Graph) -> None:
         unknown = sorted(n for n in self.keep if g.find(n) is None)

@@ -143,8 +143,8 @@ class _Runner:
         if self.table is not None:
             # no requantize fusion: every top stays fp32 (an int8 top is no error to read)
             names = {self.keys[k].name for k in keep}
-            return QuantizeInt8(self.table, names, requantize=False)(self.graph).graph
-        return KeepPrecision(sorted(self.keys[k].id for k in keep), self.mode)(self.graph).graph
+            return QuantizeInt8(self.table, frozenset(names), requantize=False)(self.graph).graph
+        return KeepPrecision(tuple(sorted(self.keys[k].id for k in keep)), self.mode)(self.graph).graph
 
     def candidates(self) -> list[str]:
         """The keys of the layers the mode reduces."""
