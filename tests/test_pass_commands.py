@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
 import re
+from dataclasses import dataclass
 
 import pytest
 
@@ -11,27 +11,21 @@ from paramsurgery.cli import build_parser, main
 from paramsurgery.passes import base
 from paramsurgery.core.changes import Change
 from paramsurgery.passes.base import Pass, PassResult
+from paramsurgery.passes.options import option
 
 TEXT = "7767517\n3 3\nInput in0 0 1 in0\nReLU relu 1 1 in0 a\nSigmoid sig 1 1 a out0\n"
 
 
+@dataclass(frozen=True)
 class _RenameReLUs(Pass):
-    """A pass declared in this file only: renames every ReLU (with --prefix)."""
+    """A pass declared in this file only: renames every ReLU (with --prefix, its one option
+    field: the flag is built from it)."""
 
     name = "rename-relus-test"
     summary = "rename every ReLU (test pass)"
     tag = "renamed"
 
-    @classmethod
-    def add_args(cls, p: argparse.ArgumentParser) -> None:
-        p.add_argument("--prefix", default="r_")
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "_RenameReLUs":
-        return cls(args.prefix)
-
-    def __init__(self, prefix: str = "r_") -> None:
-        self.prefix = prefix
+    prefix: str = option("r_", help="the new names' prefix")
 
     def run(self, g):  # noqa: ANN001, ANN201 - the Pass interface
         result = PassResult(g, False)
