@@ -19,7 +19,7 @@ from typing import Mapping
 
 import numpy as np
 
-from paramsurgery.core.errors import MissingDependency, ParamSurgeryError
+from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.core.ncnn import NO_BATCH
 from paramsurgery.formats.pnnx_param import Op, Operand, read_pnnx_param
 from paramsurgery.formats.io import load
@@ -32,7 +32,8 @@ from paramsurgery.formats.pnnx_mapping import Aligner
 from paramsurgery.verify.compare.ncnn_run import NcnnSide, Outcome, extractable_blobs, stream_blobs
 from paramsurgery.verify.compare.report import DIFFERS, FAILED, OK, Report
 from paramsurgery.verify.compare.rows import blank_report
-from paramsurgery.verify.compare.torch_run import export_files, python_name, run_torch
+from paramsurgery.verify.compare.torch_run import (export_files, python_name, raise_for_setup,
+                                                   run_torch)
 
 
 def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], *,
@@ -59,13 +60,7 @@ def compare_torch(target: NcnnSide, pnnx_param: str, feeds: Mapping[str, Feed], 
         torch_feeds = {b: torch_feed(feeds[b], o, axes.get(b)) for b, o in zip(ins, p_ins)}
         status, message = run_torch(script, torch_feeds, dtypes, scratch, timeout)
         report.reference_status = status
-        if status == "missing_torch":
-            raise MissingDependency("compare --pnnx runs pnnx's torch export: torch is not "
-                                    "installed in this environment (pip install torch)")
-        if status == "internal":
-            raise ParamSurgeryError(f"paramsurgery's torch recorder failed on pnnx's export "
-                                    f"(a bug in paramsurgery, not in pnnx): {message}",
-                                    file=script)
+        raise_for_setup(status, message, script, "compare --pnnx")
         if status != "ok" and not _recorded_any(scratch):
             # nothing to compare with (pnnx writes `self.0 = ...` for a bare nn.Sequential,
             # which does not even parse)

@@ -58,6 +58,19 @@ def run_torch(script: str, inputs: Mapping[str, Feed], dtypes: list[str | None],
     return "ok", ""
 
 
+def raise_for_setup(status: str, message: str, script: str, command: str) -> None:
+    """The torch run's failures that are no finding about the model: torch missing
+    (MissingDependency) or paramsurgery's own recorder failing (never blamed on pnnx)."""
+    from paramsurgery.core.errors import MissingDependency
+
+    if status == "missing_torch":
+        raise MissingDependency(f"{command} runs pnnx's torch export: torch is not "
+                                f"installed in this environment (pip install torch)")
+    if status == "internal":
+        raise ParamSurgeryError(f"paramsurgery's torch recorder failed on pnnx's export "
+                                f"(a bug in paramsurgery, not in pnnx): {message}", file=script)
+
+
 # the traceback line of a Python frame: `  File "/path/x.py", line 12, in f`
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
 

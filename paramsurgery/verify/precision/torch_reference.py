@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import numpy as np
 
 from paramsurgery.analysis.traced_inputs import input_order, script_batch_axes
-from paramsurgery.core.errors import MissingDependency, ParamSurgeryError
+from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.formats.pnnx_param import read_pnnx_param
 from paramsurgery.runtime.child import Feed
 from paramsurgery.verify.compare.against_torch import output_operand, torch_feed
 from paramsurgery.verify.compare.frames import FrameFile
-from paramsurgery.verify.compare.torch_run import export_files, python_name, run_torch
+from paramsurgery.verify.compare.torch_run import (export_files, python_name, raise_for_setup,
+                                                   run_torch)
 
 if TYPE_CHECKING:
     from paramsurgery.ir.graph import Graph
@@ -45,13 +46,7 @@ def torch_outputs(graph: "Graph", param: str, pnnx_param: str, feeds: Mapping[st
         scratch = os.path.join(tmp, "torch.frames")
         status, message = run_torch(script, torch_feeds, [o.dtype for o in pn.inputs], scratch,
                                     timeout)
-        if status == "missing_torch":
-            raise MissingDependency("precision --pnnx runs pnnx's torch export: torch is not "
-                                    "installed in this environment (pip install torch)")
-        if status == "internal":
-            raise ParamSurgeryError(f"paramsurgery's torch recorder failed on pnnx's export "
-                                    f"(a bug in paramsurgery, not in pnnx): {message}",
-                                    file=script)
+        raise_for_setup(status, message, script, "precision --pnnx")
         if status != "ok":
             raise ParamSurgeryError(f"pnnx's torch export did not run to its end ({status}: "
                                     f"{message}); --pnnx needs its outputs (without --pnnx the "
