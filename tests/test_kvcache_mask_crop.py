@@ -55,9 +55,9 @@ def test_the_crop_left_at_the_key_length_breaks_the_cache(tmp_path):
 
 
 def test_cache_slots_are_the_inputs_above_splits():
-    """The k cache is read by the Crop and the SDPA (a Split): its slot is the Input's blob,
+    """The v cache is read by the Crop and the SDPA (a Split): its slot is the Input's blob,
     which is what a decode loop feeds."""
     g = AddKVCache()(paramsurgery.loads(_graph_text())).graph
     (slot,) = cache_slots(g)
     assert (slot.k_in, slot.v_in) == ("cache_k_in_0", "cache_v_in_0")
-    assert g.producer(slot.k_in).type == "Input"
+    assert g.producer(slot.k_in).type == "Input" and g.producer(slot.v_in).type == "Input"

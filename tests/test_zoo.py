@@ -67,6 +67,30 @@ KNOWN_VIOLATIONS: dict[tuple[str, str, str], str] = {
 for _cell in _DEFAULT_FIXED:
     KNOWN_VIOLATIONS.pop(_cell, None)
 WORKS |= {("vit", "x_sdpa_dynamic", "fix")}
+# fix → add-kvcache → a cached greedy decode equal to HF's, on the static, eager, ids and
+# `--pair` routes of every RoPE family and the kv form of every decoder (add-kvcache counts
+# the positions `causal-mask` and the RoPE tables take from the call's length from the past,
+# and reads the past from the v cache; gpt2's kv form was WRONG (rel 0.39) while the mask
+# Crop read the k cache: passes/kvcache.py)
+_CACHED = {
+    "llama": ("embeds_sdpa_static", "embeds_sdpa_pair", "embeds_eager_static",
+              "ids_sdpa_static", "kv_sdpa_dynamic"),
+    "qwen2": ("embeds_sdpa_static", "embeds_sdpa_pair", "embeds_eager_static", "kv_sdpa_dynamic"),
+    "qwen3": ("embeds_sdpa_static", "embeds_sdpa_pair", "embeds_eager_static", "kv_sdpa_dynamic"),
+    "mistral": ("embeds_sdpa_static", "embeds_sdpa_pair", "embeds_eager_static"),
+    "gemma": ("embeds_sdpa_static", "embeds_eager_static", "kv_sdpa_dynamic"),
+    "phi3": ("embeds_sdpa_static", "embeds_sdpa_pair", "embeds_eager_static"),
+    "gpt_neox": ("embeds_sdpa_static", "embeds_sdpa_pair", "embeds_eager_static"),
+    "gpt2": ("kv_sdpa_dynamic",),
+}
+# holding the invariant on main as measured at 20:40 (a refusal naming the layer, or right)
+for _cell in (("gemma", "embeds_sdpa_pair", "fix"), ("vit", "x_sdpa_pair", "fix"),
+              ("whisper_encoder", "x_sdpa_dynamic", "fix"), ("whisper_encoder", "x_sdpa_pair", "fix")):
+    KNOWN_VIOLATIONS.pop(_cell, None)
+for _f, _routes in _CACHED.items():
+    for _r in _routes:
+        KNOWN_VIOLATIONS.pop((_f, _r, "fix"), None)
+        WORKS |= {(_f, _r, "fix"), (_f, _r, "kvcache")}
 
 # the one default-CI export per family (the smallest route that exercises fix)
 DEFAULT_ROUTE = {f: "embeds_sdpa_static" if "embeds_sdpa_static" in INDEX["families"][f]["routes"]
@@ -127,10 +151,18 @@ def test_raw_export_runs_at_its_traced_length(family: str) -> None:
         assert outcome.ok, outcome.short()
 
 
-@pytest.mark.parametrize("family,route", [_mark(f, DEFAULT_ROUTE[f], "fix") for f in FAMILIES])
+# gpt2's static export is refused (its learned position table has no rows past the trace):
+# its kv form is the default run's fix → add-kvcache → cached decode for that family
+_DEFAULT_CELLS = [_mark(f, DEFAULT_ROUTE[f], "fix") for f in FAMILIES] + \
+    [_mark("gpt2", "kv_sdpa_dynamic", "fix")]
+
+
+@pytest.mark.parametrize("family,route", _DEFAULT_CELLS)
 def test_fix_then_ncnn_at_untraced_lengths(family: str, route: str, tmp_path: Path) -> None:
     """The silent-wrong regression (issue 24): a static export with a reference at another
-    length next to it: `fix` must refuse naming the layer, or be right at T=11 (and 5, 16)."""
+    length next to it: `fix` must refuse naming the layer, or be right at T=11 (and 5, 16);
+    a decoder's fixed graph then through add-kvcache: a greedy decode through ncnn with the
+    native caches equal to HF's cached decode (`WORKS` says which must)."""
     outcome, fixed = cells.fix(family, route, tmp_path)
     check_invariant(family, route, "fix", outcome)
     if fixed is not None and outcome.ok and INDEX["families"][family]["kind"] == "decoder":

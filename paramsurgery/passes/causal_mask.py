@@ -167,8 +167,8 @@ def rebuild(g: Graph, cm: CausalMask) -> Change:
     top, name, line = layer.outputs[0], layer.name, layer.source_line
     before = " ".join([layer.type, *layer.params.tokens()])
     query, key = cm.query, cm.key
-    b = LengthBuilder(g, top, name, g.layer(cm.readers[0]))
-    g.remove_layer(layer)
+    g.remove_layer(layer)  # first: the builder starts after the layer before the reader,
+    b = LengthBuilder(g, top, name, g.layer(cm.readers[0]))  # which may be this constant
     rows = b.positions(query, "q", True)         # (Tq, 1): i + 1
     cols = b.positions(key, "k", False)          # (1, Tk): j + 1
     diff = b.add("BinaryOp", "ahead", [cols, rows], {0: 1})  # (Tq, Tk): j - i

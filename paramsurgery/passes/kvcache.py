@@ -15,8 +15,16 @@ file order, so names are stable whatever `only`/`skip` select. A layer that alre
 cache (`7=1`) is left alone, which makes the pass idempotent.
 
 HF's crop of the mask to the key length (`Crop mask k 20="1h"`) is widened to past + current
-(`Crop mask k k_cache 20="+(1h,2h)"`: the cache's h is the past length); a mask computed from
-the current q/k in any other way is refused, naming the layer (`mask_crop`).
+(`Crop mask k v_cache 20="+(1h,2h)"`: the cache's h is the past length). The past is read
+from the *v* cache: ncnn's x86 SDPA keeps the k cache transposed in a buffer its Mat header
+does not describe, so a Split of it (which packs a 3-D blob whose c is a multiple of 4)
+copies it by the header and corrupts it — measured: the first cached step off by ~2
+with 4 kv heads, right with 2; the v cache keeps rows of (head_dim) and survives the copy;
+a mask computed from the current q/k in any other way is refused, naming the layer
+(`mask_crop`). Token positions
+counted from a run-time length (a causal mask `causal-mask` built, RoPE tables `fix`
+computed) are rewritten to count from the past (kvcache_positions.py); their Crops of q/k
+are then no reason to refuse.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
 from paramsurgery.passes.base import Pass, PassResult, check_selection, register
+from paramsurgery.passes.kvcache_positions import check_chains, key_chains, position_chains, widen
 from paramsurgery.patterns.match import InputAncestry, readers_through_splits
 from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
@@ -60,7 +69,7 @@ class CacheSlot:
 
 def cache_slots(g: Graph) -> list[CacheSlot]:
     """The cache blobs of every attention layer that has `7=1`, in file order: the inputs
-    above the Splits that share them (a mask Crop reads the past length from the k cache)."""
+    above the Splits that share them (a mask Crop reads the past length from the v cache)."""
     slots = []
     for i, layer in enumerate(g.by_type(*ATTENTION_TYPES)):
         if layer.params.get(7, 0) == 1 and len(layer.inputs) >= 2 and len(layer.outputs) >= 3:
@@ -71,7 +80,7 @@ def cache_slots(g: Graph) -> list[CacheSlot]:
 
 
 KEY_LENGTH_CROP = "1h"  # HF's attention_mask[..., :key_states.shape[-2]] as pnnx writes it
-PAST_AND_KEY = "+(1h,2h)"  # the same end over the past (the k cache's h) and the new keys
+PAST_AND_KEY = "+(1h,2h)"  # the same end over the past (the v cache's h) and the new keys
 
 
 @dataclass
@@ -83,11 +92,14 @@ class MaskCrop:
     sdpa: Layer
 
 
-def mask_crop(g: Graph, sdpa: Layer, ancestry: InputAncestry) -> MaskCrop | None:
+def mask_crop(g: Graph, sdpa: Layer, ancestry: InputAncestry,
+              counted: frozenset[int] = frozenset()) -> MaskCrop | None:
     """The Crop of `sdpa`'s mask to its key length, None when the mask needs none (a graph
     input, or built from graph inputs only); PassRefused naming the layer when the mask
-    depends on the current key or query length in a way a cache would break."""
-    from paramsurgery.patterns.match import walk_up
+    depends on the current key or query length in a way a cache would break. `counted`:
+    the Crops of position counts that add-kvcache rewrites to count from the past (what
+    they read is not walked)."""
+    from paramsurgery.patterns.match import visit_once
 
     if not sdpa.params.get(5, 0) or len(sdpa.inputs) < 4:
         return None
@@ -117,7 +129,11 @@ def mask_crop(g: Graph, sdpa: Layer, ancestry: InputAncestry) -> MaskCrop | None
     else:
         start = [mask]
     # what else the mask is computed from: the current q or k (their lengths) breaks a cache
-    above = {blob: layer for blob, layer in walk_up(g, start, frozenset(g.types()))}
+    def up(b: str) -> list[str]:
+        p = g.producer(b)
+        return list(p.inputs) if p is not None and p.id not in counted else []
+
+    above = {blob: g.producer(blob) for blob in visit_once(start, up)}
     for blob in (q, k):
         if blob in above:
             what = "query" if blob == q else "key"
@@ -143,16 +159,16 @@ def _mask_last_axis(g: Graph, blob: str) -> int:
     return len(shape) - 1 if shape else 2
 
 
-def widen_mask_crop(g: Graph, mc: MaskCrop, k_cache: str) -> Change:
-    """`Crop mask k 20="1h"` → `Crop mask k k_cache 20="+(1h,2h)"`: the keys' length is the
-    past (the k cache's h) plus the new keys."""
+def widen_mask_crop(g: Graph, mc: MaskCrop, cache: str) -> Change:
+    """`Crop mask k 20="1h"` → `Crop mask k cache 20="+(1h,2h)"`: the keys' length is the
+    past (the cache's h: the v cache's, see the module doc) plus the new keys."""
     crop = mc.crop
     before = f"{len(crop.inputs)} bottoms, 20={crop.params.get(20)}"
-    g.set_inputs(crop, list(crop.inputs) + [k_cache])
+    g.set_inputs(crop, list(crop.inputs) + [cache])
     crop.set(20, PAST_AND_KEY)
     return Change(crop.name, f"mask crop to {mc.sdpa.name}'s key length: past + current "
-                             f"(the k cache {k_cache!r} holds the past)", before,
-                  f"3 bottoms (+{k_cache}), 20={PAST_AND_KEY}", crop.source_line)
+                             f"(the cache {cache!r} holds the past)", before,
+                  f"3 bottoms (+{cache}), 20={PAST_AND_KEY}", crop.source_line)
 
 
 @register
@@ -240,7 +256,18 @@ class AddKVCache(Pass):
             self._gemm(g, result)
             return result
 
-        crops = {layer.id: mask_crop(g, layer, ancestry) for layer, _, _ in todo
+        chains = position_chains(g)
+        if chains:
+            check_chains(g, chains)
+            left = next((m for m in missed if m.kind != HAS_CACHE), None)
+            if left is not None:
+                raise PassRefused(f"{left.layer.name}: left without a cache ({left.reason}), but the "
+                                  f"token positions counted by {chains[0].crop.name} feed every "
+                                  f"layer: they would count from the past for some layers only; "
+                                  f"cache every attention layer (no --only/--skip)")
+        keys = key_chains(g, chains)
+        counted = frozenset(c.crop.id for c in chains)
+        crops = {layer.id: mask_crop(g, layer, ancestry, counted) for layer, _, _ in todo
                  if layer.type == "SDPA"}
         for slot, (layer, _, m) in zip(slots, todo):
             before_in, before_out = len(layer.inputs), len(layer.outputs)
@@ -255,15 +282,19 @@ class AddKVCache(Pass):
                 result.notes.append(f"{layer.name}: cross-attention; ncnn computes k/v on the "
                                     f"first call and reuses the cached k/v afterwards")
         self._add_inputs(g, slots, result)
-        widened = False
+        by_name = {s.layer: s for s in slots}
+        for c in chains:
+            slot = by_name.get(keys.get(c.cumsum.id, ""), slots[0])
+            result.changes.append(widen(g, c, slot.v_in, c.cumsum.id in keys))
+        widened = bool(chains)
         for slot, (layer, _, _m) in zip(slots, todo):
             mc = crops.get(layer.id)
             if mc is not None:
-                result.changes.append(widen_mask_crop(g, mc, slot.k_in))
+                result.changes.append(widen_mask_crop(g, mc, slot.v_in))
                 widened = True
         if widened:
             g.toposort()  # the Crop reads the cache Input
-            g.insert_splits()  # the k cache is read by the Crop and the SDPA
+            g.insert_splits()  # the v cache is read by the Crop(s) and the SDPA
         self._gemm(g, result)
         result.modified = True
         result.data["slots"] = cache_slots(g)

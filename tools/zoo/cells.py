@@ -282,6 +282,7 @@ def kvcache(family: str, route: str, fixed: Path, workdir: Path) -> Outcome:
     np.save(workdir / "embed.npy", arrays["decode.embed_tokens"])
     spec = {"param": str(kv), "bin": str(kv.with_name(kv.name[: -len(".param")] + ".bin")),
             "input": io["inputs"][0]["blob"], "output": io["outputs"][0]["blob"],
+            "input_ids": io["inputs"][0]["blob"] in ids,
             "embed": str(workdir / "embed.npy"),
             "prompt": arrays["decode.prompt_ids"].reshape(-1).tolist(),
             "steps": int(arrays["decode.tokens"].size),

@@ -2,7 +2,8 @@
 
     python tools/zoo/decode_child.py SPEC.json   (writes SPEC.result.json)
 
-SPEC: param, bin, input blob (token embeddings, T × hidden), output blob (logits,
+SPEC: param, bin, input blob (token embeddings, T × hidden; the ids, int32, when
+`input_ids`), output blob (logits,
 T × vocab), embed table (.npy), prompt ids, steps, cache slots [k_in, v_in, k_out, v_out],
 and for the kv form the mask and positions blobs with their rank as ncnn sees them (the
 traced rank without pnnx's batch axis): the mask is the causal additive (T, past + T)
@@ -39,7 +40,9 @@ def main(spec_path: Path) -> int:
 
     def call(ids: list[int], caches: dict) -> tuple[np.ndarray, dict]:
         ex = net.create_extractor()
-        x = np.ascontiguousarray(embed[np.array(ids)], np.float32)
+        # the ids route's input is read by an Embed: int32 ids; else the token embeddings
+        x = np.array(ids, np.int32) if spec.get("input_ids") else \
+            np.ascontiguousarray(embed[np.array(ids)], np.float32)
         keep.append(x)
         feeds = {spec["input"]: x}
         past = caches.get("_past", 0)

@@ -1,0 +1,185 @@
+"""Token positions counted from a run-time length, made right under a kv cache.
+
+`causal-mask` and the position tables `fix` computes (RoPE cos/sin) count the tokens of
+the call from a blob's h with the chain `LengthBuilder.positions` writes:
+
+    Crop src → (1, h, 1) → Reshape (h, 1) | (1, h) → ×0 +1 → CumulativeSum      1 .. h
+
+Without a cache h is the sequence, so this is `p + 1` for every position p. After
+add-kvcache the call holds only the new tokens, which sit at past .. past + T - 1 (past =
+the h of a cache input blob — the v cache's: kvcache.py says why not the k cache's), and an
+SDPA's keys are past + T long. So:
+
+- the *key* positions of a causal mask (the columns: the chain counting the reading SDPA's
+  keys) must count 1 .. past + T: the ones are widened to past + T (`Interp` with size
+  expression `+(0w,1h)` over the cache) before the CumulativeSum;
+- every other count (the mask's rows, RoPE's positions) must be past + 1 .. past + T: the
+  same widened count, cropped to its last T entries (`Crop 19="1h" 20="0w"`).
+
+With an empty cache (the prefill: ncnn's `Mat()`, h = 0) both are the chain's own value.
+A chain whose h is not provably the sequence of the call (its source is not the q/k of an
+SDPA or the input of a RotaryEmbed, through Splits) is refused naming its Crop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paramsurgery.core.changes import Change
+from paramsurgery.core.errors import PassRefused
+from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer
+
+WIDEN = "+(0w,1h)"      # the call's T (bottom 0's w) plus the past (bottom 1: the v cache)
+
+
+@dataclass
+class PositionChain:
+    """One count of a blob's h: its layers (Crop … CumulativeSum), the counted blob (above
+    Splits), whether it is a column (h, 1), and the 1-valued vector it sums."""
+
+    crop: Layer
+    reshape: Layer
+    cumsum: Layer
+    ones: str
+    src: str
+    column: bool
+
+    @property
+    def top(self) -> str:
+        return self.cumsum.outputs[0]
+
+
+def _only_reader(g: Graph, blob: str, layer: Layer) -> bool:
+    return [c.id for c, _ in g.consumers(blob)] == [layer.id]
+
+
+def _scalar_op(layer: Layer | None, op: int, value: float) -> bool:
+    if layer is None or layer.type != "BinaryOp" or len(layer.inputs) != 1:
+        return False
+    b = layer.params.get(2, 0.0)
+    return layer.params.get(0, 0) == op and layer.params.get(1, 0) == 1 and \
+        isinstance(b, (int, float)) and float(b) == value
+
+
+def position_chain(g: Graph, cumsum: Layer) -> PositionChain | None:
+    """The count `cumsum` ends, None when it is not `LengthBuilder.positions`' chain."""
+    if cumsum.type != "CumulativeSum" or len(cumsum.inputs) != 1:
+        return None
+    ones = g.producer(cumsum.inputs[0])
+    if not _scalar_op(ones, 0, 1.0) or not _only_reader(g, cumsum.inputs[0], cumsum):
+        return None
+    assert ones is not None
+    zero = g.producer(ones.inputs[0])
+    if not _scalar_op(zero, 2, 0.0) or not _only_reader(g, ones.inputs[0], ones):
+        return None
+    assert zero is not None
+    vec = g.producer(zero.inputs[0])
+    if vec is None or vec.type != "Reshape" or not _only_reader(g, zero.inputs[0], zero):
+        return None
+    shape = (vec.params.get(0, 0), vec.params.get(1, 0))
+    axis = cumsum.params.get(0, 0)
+    column = shape == (1, -1) and axis == 0
+    if not column and not (shape == (-1, 1) and axis == 1):
+        return None
+    crop = g.producer(vec.inputs[0])
+    if crop is None or crop.type != "Crop" or len(crop.inputs) != 1 or \
+            not _only_reader(g, vec.inputs[0], vec):
+        return None
+    span = [crop.params.get(k) for k in (9, 10, 11)]
+    if [list(v) if isinstance(v, list) else v for v in span] != [[0, 0], [1, 1], [0, 2]]:
+        return None
+    return PositionChain(crop, vec, cumsum, cumsum.inputs[0], g.above_splits(crop.inputs[0]),
+                         column)
+
+
+def position_chains(g: Graph) -> list[PositionChain]:
+    return [c for c in (position_chain(g, cs) for cs in g.by_type("CumulativeSum")) if c]
+
+
+def token_blobs(g: Graph) -> set[str]:
+    """Blobs whose h is the tokens of the call: every SDPA's q and k and every
+    RotaryEmbed's input (above Splits)."""
+    out: set[str] = set()
+    for layer in g.by_type("SDPA"):
+        out.update(g.above_splits(b) for b in layer.inputs[:2])
+    for layer in g.by_type("RotaryEmbed"):
+        out.add(g.above_splits(layer.inputs[0]))
+    return out
+
+
+def key_chains(g: Graph, chains: list[PositionChain]) -> dict[int, str]:
+    """{cumsum id: SDPA name} for the chains that are a causal mask's key positions:
+    `(cols - rows) → Clip → × v → [Reshape] →` the mask of SDPAs whose keys `cols` counts
+    (the structure `causal-mask` builds)."""
+    tops = {c.top: c for c in chains}
+    out: dict[int, str] = {}
+    for c in chains:
+        readers = g.consumers(c.top)
+        if len(readers) != 1 or readers[0][1] != 0:
+            continue
+        sub = readers[0][0]
+        if sub.type != "BinaryOp" or sub.params.get(0, 0) != 1 or len(sub.inputs) != 2 or \
+                sub.inputs[1] not in tops:
+            continue
+        blob = sub.outputs[0]
+        for want in ("Clip", "BinaryOp", "Reshape"):
+            nxt = g.consumers(blob)
+            if len(nxt) != 1 or nxt[0][0].type != want:
+                break
+            blob = nxt[0][0].outputs[0]
+        from paramsurgery.patterns.match import readers_through_splits
+
+        sdpas = [r for r, slot in readers_through_splits(g, blob)[0]
+                 if r.type == "SDPA" and slot == 3]
+        own = [s for s in sdpas if g.above_splits(s.inputs[1]) == c.src]
+        if own:
+            out[c.cumsum.id] = own[0].name
+    return out
+
+
+def check_chains(g: Graph, chains: list[PositionChain]) -> None:
+    """Refuse a count whose h add-kvcache cannot prove is the tokens of the call."""
+    tokens = token_blobs(g)
+    for c in chains:
+        if c.src not in tokens:
+            raise PassRefused(f"{c.crop.name}: counts positions from the h of {c.src!r}, which "
+                              f"is not an SDPA's query/key or a RotaryEmbed's input: add-kvcache "
+                              f"cannot tell it counts the tokens of the call (under a cache they "
+                              f"start at the past length); feed the positions as an input",
+                              line=c.crop.source_line)
+
+
+def widen(g: Graph, c: PositionChain, cache: str, keys: bool) -> Change:
+    """Rewrite one count for a cache whose past is `cache`'s h: 1 .. past + T (`keys`),
+    past + 1 .. past + T otherwise; the count's top keeps its name (its readers stay)."""
+    name, top, line = c.cumsum.name, c.top, c.cumsum.source_line
+    before = f"1 .. h({c.src})"
+    ones = c.ones
+    if c.column:  # the widening is along w: count a row
+        ones = _add(g, "Reshape", f"{name}_row", [ones], {0: -1, 1: 1}, c.cumsum)
+    wide = _add(g, "Interp", f"{name}_past", [ones, cache], {0: 1, 9: WIDEN}, c.cumsum)
+    g.remove_layer(c.cumsum)
+    if keys:
+        _add(g, "CumulativeSum", name, [wide], {0: 1}, None, out=top)
+        after = f"1 .. past + h({c.src}) (past: the h of {cache!r})"
+    else:
+        count = _add(g, "CumulativeSum", name, [wide], {0: 1}, None)
+        last = _add(g, "Crop", f"{name}_new", [count, cache],
+                    {19: "1h", 20: "0w", 21: "1"}, None, out=None if c.column else top)
+        if c.column:
+            _add(g, "Reshape", f"{name}_col", [last], {0: 1, 1: -1}, None, out=top)
+        after = f"past + 1 .. past + h({c.src}) (past: the h of {cache!r})"
+    return Change(name, "token positions under the kv cache" + (" (a causal mask's keys)"
+                  if keys else ""), before, after, line)
+
+
+def _add(g: Graph, type_: str, name: str, ins: list[str], params: dict,
+         before: Layer | None, out: str | None = None) -> str:
+    blob = out or g.unique_blob_name(name)
+    lname = name if g.find(name) is None else g.unique_layer_name(name)
+    if before is not None:
+        g.add_layer(type_, lname, ins, [blob], params, before=before)
+    else:
+        g.add_layer(type_, lname, ins, [blob], params)
+    return blob
