@@ -30,7 +30,8 @@ pytestmark = pytest.mark.skipif(not (ZOO / "zoo.json").exists(),
 STATIC = [("llama", "embeds_sdpa_static"), ("llama", "embeds_eager_static"),
           ("llama", "ids_sdpa_static"), ("qwen2", "embeds_sdpa_static"),
           ("qwen3", "embeds_sdpa_static"), ("mistral", "embeds_sdpa_static")]
-KV = ["llama", "qwen2", "qwen3"]
+KV = ["llama", "qwen2", "qwen3", "gemma", "gpt2"]
+POSITIONS = {"gpt2": "position_ids"}  # an Embed reads GPT-2's positions: int32 ids
 
 
 def _copy(family: str, route: str, tmp_path: Path) -> Path:
@@ -95,7 +96,7 @@ def test_kv_form_cached_greedy_decode_equals_torch(tmp_path, family):
     want = torch["decode.tokens"].tolist()
     got = greedy_decode(cached, cached.with_suffix(".bin"), embed=torch["decode.embed_tokens"],
                         prompt=torch["decode.prompt_ids"][0].tolist(), steps=len(want),
-                        extra={"in1": ("mask", 3), "in2": ("positions", 1)})
+                        extra={"in1": ("mask", 3), "in2": (POSITIONS.get(family, "positions"), 1)})
     assert got.error is None, got.error
     assert got.tokens == want
     logits = torch["decode.logits"][:len(got.logits)]

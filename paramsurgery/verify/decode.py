@@ -5,7 +5,8 @@ The graph is a decoder after `add-kvcache`: token embeddings in (T × hidden), l
 (T × vocab); optional extra inputs by role: `mask` (the additive causal block (T, past + T),
 HF's `finfo.min` above the diagonal, with leading axes of 1 up to its rank) and `positions`
 (past .. past + T - 1 as float32 values: the contract `lower` states when it removes HF's
-`position_ids.float()` cast). The prompt is one prefill call with empty caches; every step
+`position_ids.float()` cast; `position_ids`: the same as int32 ids where an Embed reads
+them, GPT-2's learned table). The prompt is one prefill call with empty caches; every step
 feeds the embedding of the previous argmax and the caches ncnn returned (`extract(name, 1)`:
 SDPA's cache layout is backend-private). The loop runs in a child process.
 """
@@ -40,7 +41,13 @@ def greedy_decode(param: str | Path, bin: str | Path | None, *, embed: np.ndarra
                   prompt: Sequence[int], steps: int, embeds: str = "in0",
                   output: str = "out0", extra: Mapping[str, tuple[str, int]] | None = None,
                   timeout: float = 600) -> Decode:
-    """`extra`: blob -> (role "mask" | "positions", its rank as ncnn sees it)."""
+    """`extra`: blob -> (role "mask" | "positions" | "position_ids", its rank as ncnn sees
+    it); "position_ids" feeds the positions as int32 ids (an input an Embed reads)."""
+    roles = {"mask", "positions", "position_ids"}
+    bad = [f"{b}: {r!r}" for b, (r, _) in (extra or {}).items() if r not in roles]
+    if bad:
+        raise VerificationError(f"unknown input role(s) {', '.join(bad)} (choose from "
+                                f"{', '.join(sorted(roles))})")
     from paramsurgery.passes.kvcache import cache_slots
     from paramsurgery.runtime.child import run_module_child
 
@@ -87,8 +94,8 @@ def _child(spec_path: Path) -> int:
         return 0
     keep: list = []  # the arrays behind the Mats live until the call ends
 
-    def feed(ex, blob: str, arr: np.ndarray) -> None:
-        arr = np.ascontiguousarray(arr, np.float32)
+    def feed(ex, blob: str, arr: np.ndarray, dtype=np.float32) -> None:
+        arr = np.ascontiguousarray(arr, dtype)
         keep.append(arr)
         if ex.input(blob, ncnn.Mat(arr).clone()) != 0:
             raise RuntimeError(f"input {blob} rejected")
@@ -102,9 +109,9 @@ def _child(spec_path: Path) -> int:
                 m = np.zeros((t, past + t), np.float32)
                 m[:, past:][np.triu_indices(t, 1)] = np.finfo(np.float32).min
                 feed(ex, blob, m.reshape((1,) * (rank - 2) + m.shape))
-            else:
-                feed(ex, blob, np.arange(past, past + t, dtype=np.float32).reshape(
-                    (1,) * (rank - 1) + (t,)))
+            else:  # an Embed reads int32 ids (GPT-2's learned position table)
+                feed(ex, blob, np.arange(past, past + t).reshape((1,) * (rank - 1) + (t,)),
+                     np.int32 if role == "position_ids" else np.float32)
         for k_in, v_in, _, _ in spec["slots"]:
             ex.input(k_in, caches.get(k_in, ncnn.Mat()))  # empty Mats: no past yet
             ex.input(v_in, caches.get(v_in, ncnn.Mat()))
