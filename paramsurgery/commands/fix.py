@@ -18,6 +18,12 @@ torch reference (`X.ref.npz` next to the input, or `--reference`).
 
 What is left afterwards is nothing, or findings no pass repairs (listed, exit 1), or
 refusals (exit 2).
+
+`--kvcache` (a decoder): once `fix` exited 0, `add-kvcache --verify` on its result (the
+export itself when nothing needed fixing) — each step's own report in turn — proven through
+ncnn: a prefill plus single-token steps against a full prefill of the fixed graph, fed by
+the inputs' shapes with the length symbolic that dynamize derived (`length_spec`). Without
+them (no static trace dynamized) it refuses, naming the add-kvcache command to run.
 """
 
 from __future__ import annotations
@@ -55,7 +61,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write the output even when nothing changed (a copy of the input) or "
                         "errors are left that no repair handles (then exit 1); without it "
                         "nothing is written in both cases")
+    p.add_argument("--kvcache", action="store_true",
+                   help="then add-kvcache --verify on the fixed graph (X.fixed.kvcache.param): "
+                        "the cache proven through ncnn (prefill + single steps vs a full "
+                        "prefill); needs --bin")
     run.finish(p, explain="also list what each pass left alone")
+    p.set_defaults(run=_fix_then_kvcache)
 
 
 class _FixAll:
@@ -78,6 +89,9 @@ class _FixAll:
         rep = fix_graph(g, traced=self.traced, param=args.param, bin=args.bin,
                         reference=args.reference or find_reference(args.param),
                         options=options)
+        # the symbolic input shapes dynamize derived: what --kvcache's proof is fed
+        args.length_inputs = next((r.data["length_spec"].inputs for r in rep.results
+                                   if "length_spec" in r.data), None)
         return PassResult(rep.graph, rep.modified,
                           [c for r in rep.results for c in r.changes],
                           [s for r in rep.results for s in r.skipped], pass_name="fix",
@@ -198,3 +212,40 @@ run = GraphCommand("fixed", _FixAll, bin_note=True, verify=_verify,
                    refusal="the repaired graph does not match the reference", summary=_summary,
                    json=_json, exit_code=_exit_code, diagnostics=_diagnostics,
                    refuse=_refuse, skip_write=_skip_write)
+
+
+def _fix_then_kvcache(args: argparse.Namespace) -> int:
+    """`fix`, then (`--kvcache`, fix exited 0) `add-kvcache --verify` on what it gave."""
+    if not getattr(args, "kvcache", False):
+        return run(args)
+    if args.format == "json" or args.output == "-" or getattr(args, "in_place", False):
+        raise ParamSurgeryError("--kvcache writes two files and prints two text reports: "
+                                "give -o FILE (not '-' or --in-place) and no --format json",
+                                file=args.param)
+    if not args.bin:
+        raise ParamSurgeryError("--kvcache proves the cache through ncnn: give the weights "
+                                "(--bin)", file=args.param)
+    code = run(args)
+    if code != 0:
+        print(f"kvcache: not run (fix exited {code})")
+        return code
+    from paramsurgery.cli import main
+    from paramsurgery.core.fs import companion
+
+    out = run.outputs(args)
+    fixed = out.param if os.path.isfile(out.param) else args.param  # nothing to change
+    fixed_bin = (out.bin if fixed == out.param else args.bin) or \
+        companion(fixed, (".param", ".bin"), (".param.bin", ".bin"))
+    if fixed_bin is None:  # fix wrote its .bin next to its output: not reached in practice
+        raise ParamSurgeryError(f"--kvcache: no weights next to {fixed}", file=args.param)
+    shapes = getattr(args, "length_inputs", None)
+    if not shapes:
+        raise ParamSurgeryError(f"--kvcache: no input shapes with the length symbolic to "
+                                f"prove the cache with (fix dynamized no static trace); run "
+                                f"add-kvcache {fixed} --bin {fixed_bin} --verify --inputshape "
+                                f"'BLOB=[T,...]' (or the decoder io flags)", file=args.param)
+    spec = " ".join(f"{b}=[{','.join(str(d) for d in shape)}]" for b, shape in shapes.items())
+    print(f"kvcache: add-kvcache {fixed} --bin {fixed_bin} --verify --inputshape {spec}")
+    argv = ["add-kvcache", os.fspath(fixed), "--bin", os.fspath(fixed_bin), "--verify",
+            "--inputshape", *spec.split()]
+    return main(argv)
