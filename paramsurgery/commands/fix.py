@@ -229,7 +229,7 @@ def _fix_then_kvcache(args: argparse.Namespace) -> int:
     if code != 0:
         print(f"kvcache: not run (fix exited {code})")
         return code
-    from paramsurgery.cli import main
+    from paramsurgery.commands import add_kvcache
     from paramsurgery.core.fs import companion
 
     out = run.outputs(args)
@@ -248,4 +248,7 @@ def _fix_then_kvcache(args: argparse.Namespace) -> int:
     print(f"kvcache: add-kvcache {fixed} --bin {fixed_bin} --verify --inputshape {spec}")
     argv = ["add-kvcache", os.fspath(fixed), "--bin", os.fspath(fixed_bin), "--verify",
             "--inputshape", *spec.split()]
-    return main(argv)
+    parser = argparse.ArgumentParser(prog="paramsurgery")  # add-kvcache's own parser
+    add_kvcache.register(parser.add_subparsers())
+    kv_args = parser.parse_args(argv)
+    return kv_args.run(kv_args)
