@@ -7,7 +7,7 @@
 | code predictor | predictor_decoder | fold-gqa, add-kvcache |
 | frame feedback sum | predictor_embeds.unfused (15 Embeds + adds) | fuse-codebooks (one table, sum in-graph) |
 | predictor step rows | predictor_embeds.ported (the port's fused table) | -- |
-| codec decoder | codec_decoder.ported_levelsum_per_level (15 acoustic Embeds) | fuse-codebooks, then extract: front (codes -> transformer output) + conv stack, add-conv-cache on the conv stack |
+| codec decoder | codec_decoder.ported_levelsum_per_level (15 acoustic Embeds) | fuse-codebooks, then extract: front + conv stack (add-conv-cache); the front cut again for streaming (codec_stream.py) |
 | text / codec embeds, heads, speaker | `ported` nets as exported | -- |
 
 `variant="raw"`: every module that has a raw export is first run through `paramsurgery
@@ -99,6 +99,7 @@ class Pipeline:
     codec_front: Part
     codec_stream: dict[str, Any]      # streaming.convert(...) result fields
     log: list[str] = field(default_factory=list)
+    codec_parts: Any = None           # codec_stream.CodecParts: the constant-cost stream
 
 
 def export_record(manifest: dict[str, Any], module: str, variant: str, size: str) -> dict:
@@ -325,6 +326,17 @@ def assemble(size: str, variant: str, work: Path, bins: dict[str, Path] | None =
     log.append(f"codec: extract front -> {cut} ({len(front)} layers), conv stack "
                f"{cut} -> {', '.join(conv.outputs)} ({len(conv)} layers); add-conv-cache: "
                f"{len(states)} state blob(s); front context {front_part.extra['context']} frames")
+    from qwen3tts import codec_stream
+
+    names = {i["name"] for i in codec.io["inputs"]}
+    codec_parts = None
+    if {"mask", "cos", "sin"} <= names:
+        codec_parts = codec_stream.build(front, win, work, _save)
+        log += codec_parts.log
+    else:       # the raw export: RoPE positions in-graph, from 0 at every call
+        log.append(f"codec stream: not built ({codec.module}.{codec.variant} has no cos/sin "
+                   f"inputs: its positions restart at every call, so cached keys could not be "
+                   f"continued); chunks recompute the front over its left context")
     return Pipeline(size, variant, parts, cut, front_part,
                     {"param": stream.param, "bin": stream.bin, "manifest": stream.manifest_path,
-                     "start_param": stream.start_param}, log)
+                     "start_param": stream.start_param}, log, codec_parts)

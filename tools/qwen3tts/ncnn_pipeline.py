@@ -7,8 +7,8 @@ streaming-text mode), one talker prefill, then per frame: the code predictor's 1
 with its own kv cache (prefill of [talker hidden, codec embed of code 0], then 14 cached
 steps), the frame's feedback embedding (codec embed of code 0 + the fused 15-table sum) plus
 the next text row, one cached talker step, greedy code 0 of the next frame. Codec decoding
-runs offline (all frames at once) and chunked (front recomputed over its left context,
-conv stack streamed with `add-conv-cache` state).
+runs offline (all frames at once) and as a stream of constant per-chunk cost
+(`codec_stream.py`: window cache on the transformer, `add-conv-cache` state on the convs).
 
 Tensors follow the fixtures' conventions: ids int32, float rows (T, D); the SDPA kv caches
 are extracted raw (type 1) and fed back as ncnn returned them.
@@ -17,7 +17,7 @@ are extracted raw (type 1) and fed back as ncnn returned them.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,6 +179,8 @@ class Timing:
     per_frame_cpu: list[float] = field(default_factory=list)  # process CPU time, all threads
     codec_offline: float = 0.0
     codec_chunks: list[float] = field(default_factory=list)
+    codec_stream_chunks: list[float] = field(default_factory=list)
+    first_audio: float | None = None   # text ids in -> first PCM out (streaming run)
 
 
 class Generator:
@@ -260,7 +262,11 @@ class Generator:
         return codes, e0 + summed.reshape(1, -1)
 
     def generate(self, text_ids: np.ndarray, mels: np.ndarray, s: Settings,
-                 frames: int) -> dict[str, np.ndarray]:
+                 frames: int, on_frame: Callable[[np.ndarray], np.ndarray] | None = None
+                 ) -> dict[str, np.ndarray]:
+        """Greedy codes for `frames` frames. `on_frame(codes (1, 16))` runs after each frame
+        (outside the per-frame timing) and returns PCM; the time from entry (text ids in) to
+        the first non-empty PCM it returns is `timing.first_audio`."""
         t0 = time.perf_counter()
         xvec = self.xvector(mels)
         speaker = np.zeros(s.hidden, np.float32)
@@ -282,6 +288,10 @@ class Generator:
             code0 = greedy(self.codec_head(hidden), s.talker_banned)
             self.timing.per_frame.append(time.perf_counter() - t)
             self.timing.per_frame_cpu.append(time.process_time() - cpu)
+            if on_frame is not None:
+                pcm = on_frame(np.asarray([frame], np.int32))
+                if pcm.size and self.timing.first_audio is None:
+                    self.timing.first_audio = time.perf_counter() - t0
         return {"xvector": xvec, "prompt": prompt, "trailing": trailing,
                 "codes": np.asarray(codes, np.int32)}
 
@@ -318,7 +328,10 @@ class Generator:
 
     def decode_chunked(self, codes: np.ndarray, chunks: Sequence[int]) -> np.ndarray:
         """Frames arrive `chunks` at a time: the codec front runs on the new frames plus its
-        left context, the conv stack streams with its state; returns the concatenation."""
+        left context (work grows with the context up to `front_context`), the conv stack
+        streams with its state; returns the concatenation. For a codec whose RoPE positions
+        are in-graph (the raw export: every call starts at 0), where a window cache cannot
+        continue a stream; `decode_streaming` is the constant-cost path."""
         from paramsurgery.streaming import StreamingRunner
 
         st = self.pipe.codec_stream
@@ -339,4 +352,36 @@ class Generator:
             self.timing.codec_chunks.append(time.perf_counter() - t)
             pos += n
         pieces.append(runner.flush().reshape(-1))
+        return np.concatenate(pieces)
+
+    def stream_decoder(self) -> Any:
+        """A `codec_stream.StreamingCodec` over the assembled pipeline: constant work per
+        chunk (window cache + conv states), fed through this generator's codec feeds."""
+        from .codec_stream import StreamingCodec
+
+        front = self.pipe.codec_front.extra
+        roles = {i["name"]: i["blob"] for i in self.codec.part.io["inputs"]
+                 if i["name"] in ("mask", "cos", "sin")}
+        return StreamingCodec(self.pipe.codec_parts, self.pipe.codec_stream, self.options,
+                              self._codec_feeds, roles, int(front["head_dim"]),
+                              float(front["rope_theta"]))
+
+    def decode_streaming(self, codes: np.ndarray, chunks: Sequence[int]) -> np.ndarray:
+        """Frames arrive `chunks` at a time (cycled) through the constant-cost stream; returns
+        the concatenated PCM. Per-chunk times go to `timing.codec_stream_chunks`. Without a
+        stream (`pipe.codec_parts` None: the raw codec) the front-recompute `decode_chunked`."""
+        if self.pipe.codec_parts is None:
+            wav = self.decode_chunked(codes, chunks)
+            self.timing.codec_stream_chunks = list(self.timing.codec_chunks)
+            return wav
+        codec = self.stream_decoder()
+        pieces = []
+        pos = 0
+        sizes = list(chunks)
+        while pos < codes.shape[0]:
+            n = min(sizes[len(pieces) % len(sizes)], codes.shape[0] - pos)
+            pieces.append(codec.push(codes[pos:pos + n]))
+            pos += n
+        pieces.append(codec.flush())
+        self.timing.codec_stream_chunks = list(codec.timings)
         return np.concatenate(pieces)
