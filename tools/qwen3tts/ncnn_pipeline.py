@@ -180,6 +180,8 @@ class Timing:
     codec_offline: float = 0.0
     codec_chunks: list[float] = field(default_factory=list)
     codec_stream_chunks: list[float] = field(default_factory=list)
+    predictor_group: list[float] = field(default_factory=list)  # 15 groups + feedback sum
+    talker_step: list[float] = field(default_factory=list)      # one cached step + codec head
     first_audio: float | None = None   # text ids in -> first PCM out (streaming run)
 
 
@@ -282,10 +284,13 @@ class Generator:
             t, cpu = time.perf_counter(), time.process_time()
             frame, feedback = self.frame_codes(past, code0, s)
             codes.append(frame)
+            t_talker = time.perf_counter()
+            self.timing.predictor_group.append(t_talker - t)
             text = trailing[i:i + 1] if i < trailing.shape[0] else pad[None]
             hidden = self.talker.step(feedback + text)
             past = hidden[-1]
             code0 = greedy(self.codec_head(hidden), s.talker_banned)
+            self.timing.talker_step.append(time.perf_counter() - t_talker)
             self.timing.per_frame.append(time.perf_counter() - t)
             self.timing.per_frame_cpu.append(time.process_time() - cpu)
             if on_frame is not None:

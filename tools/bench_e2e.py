@@ -1,0 +1,152 @@
+#!/usr/bin/env python
+"""Qwen3-TTS on ncnn, timed end to end: talker step, predictor group, codec per chunk (the
+constant-cost stream, 1-frame chunks, decoded while generating), frames per second, real-time
+factor, first-audio latency (text ids in -> first PCM out) and peak RSS, for ncnn fp32 at 1
+and 2 threads, on the tiny set (fixtures; no torch needed).
+
+    python tools/bench_e2e.py [--frames 24] [--repeat 5] [--threads 1,2]
+
+Each thread count runs in its own child process (peak RSS is that process's `ru_maxrss`:
+the assembled nets, ncnn and Python); assembly is not timed; one warm-up generation, then
+`--repeat` timed ones, medians reported. Every timed run is checked, not just timed: its codes
+must equal the torch reference (fixtures/qwen3_tts/tiny/e2e.ref.npz) and the streamed PCM the
+offline decode (rel <= 1e-4), otherwise the figures are not printed and the exit code is 1.
+
+No torch column: the torch side needs qwen-tts in the venv (not installed here; see README
+"Qwen3-TTS end to end").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+REFERENCE = ROOT / "fixtures" / "qwen3_tts" / "tiny" / "e2e.ref.npz"
+SAMPLE_RATE, SAMPLES_PER_FRAME = 24000, 1920
+TOL = 1e-4
+
+
+def _rel(a: np.ndarray, ref: np.ndarray) -> float:
+    if a.shape != ref.shape:
+        return float("inf")
+    return float(np.max(np.abs(a - ref)) / (np.max(np.abs(ref)) or 1.0))
+
+
+def run_child(threads: int, frames: int, repeat: int) -> dict:
+    from qwen3tts import assemble
+    from qwen3tts.ncnn_pipeline import Generator, Settings, Timing
+
+    with np.load(REFERENCE) as data:
+        ref = {k: data[k] for k in data.files}
+    s = Settings.from_npz(ref)
+    with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
+        pipe = assemble.assemble("tiny", "ported", Path(tmp))
+        gen = Generator(pipe, threads=threads)
+        runs = []
+        for i in range(repeat + 1):            # run 0 is the warm-up
+            gen.timing = Timing()
+            live = gen.stream_decoder()
+            t0 = time.perf_counter()
+            out = gen.generate(ref["input_text_ids"], ref["input_mels"], s, frames,
+                               on_frame=live.push)
+            pcm = np.concatenate(live.pieces + [live.flush()])
+            total = time.perf_counter() - t0
+            same = int(sum(np.array_equal(a, b) for a, b in
+                           zip(out["codes"], ref["output_codes"][:frames])))
+            offline = gen.decode_offline(out["codes"])
+            t = gen.timing
+            if i:
+                runs.append({"total": total, "first_audio": t.first_audio,
+                             "talker_step": float(np.median(t.talker_step)),
+                             "predictor_group": float(np.median(t.predictor_group)),
+                             "codec_chunk": float(np.median(live.timings)),
+                             "codec_chunk_first_half": float(np.median(
+                                 live.timings[:frames // 2])),
+                             "codec_chunk_second_half": float(np.median(
+                                 live.timings[frames // 2:])),
+                             "codes_identical": same, "stream_rel": _rel(pcm, offline)})
+    med = {k: float(np.median([r[k] for r in runs])) for k in runs[0]
+           if k not in ("codes_identical", "stream_rel")}
+    med["codes_identical"] = min(r["codes_identical"] for r in runs)
+    med["stream_rel"] = max(r["stream_rel"] for r in runs)
+    audio = frames * SAMPLES_PER_FRAME / SAMPLE_RATE
+    med.update({"threads": threads, "frames": frames, "repeat": repeat, "audio_s": audio,
+                "fps": frames / med["total"], "rtf": med["total"] / audio,
+                "groups": s.groups,
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+    return med
+
+
+def table(rows: list[dict]) -> list[str]:
+    g = rows[0]["groups"] - 1
+    head = (f"| ncnn fp32 | talker step | predictor group ({g} codes) | codec / chunk (1st half "
+            f"/ 2nd half) | frames/s | RTF | first audio | peak RSS |")
+    lines = [head, "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['threads']} thread{'s' if r['threads'] > 1 else ''} | "
+                     f"{r['talker_step'] * 1e3:.2f} ms | {r['predictor_group'] * 1e3:.2f} ms | "
+                     f"{r['codec_chunk'] * 1e3:.2f} ms ({r['codec_chunk_first_half'] * 1e3:.2f}"
+                     f" / {r['codec_chunk_second_half'] * 1e3:.2f}) | {r['fps']:.0f} | "
+                     f"{r['rtf']:.3f} | {r['first_audio'] * 1e3:.1f} ms | "
+                     f"{r['peak_rss_mb']:.0f} MB |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--frames", type=int, default=24)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
+    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child is not None:
+        print(json.dumps(run_child(args.child, args.frames, args.repeat)))
+        return 0
+    if not 1 <= args.frames <= 24:
+        ap.error("--frames: the tiny reference has 24 frames")
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    rows = []
+    for n in (int(x) for x in args.threads.split(",")):
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        proc = subprocess.run([sys.executable, __file__, "--child", str(n), "--frames",
+                               str(args.frames), "--repeat", str(args.repeat)],
+                              capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            print(f"bench_e2e: {n} thread(s): child exited {proc.returncode}:\n"
+                  f"{proc.stderr.strip()[-2000:]}", file=sys.stderr)
+            return 1
+        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    bad = [r for r in rows if r["codes_identical"] != r["frames"] or r["stream_rel"] > TOL]
+    for r in bad:
+        print(f"bench_e2e: {r['threads']} thread(s): codes {r['codes_identical']}/{r['frames']} "
+              f"identical to torch, streamed == offline rel {r['stream_rel']:.2e} (tol {TOL}):"
+              f" not timing a wrong pipeline", file=sys.stderr)
+    if bad:
+        return 1
+    for line in table(rows):
+        print(line)
+    r0 = rows[0]
+    print(f"tiny set, {r0['frames']} frames ({r0['audio_s']:.2f} s of audio), median of "
+          f"{r0['repeat']} runs after a warm-up; codec decoded while generating, 1-frame chunks;"
+          f" every run: codes {r0['frames']}/{r0['frames']} identical to torch, streamed == "
+          f"offline rel <= {max(r['stream_rel'] for r in rows):.1e}; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
