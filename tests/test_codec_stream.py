@@ -86,3 +86,13 @@ def test_a_native_kv_cache_is_refused(gen: Any) -> None:
     cached = AddKVCache()(front).graph
     with pytest.raises(PassRefused, match=r"sdpa_\d+: expected q, k, v, mask and no kv cache"):
         codec_stream.add_window_cache(cached, 4)
+
+
+def test_the_check_tool_passes_and_can_fail(capsys: pytest.CaptureFixture[str]) -> None:
+    import codec_stream_check
+
+    assert codec_stream_check.main(["--frames", "9", "--chunks", "1", "2,3"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith("codec stream (tiny, window 4, 9 frames): worst rel ")
+    # the stream differs from offline by float noise, so a zero tolerance must fail
+    assert codec_stream_check.main(["--frames", "9", "--chunks", "1", "--tol", "0"]) == 1

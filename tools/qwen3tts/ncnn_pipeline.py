@@ -172,6 +172,29 @@ def greedy(logits: np.ndarray, banned: np.ndarray) -> int:
     return int(np.argmax(row))
 
 
+def codec_feeds(front: dict[str, Any], part: Part, fusion: Any, codes: np.ndarray,
+                start: int) -> dict[str, Any]:
+    """Inputs of the codec graph (or its front) for frames start..start+T-1, by the
+    module's input names: codes_level<i> / codes (1, 16, T) ids, the fused acoustic ids,
+    the sliding-window mask, RoPE tables for positions start.."""
+    T = codes.shape[0]
+    cos, sin = rope_tables(np.arange(start, start + T), int(front["head_dim"]),
+                           float(front["rope_theta"]))
+    values = {"codes": codes.T, "mask": sliding_causal_mask(T, int(front["window"])),
+              "cos": cos, "sin": sin}
+    values.update({f"codes_level{i}": codes[:, i] for i in range(codes.shape[1])})
+    feeds: dict[str, Any] = {}
+    if fusion is not None:
+        feeds[fusion.input] = pack_groups(fusion, part, values)
+    for spec, ref in zip(part.io["inputs"], part.ref_shapes):
+        if fusion is not None and spec["blob"] in {g.input for g in fusion.groups}:
+            continue
+        value = values[spec["name"]]
+        value = value.astype(np.int32) if spec["name"].startswith("codes") else value
+        feeds[spec["blob"]] = Feed(_conform(value, ref), spec["batch_index"])
+    return feeds
+
+
 @dataclass
 class Timing:
     prompt: float = 0.0
@@ -302,28 +325,8 @@ class Generator:
 
     # ------------------------------------------------------------------ codec
     def _codec_feeds(self, codes: np.ndarray, start: int) -> dict[str, Any]:
-        """Inputs of the codec graph (or its front) for frames start..start+T-1, by the
-        module's input names: codes_level<i> / codes (1, 16, T) ids, the fused acoustic ids,
-        the sliding-window mask, RoPE tables for positions start.."""
-        front = self.pipe.codec_front.extra
-        part = self.codec.part
-        T = codes.shape[0]
-        cos, sin = rope_tables(np.arange(start, start + T), int(front["head_dim"]),
-                               float(front["rope_theta"]))
-        values = {"codes": codes.T, "mask": sliding_causal_mask(T, int(front["window"])),
-                  "cos": cos, "sin": sin}
-        values.update({f"codes_level{i}": codes[:, i] for i in range(codes.shape[1])})
-        feeds: dict[str, Any] = {}
-        fusion = self.codec_fusion
-        if fusion is not None:
-            feeds[fusion.input] = pack_groups(fusion, part, values)
-        for spec, ref in zip(part.io["inputs"], part.ref_shapes):
-            if fusion is not None and spec["blob"] in {g.input for g in fusion.groups}:
-                continue
-            value = values[spec["name"]]
-            value = value.astype(np.int32) if spec["name"].startswith("codes") else value
-            feeds[spec["blob"]] = Feed(_conform(value, ref), spec["batch_index"])
-        return feeds
+        return codec_feeds(self.pipe.codec_front.extra, self.codec.part, self.codec_fusion,
+                           codes, start)
 
     def decode_offline(self, codes: np.ndarray) -> np.ndarray:
         t = time.perf_counter()
