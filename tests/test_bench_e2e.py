@@ -14,16 +14,30 @@ sys.path.insert(0, str(REPO / "tools"))
 
 import bench_e2e  # noqa: E402
 
-ROW = re.compile(r"^\| 1 thread \| [\d.]+ ms \| [\d.]+ ms \| [\d.]+ ms \([\d.]+ / [\d.]+\) \| "
+ROW = re.compile(r"^\| ncnn, 1 thread \| [\d.]+ ms \| [\d.]+ ms \| [\d.]+ ms \([\d.]+ / [\d.]+\) \| "
                  r"\d+ \| [\d.]+ \| [\d.]+ ms \| \d+ MB \|$")
 
 
 def test_table_for_one_thread(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = bench_e2e.main(["--frames", "4", "--repeat", "1", "--threads", "1"])
+    rc = bench_e2e.main(["--frames", "4", "--repeat", "1", "--threads", "1", "--no-torch"])
     lines = capsys.readouterr().out.strip().splitlines()
     assert rc == 0, lines
     assert ROW.match(lines[2]), lines[2]
+    assert lines[-2] == "torch rows not run: --no-torch"
     assert "codes 4/4 identical to torch" in lines[-1]
+
+
+@pytest.mark.slow
+def test_torch_rows_and_ratios(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("qwen_tts") is None:    # importing it needs the torchaudio stub
+        pytest.skip("qwen-tts is not installed in this Python")
+    rc = bench_e2e.main(["--frames", "4", "--repeat", "1", "--threads", "1"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert rc == 0, lines
+    assert lines[2].startswith("| torch, 1 thread | ") and ROW.match(lines[3]), lines
+    assert re.match(r"^torch / ncnn at 1 thread\(s\): whole run [\d.]+x", lines[4]), lines[4]
 
 
 def test_a_run_with_other_codes_is_counted(tmp_path: Path,

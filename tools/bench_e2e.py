@@ -12,8 +12,11 @@ the assembled nets, ncnn and Python); assembly is not timed; one warm-up generat
 must equal the torch reference (fixtures/qwen3_tts/tiny/e2e.ref.npz) and the streamed PCM the
 offline decode (rel <= 1e-4), otherwise the figures are not printed and the exit code is 1.
 
-No torch column: the torch side needs qwen-tts in the venv (not installed here; see README
-"Qwen3-TTS end to end").
+torch fp32 rows (`qwen3tts/torch_bench.py`: the qwen-tts code as released, same weights,
+inputs, greedy settings, same thread count; its codes must equal the reference too) when
+qwen-tts is importable, else a line saying they were not run; `--no-torch` skips them. torch
+has no streaming codec: its codec figure is the offline decode per frame and it has no
+first-audio latency. Ratios torch / ncnn are printed per thread count.
 """
 
 from __future__ import annotations
@@ -90,13 +93,30 @@ def run_child(threads: int, frames: int, repeat: int) -> dict:
     return med
 
 
-def table(rows: list[dict]) -> list[str]:
+def run_torch_child(threads: int, frames: int, repeat: int) -> dict:
+    from qwen3tts import torch_bench
+
+    with np.load(REFERENCE) as data:
+        ref = {k: data[k] for k in data.files}
+    row = torch_bench.run(threads, frames, repeat, ref)
+    audio = frames * SAMPLES_PER_FRAME / SAMPLE_RATE
+    row.update({"threads": threads, "frames": frames, "fps": frames / row["total"],
+                "rtf": row["total"] / audio})
+    return row
+
+
+def table(rows: list[dict], torch_rows: list[dict]) -> list[str]:
     g = rows[0]["groups"] - 1
-    head = (f"| ncnn fp32 | talker step | predictor group ({g} codes) | codec / chunk (1st half "
+    head = (f"| fp32 | talker step | predictor group ({g} codes) | codec / chunk (1st half "
             f"/ 2nd half) | frames/s | RTF | first audio | peak RSS |")
     lines = [head, "|---|---|---|---|---|---|---|---|"]
+    for r in torch_rows:
+        lines.append(f"| torch, {r['threads']} thread{'s' if r['threads'] > 1 else ''} | "
+                     f"{r['talker_step'] * 1e3:.2f} ms | {r['predictor_group'] * 1e3:.2f} ms | "
+                     f"{r['codec_offline'] * 1e3:.2f} ms/frame offline (no stream) | "
+                     f"{r['fps']:.0f} | {r['rtf']:.3f} | n/a | {r['peak_rss_mb']:.0f} MB |")
     for r in rows:
-        lines.append(f"| {r['threads']} thread{'s' if r['threads'] > 1 else ''} | "
+        lines.append(f"| ncnn, {r['threads']} thread{'s' if r['threads'] > 1 else ''} | "
                      f"{r['talker_step'] * 1e3:.2f} ms | {r['predictor_group'] * 1e3:.2f} ms | "
                      f"{r['codec_chunk'] * 1e3:.2f} ms ({r['codec_chunk_first_half'] * 1e3:.2f}"
                      f" / {r['codec_chunk_second_half'] * 1e3:.2f}) | {r['fps']:.0f} | "
@@ -110,35 +130,55 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=24)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
+    ap.add_argument("--no-torch", action="store_true", help="skip the torch rows")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--torch-child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
         print(json.dumps(run_child(args.child, args.frames, args.repeat)))
+        return 0
+    if args.torch_child is not None:
+        print(json.dumps(run_torch_child(args.torch_child, args.frames, args.repeat)))
         return 0
     if not 1 <= args.frames <= 24:
         ap.error("--frames: the tiny reference has 24 frames")
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
-    rows = []
+    import importlib.util
+
+    with_torch = not args.no_torch and importlib.util.find_spec("qwen_tts") is not None
+    rows, torch_rows = [], []
     for n in (int(x) for x in args.threads.split(",")):
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        proc = subprocess.run([sys.executable, __file__, "--child", str(n), "--frames",
-                               str(args.frames), "--repeat", str(args.repeat)],
-                              capture_output=True, text=True, env=env)
-        if proc.returncode != 0:
-            print(f"bench_e2e: {n} thread(s): child exited {proc.returncode}:\n"
-                  f"{proc.stderr.strip()[-2000:]}", file=sys.stderr)
-            return 1
-        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        for flag, into in (("--child", rows),) + ((("--torch-child", torch_rows),)
+                                                  if with_torch else ()):
+            env = dict(os.environ, PYTHONPATH=str(ROOT))
+            proc = subprocess.run([sys.executable, __file__, flag, str(n), "--frames",
+                                   str(args.frames), "--repeat", str(args.repeat)],
+                                  capture_output=True, text=True, env=env)
+            if proc.returncode != 0:
+                print(f"bench_e2e: {flag[2:]} {n} thread(s): exited {proc.returncode}:\n"
+                      f"{proc.stderr.strip()[-2000:]}", file=sys.stderr)
+                return 1
+            into.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     bad = [r for r in rows if r["codes_identical"] != r["frames"] or r["stream_rel"] > TOL]
+    bad += [r for r in torch_rows if r["codes_identical"] != r["frames"]]
     for r in bad:
         print(f"bench_e2e: {r['threads']} thread(s): codes {r['codes_identical']}/{r['frames']} "
-              f"identical to torch, streamed == offline rel {r['stream_rel']:.2e} (tol {TOL}):"
-              f" not timing a wrong pipeline", file=sys.stderr)
+              f"identical to the torch reference, streamed == offline rel "
+              f"{r.get('stream_rel', 0.0):.2e} (tol {TOL}): not timing a wrong pipeline",
+              file=sys.stderr)
     if bad:
         return 1
-    for line in table(rows):
+    for line in table(rows, torch_rows):
         print(line)
+    for t, r in zip(torch_rows, rows):
+        print(f"torch / ncnn at {r['threads']} thread(s): whole run {t['total'] / r['total']:.1f}x"
+              f" (ncnn includes its streaming decode), talker step "
+              f"{t['talker_step'] / r['talker_step']:.1f}x, predictor group "
+              f"{t['predictor_group'] / r['predictor_group']:.1f}x")
+    if not with_torch:
+        print("torch rows not run: " + ("--no-torch" if args.no_torch else
+                                        "qwen-tts is not importable in this Python"))
     r0 = rows[0]
     print(f"tiny set, {r0['frames']} frames ({r0['audio_s']:.2f} s of audio), median of "
           f"{r0['repeat']} runs after a warm-up; codec decoded while generating, 1-frame chunks;"
