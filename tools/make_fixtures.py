@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 import fixture_manifest  # noqa: E402
+from paramsurgery.core import progress  # noqa: E402
 from fixture_manifest import sha256  # noqa: E402
 
 SCHEMA = 1
@@ -173,9 +174,8 @@ def rebuild_files(manifest: dict[str, Any]) -> None:
 
 def build_qwen(sizes: list[str], only: list[str] | None, scratch: Path,
                manifest: dict[str, Any]) -> None:
-    from qwen3tts import configs, kvcache_reference, modules, pipeline, sources
+    from qwen3tts import configs, modules
     from qwen3tts.env import tool_versions
-    from qwen3tts.npz import save_npz
 
     versions = tool_versions()
     manifest["versions"] = versions
@@ -189,6 +189,28 @@ def build_qwen(sizes: list[str], only: list[str] | None, scratch: Path,
                    ".param files only")
 
     selected = [m for m in modules.MODULES if only is None or m in only]
+    # a module's build takes seconds (tiny) to minutes (real): a line per variant as it
+    # finishes, and a bar over the modules on a terminal (paramsurgery's reporter)
+    with progress.task("fixtures", total=len(sizes) * len(selected), unit="module") as task:
+        _build_qwen_modules(sizes, selected, scratch, manifest, q, versions, task)
+    # drop stale files of selected modules that no record lists any more
+    listed = {e["path"] for e in manifest.get("files", [])}
+    for size in sizes:
+        for module in selected:
+            for p in (QWEN_DIR / size).glob(f"{module}.*"):
+                if p.relative_to(FIXTURES).as_posix() not in listed:
+                    p.unlink()
+
+
+
+def _build_qwen_modules(sizes: list[str], selected: list[str], scratch: Path,
+                        manifest: dict[str, Any], q: dict[str, Any], versions: dict[str, Any],
+                        task: Any) -> None:
+    """Export every selected module at every size; the manifest is written after each
+    module (an interrupted build keeps what finished)."""
+    from qwen3tts import kvcache_reference, modules, pipeline, sources
+    from qwen3tts.npz import save_npz
+
     for size in sizes:
         current_source = None
         for module in selected:
@@ -197,7 +219,7 @@ def build_qwen(sizes: list[str], only: list[str] | None, scratch: Path,
                 sources.release(current_source)
             current_source = source
             t0 = time.monotonic()
-            print(f"[{size}] {module}: building", flush=True)
+            progress.line(f"[{size}] {module}: building")
             specs = builder(size)
             q["sources"][f"{source}/{size}"] = {
                 **sources.describe(source, size),
@@ -210,10 +232,9 @@ def build_qwen(sizes: list[str], only: list[str] | None, scratch: Path,
                 rec["seed"] = sources.SEEDS[source]
                 rec["versions"] = versions
                 st = rec["status"]
-                print(f"[{size}] {module}.{spec.variant}: {st['kind']}"
+                progress.line(f"[{size}] {module}.{spec.variant}: {st['kind']}"
                       + (f" rel {st['max_rel_err']:.2e}" if st.get("max_rel_err") is not None else "")
-                      + (f" layers {rec.get('layer_count')}" if "layer_count" in rec else ""),
-                      flush=True)
+                      + (f" layers {rec.get('layer_count')}" if "layer_count" in rec else ""))
                 records.append(rec)
             q["exports"] = [r for r in q["exports"]
                             if (r["module"], r["size"]) != (module, size)] + records
@@ -234,15 +255,8 @@ def build_qwen(sizes: list[str], only: list[str] | None, scratch: Path,
             q["level_sum"] = level_sum_summary(q["exports"])
             rebuild_files(manifest)
             write_manifest(manifest)
-            print(f"[{size}] {module}: done in {time.monotonic() - t0:.0f} s", flush=True)
+            task.done(f"[{size}] {module}: done in {time.monotonic() - t0:.0f} s")
         sources.release()
-    # drop stale files of selected modules that no record lists any more
-    listed = {e["path"] for e in manifest.get("files", [])}
-    for size in sizes:
-        for module in selected:
-            for p in (QWEN_DIR / size).glob(f"{module}.*"):
-                if p.relative_to(FIXTURES).as_posix() not in listed:
-                    p.unlink()
 
 
 def build_e2e(manifest: dict[str, Any]) -> None:
@@ -338,15 +352,17 @@ def main(argv: list[str] | None = None) -> int:
     manifest["schema"] = SCHEMA
     manifest["generator"] = "python tools/make_fixtures.py"
     try:
-        if qwen_only is None or qwen_only:
-            build_qwen(sizes, qwen_only, scratch, manifest)
-        if "tiny" in sizes and (args.only is None or "e2e" in args.only):
-            build_e2e(manifest)
-        if args.only is None or "repros" in args.only:
-            build_repros(manifest)
-        rebuild_files(manifest)
-        fixture_manifest.update(manifest, FIXTURES)   # files the generators above do not list
-        write_manifest(manifest)
+        # lines as they finish; a bar on a terminal (core/progress.py)
+        with progress.use_console(stream=sys.stdout):
+            if qwen_only is None or qwen_only:
+                build_qwen(sizes, qwen_only, scratch, manifest)
+            if "tiny" in sizes and (args.only is None or "e2e" in args.only):
+                build_e2e(manifest)
+            if args.only is None or "repros" in args.only:
+                build_repros(manifest)
+            rebuild_files(manifest)
+            fixture_manifest.update(manifest, FIXTURES)   # files the generators above do not list
+            write_manifest(manifest)
     finally:
         if own_scratch:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -37,6 +37,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 
+from paramsurgery.core import progress
 from paramsurgery.core.ncnn import AUTO_SLICE
 from paramsurgery.formats.pnnx_mapping import ordered_outputs as _ordered_outputs, map_blobs
 from paramsurgery.core.layer_types import is_ncnn_layer
@@ -215,18 +216,28 @@ class Conformance:
                 jobs.append((kind, traced))
             if ref is not None:
                 jobs.append(("reference", ref.inputs))
-            # each run is a child process: run them side by side
+            # each run is a child process: run them side by side. A run can take seconds
+            # on a real-size model: the bar moves per finished run (no line: the findings
+            # are the report)
             from concurrent.futures import ThreadPoolExecutor
 
-            with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as ex:
-                runs = list(ex.map(lambda j: self._run(param, binp, j[0], j[1], fetch), jobs))
-            for r in runs:
-                if r.kind == "reference" and ref is not None:
-                    r.expected_outputs = dict(ref.outputs)
-                self.runs.append(r)
+            def one(job: tuple[str, list[InputSpec]]) -> Run:
+                r = self._run(param, binp, job[0], job[1], fetch)
+                task.done()
+                return r
+
+            with progress.task("lint --run", total=len(jobs), unit="run") as task, \
+                    ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as ex:
+                runs = list(ex.map(one, jobs))
+                for r in runs:
+                    if r.kind == "reference" and ref is not None:
+                        r.expected_outputs = dict(ref.outputs)
+                    self.runs.append(r)
             probe = self._probe_specs()
             if probe is not None:
-                self.runs.append(self._run(param, binp, "probe", probe, fetch))
+                with progress.task("lint --run probe", total=1, unit="run") as task:
+                    self.runs.append(self._run(param, binp, "probe", probe, fetch))
+                    task.done()
         return self
 
     def _run(self, param: str, binp: str | None, kind: str, specs: list[InputSpec],
