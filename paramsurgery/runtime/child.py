@@ -107,6 +107,18 @@ class NcnnRunError(RuntimeError):
         self.message = message
 
 
+def write_child_result(out_path: Path, work: Callable[[], dict]) -> int:
+    """A run-in-child's last act: `work()`'s result as JSON in `out_path`, or
+    {"error": message} when ncnn failed on the way (an NcnnRunError, or a RuntimeError
+    the child raised on a non-zero ncnn return); the parent reads the file, so exit 0."""
+    try:
+        result = work()
+    except RuntimeError as exc:  # NcnnRunError is one
+        result = {"error": str(exc)}
+    out_path.write_text(json.dumps(result))
+    return 0
+
+
 def _as_feed(value: FeedLike) -> Feed:
     return value if isinstance(value, Feed) else Feed(np.asarray(value))
 

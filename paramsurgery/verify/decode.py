@@ -82,7 +82,7 @@ def greedy_decode(param: str | Path, bin: str | Path | None, *, embed: np.ndarra
 def _child(spec_path: Path) -> int:
     import ncnn
 
-    from paramsurgery.runtime.child import NcnnRunError, RunOptions, load_net
+    from paramsurgery.runtime.child import NcnnRunError, RunOptions, load_net, write_child_result
 
     spec = json.loads(spec_path.read_text())
     out_path = spec_path.with_suffix(".result.json")
@@ -128,7 +128,7 @@ def _child(spec_path: Path) -> int:
                 new[dst] = c
         return logits[-1], new
 
-    try:
+    def decode() -> dict:
         prompt = list(spec["prompt"])
         last, caches = call(prompt, 0, {})
         rows, tokens, past = [last], [], len(prompt)
@@ -139,11 +139,9 @@ def _child(spec_path: Path) -> int:
             last, caches = call([tokens[-1]], past, caches)
             past += 1
             rows.append(last)
-        result = {"tokens": tokens, "logits": np.stack(rows).tolist(), "calls": len(rows)}
-    except (RuntimeError, NcnnRunError) as exc:
-        result = {"error": str(exc)}
-    out_path.write_text(json.dumps(result))
-    return 0
+        return {"tokens": tokens, "logits": np.stack(rows).tolist(), "calls": len(rows)}
+
+    return write_child_result(out_path, decode)
 
 
 if __name__ == "__main__":  # pragma: no cover - run by greedy_decode

@@ -370,7 +370,7 @@ def _rel(a: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
 def _child(spec_path: Path) -> int:
     import ncnn
 
-    from paramsurgery.runtime.child import NcnnRunError, RunOptions, load_net
+    from paramsurgery.runtime.child import NcnnRunError, RunOptions, load_net, write_child_result
 
     spec = json.loads(spec_path.read_text())
     role = spec.get("role", "candidate")
@@ -436,15 +436,14 @@ def _child(spec_path: Path) -> int:
                     new[dst] = c
         return result, new
 
-    try:
+    def tell(item: dict) -> None:  # the parent shows each step as it is finished
+        print(json.dumps(item), flush=True)
+
+    def parity() -> dict:
         if role == "reference":  # the graph without cache: only its full prefill
             ref, _ = call(net, 0, total, 0, None)
             np.save(spec_path.parent / "reference.npy", ref)
-            out_path.write_text(json.dumps({"steps": []}))
-            return 0
-        def tell(item: dict) -> None:  # the parent shows each step as it is finished
-            print(json.dumps(item), flush=True)
-
+            return {"steps": []}
         full, _ = call(net, 0, total, 0, {})
         np.save(spec_path.parent / "candidate.npy", full)
         tell({"label": "full prefill", "positions": [0, total]})
@@ -459,11 +458,9 @@ def _child(spec_path: Path) -> int:
             steps.append({"label": f"step {t - n + 1}", "positions": [t, t + 1], "max_abs": d,
                           "max_rel": r})
             tell(steps[-1])
-        result: dict[str, object] = {"steps": steps}
-    except (RuntimeError, NcnnRunError) as exc:
-        result = {"error": str(exc)}
-    out_path.write_text(json.dumps(result))
-    return 0
+        return {"steps": steps}
+
+    return write_child_result(out_path, parity)
 
 
 if __name__ == "__main__":  # pragma: no cover - run by verify_kvcache

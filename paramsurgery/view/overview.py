@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from paramsurgery.view.labels import clip, wrap
-from paramsurgery.view.scene import MISSING, OUTPUT, Box, Scene, Wire, layer_box
+from paramsurgery.view.scene import MISSING, OUTPUT, Box, Scene, Wire, add_layer
 
 if TYPE_CHECKING:
     from paramsurgery.ir.graph import Graph
@@ -198,11 +198,7 @@ def overview_scene(graph: "Graph", blocks: Blocks, shapes: dict[str, str],
                                  f"blob {blob} is read before it is written (or never is)",
                                  MISSING))
             ins.append((missing[blob], 0, 1, blob))
-        me = len(boxes)
-        box_of[layer.id] = me
-        boxes.append(layer_box(layer, shapes))
-        for dst_slot, (src, src_slot, src_slots, blob) in enumerate(ins):
-            wires.append(Wire(src, me, blob, src_slot, src_slots, dst_slot, len(ins)))
+        me = add_layer(scene, box_of, layer, shapes, ins, len(ins))
         for blob in layer.outputs:
             scene.blob_labels.setdefault(blob, f"{blob} {shapes[blob]}" if blob in shapes
                                          else blob)

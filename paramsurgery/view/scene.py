@@ -151,11 +151,7 @@ def build_scene(graph: "Graph", *, layers: Iterable[int] | None = None,
                 boxes.append(Box(kind, blob, [clip(_with_shape(text, blob, shapes))], title,
                                  kind))
             ins.append((pill_in[blob], 0, 1, blob))
-        me = len(boxes)
-        box_of[layer.id] = me
-        boxes.append(layer_box(layer, shapes))
-        for dst_slot, (src, src_slot, src_slots, blob) in enumerate(ins):
-            wires.append(Wire(src, me, blob, src_slot, src_slots, dst_slot, n_in))
+        me = add_layer(scene, box_of, layer, shapes, ins, n_in)
         for blob in layer.outputs:
             if blob not in scene.blob_labels:
                 scene.blob_labels[blob] = _with_shape(blob, blob, shapes)
@@ -182,6 +178,18 @@ def build_scene(graph: "Graph", *, layers: Iterable[int] | None = None,
     for blob in pill_in:
         scene.blob_labels.setdefault(blob, _with_shape(blob, blob, shapes))
     return scene
+
+
+def add_layer(scene: Scene, box_of: dict[int, int], layer: "Layer", shapes: dict[str, str],
+              ins: list[tuple[int, int, int, str]], n_in: int) -> int:
+    """Add `layer`'s box to `scene` (recorded in `box_of`) wired from `ins`, one
+    (source box, source slot, source slots, blob) per input slot; its box index."""
+    me = len(scene.boxes)
+    box_of[layer.id] = me
+    scene.boxes.append(layer_box(layer, shapes))
+    for dst_slot, (src, src_slot, src_slots, blob) in enumerate(ins):
+        scene.wires.append(Wire(src, me, blob, src_slot, src_slots, dst_slot, n_in))
+    return me
 
 
 def layer_box(layer: "Layer", shapes: dict[str, str]) -> Box:
