@@ -1,4 +1,12 @@
-"""`paramsurgery demo`: run the main job on the bundled default graph."""
+"""`paramsurgery demo`: the main job on the bundled tiny Qwen3-TTS talker decoder (or PARAM)
+
+The main job, end to end, on the bundled tiny Qwen3-TTS talker decoder (or PARAM): lint
+(static rules, plus a run through ncnn when pnnx's files or a reference are next to the
+file; it says when no run was made), info, validate, a byte-identical round trip loaded back
+by ncnn, add-kvcache, and a kv-cache parity check through ncnn at lengths no trace used
+(needs the weights). A step that cannot be done is said so, never claimed. Exit 1 when a
+check fails.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +14,13 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from paramsurgery.commands._common import add_format_arg, add_input_arg, add_weights_arg
+    from paramsurgery.commands._common import (add_format_arg, add_input_arg, add_weights_arg,
+                                               command)
 
-    p = sub.add_parser(
-        "demo", help="the main job on the bundled tiny Qwen3-TTS talker decoder (or PARAM)",
-        description="The main job, end to end, on the bundled tiny Qwen3-TTS talker decoder "
-                    "(or PARAM): lint (static rules, plus a run through ncnn when pnnx's "
-                    "files or a reference are next to the file; it says when no run was "
-                    "made), info, validate, a byte-identical round trip loaded back by ncnn, "
-                    "add-kvcache, and a kv-cache parity check through ncnn at lengths no "
-                    "trace used (needs the weights). A step that cannot be done is said so, "
-                    "never claimed. Exit 1 when a check fails.")
+    p = command(sub, __doc__, run)
     add_input_arg(p, "use this .param instead of the bundled one", nargs="?")
     add_weights_arg(p, "PARAM's weights (default: the .bin beside it)")
     add_format_arg(p)
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

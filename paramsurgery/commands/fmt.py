@@ -1,4 +1,9 @@
-"""`paramsurgery fmt`: rewrite a graph in pnnx's canonical layout."""
+"""`paramsurgery fmt`: normalise a .param to pnnx's format (layout, param order, float
+spelling, header counts)
+
+Rewrite a .param in pnnx's canonical layout: line layout, param order, float spelling,
+header counts. Writes <input>.fmt.param unless -o / --in-place.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +12,17 @@ import argparse
 from paramsurgery.core.words import counted
 from paramsurgery.formats.io import load
 from paramsurgery.commands._common import (add_format_arg, add_input_arg, add_output_args,
-                                           add_weights_arg, default_output, print_json,
+                                           add_weights_arg, command, default_output, print_json,
                                            write_graph)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("fmt", help="normalise a .param to pnnx's format (layout, param order, "
-                       "float spelling, header counts)",
-                       description="Rewrite a .param in pnnx's canonical layout: line layout, "
-                       "param order, float spelling, header counts. Writes <input>.fmt.param "
-                       "unless -o / --in-place.")
+    p = command(sub, __doc__, run)
     add_input_arg(p)
     add_output_args(p, "output .param (default: <input>.fmt.param)")
     add_weights_arg(p, "its weights (.bin): checked against the graph (fmt changes no "
                        "weight)")
     add_format_arg(p)
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,24 +1,24 @@
-"""`paramsurgery info`: counts, type histogram, inputs/outputs, non-ncnn layers."""
+"""`paramsurgery info`: summarise a graph (counts, types, inputs/outputs)
+
+Layer and blob counts, the header, a type histogram, inputs and outputs, the layers ncnn
+cannot load; with --bin the weight bytes per layer type and dtype. One report per file.
+"""
 
 from __future__ import annotations
 
 import argparse
 
 from paramsurgery.formats.io import load
-from paramsurgery.commands._common import add_format_arg, print_json
+from paramsurgery.commands._common import add_format_arg, command, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("info", help="summarise a graph (counts, types, inputs/outputs)",
-                       description="Layer and blob counts, the header, a type histogram, "
-                       "inputs and outputs, the layers ncnn cannot load; with --bin the weight "
-                       "bytes per layer type and dtype. One report per file.")
+    p = command(sub, __doc__, run)
     from paramsurgery.commands._common import add_input_arg, add_weights_arg
 
     add_input_arg(p, ".param or .param.bin file(s)", nargs="+")
     add_weights_arg(p, "weights file: adds weight bytes per layer type and dtype")
     add_format_arg(p)
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

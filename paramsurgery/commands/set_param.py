@@ -1,11 +1,16 @@
-"""`paramsurgery set-param`: typed param overrides, checked by ncnn's load_param."""
+"""`paramsurgery set-param`: set / unset params of layers picked by name or type, typed by what
+ncnn reads (checked by ncnn's load_param)
+
+Typed param overrides: ID is a param id, its array key or its name (axis, kv_cache, ...);
+VALUE is typed by the layer's load_param (a float param set to 1 is written 1.0).
+"""
 
 from __future__ import annotations
 
 import argparse
 import re
 
-from paramsurgery.commands._common import add_pass_args
+from paramsurgery.commands._common import add_pass_args, command
 
 # a token that is an assignment, not a layer name / type: `0=1`, `-23300=2,1,2`, `axis=-1`
 _ASSIGN_RE = re.compile(r"^(-?[0-9]+|[a-z_][a-z0-9_]*)=")
@@ -49,11 +54,7 @@ def run_located(args: argparse.Namespace, make_pass, tag: str) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("set-param", help="set / unset params of layers picked by name or type, "
-                       "typed by what ncnn reads (checked by ncnn's load_param)",
-                       description="Typed param overrides: ID is a param id, its array key or "
-                       "its name (axis, kv_cache, ...); VALUE is typed by the layer's load_param "
-                       "(a float param set to 1 is written 1.0).")
+    p = command(sub, __doc__, run)
     add_pass_args(p, "set")
     p.add_argument("assignments", nargs="*", metavar="ID=VALUE",
                    help="params to set; negative ids (array keys, -23310=1,0.2) work as written "
@@ -69,7 +70,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true",
                    help="allow ids the layer type does not read and edits that change its "
                         ".bin reads (ncnn's load_param check still runs)")
-    p.set_defaults(run=run)
     intermixed(p)
 
 
