@@ -173,6 +173,13 @@ def print_json(data: Any, stream: Any = None) -> None:
     out.write("\n")
 
 
+def file_list(*entries: tuple[str, Any]) -> list[dict[str, str]]:
+    """The `files` list of a JSON report: one `{"file": path, "role": role}` per
+    (role, path) entry, in order; an entry without a path (a file not given or not
+    written) is left out."""
+    return [{"file": str(path), "role": role} for role, path in entries if path]
+
+
 def derived_output(input_path: str, tag: str) -> str:
     """`model.param` → `model.<tag>.param` (next to the input); `-` (stdout) for a model
     read from stdin."""

@@ -21,7 +21,8 @@ import argparse
 import os
 
 from paramsurgery.core.errors import ParamSurgeryError
-from paramsurgery.commands._common import add_format_arg, add_input_arg, command, print_json
+from paramsurgery.commands._common import (add_format_arg, add_input_arg, command, file_list,
+                                           print_json)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -128,10 +129,9 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         _write_html(args.html, graph, report)
     if args.format == "json":
-        print_json({**report.to_json(), "files": [
-            {"file": args.param, "role": "input"},
-            *([{"file": args.bin, "role": "weights"}] if args.bin else []),
-            {"file": args.reference or args.pnnx, "role": "reference"}]})
+        print_json({**report.to_json(), "files": file_list(
+            ("input", args.param), ("weights", args.bin),
+            ("reference", args.reference or args.pnnx))})
     else:
         print(report.format_text(show_all=args.all))
     # exit 1 also when pnnx's torch export stopped partway: not every blob was compared

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from paramsurgery.commands._common import add_format_arg, add_input_arg, command, print_json
+from paramsurgery.commands._common import (add_format_arg, add_input_arg, command, file_list,
+                                           print_json)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
         atomic_write(args.html, diff_page(a, b, d))
     if args.format == "json":
-        print_json({**d.to_json(), "files": [{"file": args.a, "role": "a"},
-                                             {"file": args.b, "role": "b"}]})
+        print_json({**d.to_json(), "files": file_list(("a", args.a), ("b", args.b))})
     else:
         print(d.format())
         if args.html:

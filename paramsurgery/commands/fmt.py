@@ -12,8 +12,8 @@ import argparse
 from paramsurgery.core.words import counted
 from paramsurgery.formats.io import load
 from paramsurgery.commands._common import (add_format_arg, add_input_arg, add_output_args,
-                                           add_weights_arg, command, default_output, print_json,
-                                           write_graph)
+                                           add_weights_arg, command, default_output, file_list,
+                                           print_json, write_graph)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +35,6 @@ def run(args: argparse.Namespace) -> int:
     write_graph(g, out, note if args.format == "text" else None)
     if args.format == "json":
         print_json({"output": out, "layers": len(g), "blobs": g.blob_count(),
-                    "files": [{"file": args.param, "role": "input"},
-                              {"file": out, "role": "output"}]},
+                    "files": file_list(("input", args.param), ("output", out))},
                    stream=__import__("sys").stderr if out == "-" else None)
     return 0

@@ -27,7 +27,8 @@ import os
 import sys
 from typing import Any
 
-from paramsurgery.commands._common import add_format_arg, add_input_arg, command, print_json
+from paramsurgery.commands._common import (add_format_arg, add_input_arg, command, file_list,
+                                           print_json)
 from paramsurgery.core.errors import ParamSurgeryError
 
 MODES = ("fp16", "bf16", "int8")
@@ -145,10 +146,9 @@ def run(args: argparse.Namespace) -> int:
         _write_html(args.html, graph, res)
         written.append(args.html)
     if args.format == "json":
-        print_json({**_json(args, res, source, written), "files": [
-            {"file": args.param, "role": "input"},
-            *([{"file": args.bin, "role": "weights"}] if args.bin else []),
-            *([{"file": args.output, "role": "output"}] if written else [])]})
+        print_json({**_json(args, res, source, written), "files": file_list(
+            ("input", args.param), ("weights", args.bin),
+            ("output", args.output if written else None))})
     else:
         print("\n".join(_text(args, res, source, metric, written)))
     return 0 if ok else 1

@@ -25,7 +25,8 @@ import sys
 import tempfile
 from typing import Any
 
-from paramsurgery.commands._common import add_format_arg, add_input_arg, command, print_json
+from paramsurgery.commands._common import (add_format_arg, add_input_arg, command, file_list,
+                                           print_json)
 from paramsurgery.core.errors import ParamSurgeryError
 
 
@@ -151,10 +152,9 @@ def run(args: argparse.Namespace) -> int:
         report["refused"] = failure
     if args.format == "json":
         written = report.get("written", [])
-        print_json({**report, "files": [
-            {"file": args.param, "role": "input"}, {"file": args.bin, "role": "weights"},
-            *([{"file": out_param, "role": "output"}, {"file": out_bin, "role": "output weights"}]
-              if written else [])]})
+        print_json({**report, "files": file_list(
+            ("input", args.param), ("weights", args.bin),
+            *([("output", out_param), ("output weights", out_bin)] if written else []))})
     else:
         print("\n".join(_text(report)))
     if failure is not None:

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from paramsurgery.commands._common import add_format_arg, print_json
+from paramsurgery.commands._common import add_format_arg, file_list, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -124,9 +124,7 @@ def run(args: argparse.Namespace) -> int:
         "passing_layers": r.passing.layers if r.passing else None,
         "runs": r.runs, "steps": len(r.steps), "seconds": round(r.seconds, 2),
         "weights_layers_checked": res.weights_checked,
-        "files": [{"file": args.param, "role": "input"},
-                  *([{"file": args.bin, "role": "weights"}] if args.bin else []),
-                  *({"file": str(v), "role": k} for k, v in res.files.items())],
+        "files": file_list(("input", args.param), ("weights", args.bin), *res.files.items()),
     }
     if args.format == "json":
         print_json(summary)

@@ -8,7 +8,7 @@ import argparse
 import sys
 
 from paramsurgery.commands._common import (add_format_arg, add_report_arg, default_output,
-                                           print_json, write_graph)
+                                           file_list, print_json, write_graph)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -80,8 +80,7 @@ def run(args: argparse.Namespace) -> int:
                     if args.format == "text" else None)
         if args.format == "json":
             print_json({"output": out, "hinted": changed,
-                        "files": [{"file": args.param, "role": "input"},
-                                  {"file": out, "role": "output"}]},
+                        "files": file_list(("input", args.param), ("output", out))},
                        stream=sys.stderr if out == "-" else None)
         return 0
     if args.output or args.in_place:

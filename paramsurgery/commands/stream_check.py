@@ -14,7 +14,8 @@ import argparse
 import os
 
 from paramsurgery.core.errors import ParamSurgeryError
-from paramsurgery.commands._common import add_format_arg, add_input_arg, command, print_json
+from paramsurgery.commands._common import (add_format_arg, add_input_arg, command, file_list,
+                                           print_json)
 from paramsurgery.commands.add_conv_cache import parse_chunks
 
 
@@ -87,8 +88,7 @@ def run(args: argparse.Namespace) -> int:
                     "noise_floor": report.noise_floor,
                     "states": len(manifest["states"]),
                     "samples_per_frame": manifest["samples_per_frame"],
-                    "files": [{"file": args.param, "role": "input"},
-                              {"file": args.bin, "role": "weights"}]})
+                    "files": file_list(("input", args.param), ("weights", args.bin))})
     else:
         print(report.format())
         if args.keep:
