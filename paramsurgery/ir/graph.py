@@ -123,20 +123,8 @@ class Graph:
                 by_type[typ] = {i: None}
             else:
                 t[i] = None
-            blobs = layer._inputs = tuple(map(intern, layer._inputs, layer._inputs))
-            for slot, b in enumerate(blobs):
-                c = consumers.get(b)
-                if c is None:
-                    consumers[b] = [(i, slot)]
-                else:
-                    c.append((i, slot))
-            blobs = layer._outputs = tuple(map(intern, layer._outputs, layer._outputs))
-            for slot, b in enumerate(blobs):
-                p = producers.get(b)
-                if p is None:
-                    producers[b] = [(i, slot)]
-                else:
-                    p.append((i, slot))
+            layer._inputs = _index_slots(consumers, layer._inputs, i, intern)
+            layer._outputs = _index_slots(producers, layer._outputs, i, intern)
         prev_id = n - 1 if n else None
         g._head = 0 if layers else None
         g._tail = prev_id
@@ -844,6 +832,20 @@ class Graph:
 
         return f"<Graph {count(len(self), 'layer')}, {count(self.blob_count(), 'blob')}" + \
             (f" from {self.source.path}>" if self.source.path else ">")
+
+
+def _index_slots(index: dict[str, list[tuple[int, int]]], blobs: Iterable[str], i: int,
+                 intern: Callable[[str, str], str]) -> tuple[str, ...]:
+    """Bulk build: record layer `i`'s slots of `blobs` in `index` (blob -> [(id, slot)],
+    the producers' or the consumers'); the blob names, interned."""
+    names = tuple(map(intern, blobs, blobs))
+    for slot, b in enumerate(names):
+        at = index.get(b)
+        if at is None:
+            index[b] = [(i, slot)]
+        else:
+            at.append((i, slot))
+    return names
 
 
 def _with(blobs: tuple[str, ...], slot: int, blob: str) -> tuple[str, ...]:
