@@ -205,6 +205,23 @@ def test_bad_option_prints_the_commands_own_usage(cmd, files, tmp_path, capsys):
     assert "--formt: did you mean --format?" in err
 
 
+@pytest.mark.parametrize("argv", [["set-param", "M", "0=1", "--layr", "x"],
+                                  ["compare", "M", "--refrence", "B.param"],
+                                  ["extract", "M", "--outputz", "out0"]])
+def test_a_typo_is_named_before_a_missing_required_argument(argv, capsys):
+    # argparse checks required arguments first: the typo of the option that supplies one
+    # would otherwise read as "--layer is required"
+    model = str(F / "qwen3_tts" / "tiny" / "talker_decoder.ported.ncnn.param")
+    with pytest.raises(SystemExit) as exc:
+        main([model if a == "M" else a for a in argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: paramsurgery {argv[0]} "), err
+    typo = argv[-2]
+    assert f"unrecognized arguments: {typo}" in err
+    assert f"{typo}: did you mean --" in err
+
+
 class _Stdin:
     def __init__(self, data: bytes):
         self.buffer = io.BytesIO(data)

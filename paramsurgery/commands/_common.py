@@ -287,7 +287,37 @@ class CommandParser(argparse.ArgumentParser):
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         if args is not None:
             args = normalize_argv(args)
+        self._argv = list(args) if args is not None else []
         return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        # argparse checks required arguments before it reports unknown options: a typo of
+        # an option (`--layr`) would read "one of --layer --type is required"; name the
+        # typo first, with its close matches
+        if message.startswith(("the following arguments are required",
+                               "one of the arguments")):
+            unknown = self._unknown_options()
+            if unknown:
+                self.unknown_option_error(unknown)
+        super().error(message)
+
+    def _unknown_options(self) -> list[str]:
+        """Tokens of the last parse that look like options and are none of this parser's
+        (nor a prefix argparse would accept for exactly one)."""
+        options = [o for a in self._actions for o in a.option_strings]
+        unknown = []
+        for tok in getattr(self, "_argv", []):
+            if tok == "--":
+                break
+            if (not tok.startswith("-") or tok == "-" or _NEGATIVE_ASSIGN_RE.match(tok)
+                    or tok[1:2].isdigit() or tok[1:2] == "."):
+                continue
+            head = tok.split("=", 1)[0]
+            if head in options or (head.startswith("--") and
+                                   len([o for o in options if o.startswith(head)]) == 1):
+                continue
+            unknown.append(tok)
+        return unknown
 
     def _parse_optional(self, arg_string: str) -> Any:
         if _NEGATIVE_ASSIGN_RE.match(arg_string):
