@@ -211,8 +211,11 @@ class Timing:
 class Generator:
     """The whole pipeline on ncnn."""
 
-    def __init__(self, pipe: Pipeline, threads: int = 2) -> None:
-        options = RunOptions(num_threads=threads)
+    def __init__(self, pipe: Pipeline, threads: int = 2,
+                 options: RunOptions | None = None) -> None:
+        # `options`: every net's run options (default fp32 at `threads`; a reduced-precision
+        # build passes its own: tools/qwen3tts_precision_e2e.py)
+        options = options or RunOptions(num_threads=threads)
         p = pipe.parts
         self.pipe = pipe
         self.text_embed = Net(p["text_embed"], options)
