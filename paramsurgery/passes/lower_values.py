@@ -149,10 +149,18 @@ def _read_only_by(g: Graph, blob: str, cast) -> bool:
 
 def _graph_input_source(g: Graph, blob: str) -> str | None:
     """The graph input `blob` is a layout-only view of, if any (worklist over producers)."""
-    from paramsurgery.patterns.match import walk_up
+    from paramsurgery.patterns.match import visit_once
 
-    return next((b for b, prod in walk_up(g, [blob], _LAYOUT_ONLY)
-                 if prod is not None and prod.type == "Input"), None)
+    def up(b: str) -> list[str]:
+        p = g.producer(b)
+        if p is None or p.type not in _LAYOUT_ONLY:
+            return []
+        # a Crop's / Reshape's second bottom is a shape reference: only its extents are
+        # read, so an arange table cropped to in0's length holds positions, not in0's values
+        return list(p.inputs[:1]) if p.type in ("Crop", "Reshape") else list(p.inputs)
+
+    return next((b for b in visit_once([blob], up)
+                 if (prod := g.producer(b)) is not None and prod.type == "Input"), None)
 
 
 VALUE_RULES = Rules(_VALUES)
