@@ -55,6 +55,28 @@ def test_fix_runs_the_tied_linear_repair(tmp_path, capsys) -> None:
     assert "InnerProduct             linear_7                 1 1 2 out0" in out.read_text()
 
 
+def test_tied_linear_structure_only_is_the_same_graph_without_weights() -> None:
+    """`fix --pair` with no .bin next to the pair (the zoo's Gemma/GPT-2 pairs): the pair is
+    repaired like the input only to be compared with it, so its layers are rewritten without
+    the table's values; the layers and params equal the weighted rewrite's. A pass run on a
+    graph that is written still refuses without the weights."""
+    from paramsurgery.core.errors import PassRefused
+    from paramsurgery.passes.base import RepairContext
+
+    bare = paramsurgery.load(FIX / "tied_head.param")
+    with pytest.raises(PassRefused, match="give --bin"):
+        FixTiedLinear()(bare)
+    assert FixTiedLinear.for_fix(RepairContext(weights=False), True) == FixTiedLinear()
+    pass_ = FixTiedLinear.for_fix(RepairContext(weights=False, compare_only=True), True)
+    assert pass_ == FixTiedLinear(structure_only=True)
+    shape_only = pass_(bare).graph
+    weighted = FixTiedLinear()(paramsurgery.load(FIX / "tied_head.param",
+                                                 bin=FIX / "tied_head.bin")).graph
+    assert dumps(shape_only) == dumps(weighted)
+    assert shape_only.layer("linear_7").weights is None or \
+        not len(shape_only.layer("linear_7").weights)
+
+
 POW = """7767517
 3 3
 Input in0 0 1 in0

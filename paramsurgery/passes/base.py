@@ -147,6 +147,10 @@ class RepairContext:
     # another export of the same model (param, bin, pnnx IR) → its graph after the repairs
     # `fix` has applied to this one so far (so a pass can compare the two like for like)
     repaired_like: "Callable[[str, str | None, str | None], Graph] | None" = None
+    # the graph is another export repaired only to be compared with the input (a `--pair`),
+    # never written: a repair that needs weights only to write them may rewrite its
+    # structure without them (pnnx writes the same params at either length)
+    compare_only: bool = False
 
     def option(self, name: str) -> Any:
         """The value of a pass's declared input (`FixInput.name`), None when not given."""

@@ -21,7 +21,8 @@ from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.formats.weights import set_weights
 from paramsurgery.ir.graph import Graph
-from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.base import Pass, PassResult, RepairContext, register
+from paramsurgery.passes.options import internal
 from paramsurgery.patterns.match import above_splits
 from paramsurgery.patterns.tied_linear import find_tied_linears
 
@@ -34,6 +35,16 @@ class FixTiedLinear(Pass):
                "InnerProduct of the hidden states with the table as weight (needs --bin)")
     tag = "tied"
     repair_order = 47
+    # the layers only, no weights written: for an export `fix` repairs only to compare it
+    # with its input (a `--pair` given without its .bin: its weights are never written, and
+    # the rewrite's params do not depend on them)
+    structure_only: bool = internal(False)
+
+    @classmethod
+    def for_fix(cls, ctx: RepairContext, asked: bool) -> "FixTiedLinear | None":
+        if not asked:
+            return None
+        return cls(structure_only=ctx.compare_only and not ctx.weights)
 
     def run(self, g: Graph) -> PassResult:
         result = PassResult(g, False)
@@ -42,15 +53,17 @@ class FixTiedLinear(Pass):
             result.notes.append("no tied Linear written as table input + hidden bias")
             return result
         for s in sites:
-            if s.table.weights is None or not len(s.table.weights):
+            if not self.structure_only and (s.table.weights is None or not len(s.table.weights)):
                 raise PassRefused(f"MemoryData {s.table.name!r}: the tied weight's values are "
                                   f"in the weights; give --bin", line=s.fc.source_line)
         for s in sites:
             v, c = s.table.params.get(1), s.table.params.get(0)
-            w = s.table.weights[0].array().reshape(-1).astype(np.float32)
+            has = s.table.weights is not None and len(s.table.weights) > 0
+            w = s.table.weights[0].array().reshape(-1).astype(np.float32) if has else None
             stored = s.fc.weights.get("weight") if s.fc.weights is not None else None
             own = stored.array().reshape(-1) if stored is not None else None
-            same = own is not None and own.shape == w.shape and bool(np.array_equal(own, w))
+            same = w is not None and own is not None and own.shape == w.shape and \
+                bool(np.array_equal(own, w))
             line, name = s.fc.source_line, s.fc.name
             before = (f"InnerProduct {name} reads {s.table.name!r} ({v}x{c}), BinaryOp "
                       f"{s.add.name} adds {s.hidden!r}")
@@ -60,10 +73,12 @@ class FixTiedLinear(Pass):
             g.remove_layer(s.fc)
             new = g.replace_layer(s.add, "InnerProduct", name, inputs=[hidden],
                                   outputs=[s.out], params=params)
-            set_weights(new, {"weight": w.copy()})
+            if w is not None:
+                set_weights(new, {"weight": w.copy()})
             g.remove_dead(feeds)
             note = "its stored weight equals the table" if same else \
-                "its stored weight differed from the table: the table's values are written"
+                "its stored weight differed from the table: the table's values are written" \
+                if w is not None else "the layers only: no weights given, none written"
             result.changes.append(Change(name, f"tied Linear: the hidden states times the "
                                                f"table {s.table.name!r} ({note})", before,
                                          f"InnerProduct {name} 1 1 {hidden} {s.out} "

@@ -213,7 +213,8 @@ def _repaired_like(applied: list[type[Pass]], param: str, bin: str | None,
     from paramsurgery.formats.io import load
 
     other = load(param, bin=bin)
-    ctx = RepairContext(traced, weights=bin is not None, param=param, bin=bin)
+    ctx = RepairContext(traced, weights=bin is not None, param=param, bin=bin,
+                        compare_only=True)
     for cls in applied:
         pass_ = cls.for_fix(ctx, True)
         if pass_ is None:
