@@ -15,7 +15,7 @@ sys.path.insert(0, str(REPO / "tools"))
 import bench_e2e  # noqa: E402
 
 ROW = re.compile(r"^\| ncnn, 1 thread \| [\d.]+ ms \| [\d.]+ ms \| [\d.]+ ms \([\d.]+ / [\d.]+\) \| "
-                 r"\d+ \| [\d.]+ \| [\d.]+ ms \| \d+ MB \|$")
+                 r"[\d.]+ \| [\d.]+ \| [\d.]+ ms \| \d+ MB \| [\d.]+-[\d.]+ \|$")
 
 
 def test_table_for_one_thread(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,9 +2,16 @@
 """Qwen3-TTS on ncnn, timed end to end: talker step, predictor group, codec per chunk (the
 constant-cost stream, 1-frame chunks, decoded while generating), frames per second, real-time
 factor, first-audio latency (text ids in -> first PCM out) and peak RSS, for ncnn fp32 at 1
-and 2 threads, on the tiny set (fixtures; no torch needed).
+and 2 threads, on the tiny set (fixtures; no torch needed) or at real size.
 
     python tools/bench_e2e.py [--frames 24] [--repeat 5] [--threads 1,2]
+    python tools/bench_e2e.py --size real [--frames 8] [--repeat 1] [--work DIR]
+
+`--size real`: the nets, weights and torch reference of `tools/e2e_qwen3tts.py --size real
+--frames N` (run it first with the same N and --work: the .bin files and
+`e2e.real.N.ref.npz` are read from there); needs torch and qwen-tts (the export
+environment). Every row carries the load average (1 min) at its start and end: on a shared
+machine the figures mean little without it.
 
 Each thread count runs in its own child process (peak RSS is that process's `ru_maxrss`:
 the assembled nets, ncnn and Python); assembly is not timed; one warm-up generation, then
@@ -38,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 REFERENCE = ROOT / "fixtures" / "qwen3_tts" / "tiny" / "e2e.ref.npz"
+REAL_WORK = Path("/tmp/e2e-qwen3tts-real")
 SAMPLE_RATE, SAMPLES_PER_FRAME = 24000, 1920
 TOL = 1e-4
 
@@ -48,15 +56,30 @@ def _rel(a: np.ndarray, ref: np.ndarray) -> float:
     return float(np.max(np.abs(a - ref)) / (np.max(np.abs(ref)) or 1.0))
 
 
-def run_child(threads: int, frames: int, repeat: int) -> dict:
+def reference(size: str, work: Path, frames: int) -> dict[str, np.ndarray]:
+    path = REFERENCE if size == "tiny" else work / f"e2e.real.{frames}.ref.npz"
+    if not path.exists():
+        raise SystemExit(f"bench_e2e: {path} does not exist: run python tools/e2e_qwen3tts.py "
+                         f"--size real --frames {frames} --work {work} first")
+    with np.load(path) as data:
+        return {k: data[k] for k in data.files}
+
+
+def run_child(threads: int, frames: int, repeat: int, size: str = "tiny",
+              work: Path = REAL_WORK) -> dict:
     from qwen3tts import assemble
     from qwen3tts.ncnn_pipeline import Generator, Settings, Timing
 
-    with np.load(REFERENCE) as data:
-        ref = {k: data[k] for k in data.files}
+    load_start = os.getloadavg()[0]
+    ref = reference(size, work, frames)
     s = Settings.from_npz(ref)
+    bins = None
+    if size == "real":
+        from qwen3tts import real_export
+
+        bins = {f"{m}.{v}": work / f"{m}.{v}.ncnn.bin" for m, v in real_export.needed()}
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
-        pipe = assemble.assemble("tiny", "ported", Path(tmp))
+        pipe = assemble.assemble(size, "ported", Path(tmp), bins=bins)
         gen = Generator(pipe, threads=threads)
         runs = []
         for i in range(repeat + 1):            # run 0 is the warm-up
@@ -88,20 +111,24 @@ def run_child(threads: int, frames: int, repeat: int) -> dict:
     audio = frames * SAMPLES_PER_FRAME / SAMPLE_RATE
     med.update({"threads": threads, "frames": frames, "repeat": repeat, "audio_s": audio,
                 "fps": frames / med["total"], "rtf": med["total"] / audio,
-                "groups": s.groups,
+                "groups": s.groups, "load": (load_start, os.getloadavg()[0]),
                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
     return med
 
 
-def run_torch_child(threads: int, frames: int, repeat: int) -> dict:
+def run_torch_child(threads: int, frames: int, repeat: int, size: str = "tiny",
+                    work: Path = REAL_WORK) -> dict:
+    from qwen3tts.env import pin_arithmetic
+
+    pin_arithmetic()     # the reference's seeded weights (qwen3tts/env.py)
     from qwen3tts import torch_bench
 
-    with np.load(REFERENCE) as data:
-        ref = {k: data[k] for k in data.files}
-    row = torch_bench.run(threads, frames, repeat, ref)
+    load_start = os.getloadavg()[0]
+    ref = reference(size, work, frames)
+    row = torch_bench.run(threads, frames, repeat, ref, size)
     audio = frames * SAMPLES_PER_FRAME / SAMPLE_RATE
     row.update({"threads": threads, "frames": frames, "fps": frames / row["total"],
-                "rtf": row["total"] / audio})
+                "rtf": row["total"] / audio, "load": (load_start, os.getloadavg()[0])})
     return row
 
 
@@ -114,15 +141,24 @@ def table(rows: list[dict], torch_rows: list[dict]) -> list[str]:
         lines.append(f"| torch, {r['threads']} thread{'s' if r['threads'] > 1 else ''} | "
                      f"{r['talker_step'] * 1e3:.2f} ms | {r['predictor_group'] * 1e3:.2f} ms | "
                      f"{r['codec_offline'] * 1e3:.2f} ms/frame offline (no stream) | "
-                     f"{r['fps']:.0f} | {r['rtf']:.3f} | n/a | {r['peak_rss_mb']:.0f} MB |")
+                     f"{_fps(r)} | {r['rtf']:.3f} | n/a | {r['peak_rss_mb']:.0f} MB | "
+                     f"{_load(r)} |")
     for r in rows:
         lines.append(f"| ncnn, {r['threads']} thread{'s' if r['threads'] > 1 else ''} | "
                      f"{r['talker_step'] * 1e3:.2f} ms | {r['predictor_group'] * 1e3:.2f} ms | "
                      f"{r['codec_chunk'] * 1e3:.2f} ms ({r['codec_chunk_first_half'] * 1e3:.2f}"
-                     f" / {r['codec_chunk_second_half'] * 1e3:.2f}) | {r['fps']:.0f} | "
+                     f" / {r['codec_chunk_second_half'] * 1e3:.2f}) | {_fps(r)} | "
                      f"{r['rtf']:.3f} | {r['first_audio'] * 1e3:.1f} ms | "
-                     f"{r['peak_rss_mb']:.0f} MB |")
+                     f"{r['peak_rss_mb']:.0f} MB | {_load(r)} |")
     return lines
+
+
+def _fps(r: dict) -> str:
+    return f"{r['fps']:.0f}" if r["fps"] >= 10 else f"{r['fps']:.2f}"
+
+
+def _load(r: dict) -> str:
+    return "{:.1f}-{:.1f}".format(*r["load"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,16 +167,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
     ap.add_argument("--no-torch", action="store_true", help="skip the torch rows")
+    ap.add_argument("--size", choices=["tiny", "real"], default="tiny")
+    ap.add_argument("--work", type=Path, default=REAL_WORK,
+                    help=f"real size: e2e_qwen3tts.py --size real's work directory "
+                         f"(default {REAL_WORK})")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--torch-child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
-        print(json.dumps(run_child(args.child, args.frames, args.repeat)))
+        print(json.dumps(run_child(args.child, args.frames, args.repeat, args.size, args.work)))
         return 0
     if args.torch_child is not None:
-        print(json.dumps(run_torch_child(args.torch_child, args.frames, args.repeat)))
+        print(json.dumps(run_torch_child(args.torch_child, args.frames, args.repeat, args.size,
+                                         args.work)))
         return 0
-    if not 1 <= args.frames <= 24:
+    if args.size == "tiny" and not 1 <= args.frames <= 24:
         ap.error("--frames: the tiny reference has 24 frames")
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
@@ -153,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                                                   if with_torch else ()):
             env = dict(os.environ, PYTHONPATH=str(ROOT))
             proc = subprocess.run([sys.executable, __file__, flag, str(n), "--frames",
-                                   str(args.frames), "--repeat", str(args.repeat)],
+                                   str(args.frames), "--repeat", str(args.repeat), "--size",
+                                   args.size, "--work", str(args.work)],
                                   capture_output=True, text=True, env=env)
             if proc.returncode != 0:
                 print(f"bench_e2e: {flag[2:]} {n} thread(s): exited {proc.returncode}:\n"
@@ -180,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         print("torch rows not run: " + ("--no-torch" if args.no_torch else
                                         "qwen-tts is not importable in this Python"))
     r0 = rows[0]
-    print(f"tiny set, {r0['frames']} frames ({r0['audio_s']:.2f} s of audio), median of "
+    print(f"{args.size} set, {r0['frames']} frames ({r0['audio_s']:.2f} s of audio), median of "
           f"{r0['repeat']} runs after a warm-up; codec decoded while generating, 1-frame chunks;"
           f" every run: codes {r0['frames']}/{r0['frames']} identical to torch, streamed == "
           f"offline rel <= {max(r['stream_rel'] for r in rows):.1e}; load average "

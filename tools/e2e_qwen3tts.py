@@ -4,6 +4,7 @@ paramsurgery's passes, generate greedily, decode offline and in chunks, compare 
 
     python tools/e2e_qwen3tts.py [--frames N] [--variant ported|raw] [--threads T]
                                  [--chunks 1,3,2]
+    python tools/e2e_qwen3tts.py --size real [--frames N] [--work DIR]
     python tools/e2e_qwen3tts.py --size real --synth [--frames N]
 
 Tiny (default): the torch reference is `fixtures/qwen3_tts/tiny/e2e.ref.npz` (greedy HF
@@ -16,10 +17,24 @@ torch needed here. Last line:
 == offline rel = the same between the chunked and the offline ncnn decodes.) Exit 1 when a
 frame differs or a rel exceeds --tol.
 
-`--size real --synth`: the real-size graphs (fixtures/qwen3_tts/real, .param only) with
-`synth-bin` weights (seeded random, in a temporary directory: ~4 GB), random text ids and
-mels; prints time per frame and the real-time factor. No reference comparison (random
-weights make random codes).
+`--size real`: the real-size pipeline against torch with the same weights. In `--work`
+(default /tmp/e2e-qwen3tts-real; ~3 GB, reused by the next run) the fixture generator's
+specs export the real-size nets with their `.bin` (`qwen3tts/real_export.py`: seeded random
+weights, released configs; each `.param` must equal the committed fixture's), a child process
+runs the qwen-tts code as released (`e2e_reference.build("real", N, logits=True)`: greedy HF
+generation, the codec decoder's waveform, every choice's logits), and the pipeline is
+assembled from the fixture graphs with these weights by paramsurgery's passes alone. Codes
+are compared frame by frame: identical until the first near tie (`qwen3tts/divergence.py`),
+which is named with torch's top-2 gap; a divergence with a clear gap fails. Last line:
+
+    e2e real: codes M/N frames identical[ until <the near tie>]; logits rel X over K choices;
+    waveform rel Y on the M matching frames; chunked == offline rel Z
+
+Needs torch, qwen-tts and pnnx (the export environment, /work/genvenv); ~4.4 GB peak RSS.
+
+`--size real --synth`: the real-size graphs with `synth-bin` weights (seeded random numbers
+unrelated to torch, in a temporary directory: ~4 GB), random text ids and mels; prints time
+per frame and the real-time factor, no reference comparison.
 
 `--variant raw`: the raw (HF code) exports after `paramsurgery fix` (+ fold-gqa); stops with
 exit 2 naming every module that has no raw export or does not load after `fix`, unless
@@ -31,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +62,7 @@ from qwen3tts import assemble, configs  # noqa: E402
 from qwen3tts.ncnn_pipeline import Generator, Settings  # noqa: E402
 
 REFERENCE = ROOT / "fixtures" / "qwen3_tts" / "tiny" / "e2e.ref.npz"
+REAL_WORK = Path("/tmp/e2e-qwen3tts-real")
 SAMPLE_RATE = 24000
 SAMPLES_PER_FRAME = 1920
 SYNTH_SEED = 0
@@ -220,6 +237,103 @@ def run_real(args: argparse.Namespace, work: Path) -> int:
     return 0
 
 
+def stage_child(stage: str, work: Path, frames: int) -> None:
+    """The torch stages, in a child process each (they hold 3.6 GB of torch weights that
+    the ncnn side must not keep): `export` (the nets' .bin) and `reference` (torch's run)."""
+    from qwen3tts.env import pin_arithmetic
+
+    pin_arithmetic()   # the same seeded weights in both children (qwen3tts/env.py says why)
+    manifest = json.loads((assemble.FIXTURES / "manifest.json").read_text())
+    if stage == "export":
+        from qwen3tts import real_export
+
+        log: list[str] = []
+        try:
+            real_export.export(work, manifest, log)
+        finally:
+            print("\n".join(log), flush=True)
+        return
+    from qwen3tts import e2e_reference
+    from qwen3tts.npz import save_npz
+
+    t = time.perf_counter()
+    arrays = e2e_reference.build("real", frames, logits=True)
+    save_npz(reference_path(work, frames), arrays)
+    print(f"torch reference: {frames} frames in {time.perf_counter() - t:.0f} s", flush=True)
+
+
+def reference_path(work: Path, frames: int) -> Path:
+    return work / f"e2e.real.{frames}.ref.npz"
+
+
+def _run_stage(stage: str, work: Path, frames: int) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, "--stage", stage, "--work", str(work),
+                           "--frames", str(frames)], env=env, capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    for line in lines:
+        print("  " + line)
+    if proc.returncode != 0:
+        raise SystemExit(f"e2e real: the {stage} stage exited {proc.returncode}:\n"
+                         f"{proc.stderr.strip()[-3000:]}")
+    print(f"  {stage} stage: {time.perf_counter() - t:.0f} s")
+
+
+def run_real_torch(args: argparse.Namespace) -> int:
+    from qwen3tts import divergence, real_export
+
+    work: Path = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    manifest = json.loads((assemble.FIXTURES / "manifest.json").read_text())
+    _run_stage("export", work, args.frames)
+    bins = {f"{m}.{v}": work / f"{m}.{v}.ncnn.bin" for m, v in real_export.needed()}
+    ref_path = reference_path(work, args.frames)
+    if ref_path.exists():
+        print(f"  torch reference: reused {ref_path}")
+    else:
+        _run_stage("reference", work, args.frames)
+    with np.load(ref_path) as data:
+        ref = {k: data[k] for k in data.files}
+    s = Settings.from_npz(ref)
+    frames = args.frames
+    t0 = time.perf_counter()
+    built = work / "assembled"
+    built.mkdir(exist_ok=True)
+    pipe = assemble.assemble("real", "ported", built, bins=bins, manifest=manifest)
+    for line in pipe.log:
+        print("  " + line)
+    print(f"  assembled in {time.perf_counter() - t0:.0f} s")
+    gen = Generator(pipe, threads=args.threads, keep_logits=True)
+    live = gen.stream_decoder()
+    out = gen.generate(ref["input_text_ids"], ref["input_mels"], s, frames, on_frame=live.push)
+    live.flush()
+    print(f"x-vector rel {rel(out['xvector'], ref['output_xvector']):.2e}; prompt embeds rel "
+          f"{rel(out['prompt'], ref['output_prompt_embeds']):.2e}; trailing text rel "
+          f"{rel(out['trailing'], ref['output_trailing_text']):.2e}")
+    assert gen.logits is not None
+    cmp = divergence.compare(out["codes"], ref["output_codes"], gen.logits,
+                             ref["output_logits_talker"], ref["output_logits_predictor"],
+                             s.talker_banned, s.predictor_banned, args.tie_tol)
+    m = cmp.matching
+    wav_rel = chunk_rel = 0.0
+    if m:
+        codes = out["codes"][:m]
+        wav = gen.decode_offline(codes)
+        # the codec is causal: torch's first m frames of samples depend on its first m codes
+        wav_rel = rel(wav, ref["output_wav"][:m * SAMPLES_PER_FRAME])
+        chunk_rel = rel(gen.decode_streaming(codes, [int(c) for c in args.chunks.split(",")]),
+                        wav)
+    for line in timing_lines(gen, frames, args.threads)[0]:
+        print(line)
+    tie = f" until {cmp.divergence.describe()}" if cmp.divergence else ""
+    print(f"e2e real: codes {m}/{frames} frames identical{tie}; logits rel {cmp.logit_rel:.2e} "
+          f"over {cmp.choices} choices; waveform rel {wav_rel:.2e} on the {m} matching "
+          f"frames; chunked == offline rel {chunk_rel:.2e}")
+    ok = cmp.ok() and wav_rel <= args.tol and chunk_rel <= args.tol
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--frames", type=int, default=24, help="frames to generate (default 24)")
@@ -229,7 +343,15 @@ def main(argv: list[str] | None = None) -> int:
                          "cannot run yet (named in the log) instead of stopping")
     ap.add_argument("--size", choices=["tiny", "real"], default="tiny")
     ap.add_argument("--synth", action="store_true",
-                    help="real size: synth-bin weights (required with --size real)")
+                    help="real size: synth-bin weights, no torch comparison")
+    ap.add_argument("--work", type=Path, default=REAL_WORK,
+                    help=f"real size: the exported .bin files and torch references, reused "
+                         f"(default {REAL_WORK})")
+    ap.add_argument("--tie-tol", type=float, default=None,
+                    help="real size: a divergence is a near tie when torch's gap between "
+                         "the two codes is at most this times max|logit| (default "
+                         "qwen3tts.divergence.TIE_TOL)")
+    ap.add_argument("--stage", choices=["export", "reference"], help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=None,
                     help="ncnn threads (default: 1 tiny, 2 real)")
     ap.add_argument("--chunks", default="1,3,2",
@@ -238,12 +360,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="relative tolerance of both waveform comparisons (default 1e-4)")
     ap.add_argument("--keep", type=Path, help="keep the assembled graphs in this directory")
     args = ap.parse_args(argv)
-    if args.size == "real" and not args.synth:
-        ap.error("--size real needs --synth (the real .bin files are not in the fixtures)")
+    if args.stage:
+        stage_child(args.stage, args.work, args.frames)
+        return 0
     if args.frames < 1:
         ap.error("--frames must be at least 1")
     if args.threads is None:
-        args.threads = 2 if args.size == "real" else 1
+        args.threads = 2 if args.synth else 1
+    if args.tie_tol is None:
+        from qwen3tts.divergence import TIE_TOL
+
+        args.tie_tol = TIE_TOL
+    if args.size == "real" and not args.synth:
+        return run_real_torch(args)
     try:
         if args.keep:
             args.keep.mkdir(parents=True, exist_ok=True)

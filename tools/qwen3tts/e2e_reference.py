@@ -85,14 +85,66 @@ def _talker_settings(talker: Any, frames: int, suppress: list[int]) -> Iterator[
         del talker.generate
 
 
-def build(size: str = "tiny", frames: int = FRAMES) -> dict[str, np.ndarray]:
+def top_model(size: str) -> Any:
+    """`Qwen3TTSForConditionalGeneration` with the seeded source talker and speaker encoder.
+    At real size the top model is built on the meta device first: its own randomly
+    initialised talker (3.6 GB) is replaced at once, and would double the peak memory."""
     import_qwen_tts()
     from qwen_tts.core.models.modeling_qwen3_tts import Qwen3TTSForConditionalGeneration
 
     torch.manual_seed(E2E_INPUT_SEED)
-    model = Qwen3TTSForConditionalGeneration(_top_config(size)).eval()
+    if size == "real":
+        with torch.device("meta"):
+            model = Qwen3TTSForConditionalGeneration(_top_config(size)).eval()
+    else:       # tiny: as e2e.ref.npz was made (byte-identical rebuilds)
+        model = Qwen3TTSForConditionalGeneration(_top_config(size)).eval()
     model.talker = sources.get("talker", size)
     model.speaker_encoder = sources.get("speaker", size)
+    return model
+
+
+@contextlib.contextmanager
+def _logit_recorder(model: Any) -> Iterator[dict[str, list[Any]]]:
+    """The last position's logits of every codec-head call (code 0 of each frame; the
+    prefill gives frame 0's) and of every code-predictor head call (head g-1 gives code g),
+    in call order: what greedy chose from, before the suppress list."""
+    rec: dict[str, list[Any]] = {"talker": [], "predictor": []}   # rows; (group, row)
+    heads = model.talker.code_predictor.lm_head
+
+    def talker(_: Any, __: Any, out: torch.Tensor) -> None:
+        rec["talker"].append(out[0, -1].detach().clone())
+
+    def predictor(g: int) -> Any:
+        def hook(_: Any, __: Any, out: torch.Tensor) -> None:
+            rec["predictor"].append((g, out[0, -1].detach().clone()))
+        return hook
+
+    handles = [model.talker.codec_head.register_forward_hook(talker)]
+    handles += [h.register_forward_hook(predictor(g)) for g, h in enumerate(heads)]
+    try:
+        yield rec
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _logit_arrays(rec: dict[str, list[Any]], frames: int, groups: int
+                  ) -> dict[str, np.ndarray]:
+    talker = torch.stack(rec["talker"][:frames]).numpy().astype(np.float32)
+    per_group: list[list[torch.Tensor]] = [[] for _ in range(groups - 1)]
+    for g, row in rec["predictor"]:
+        per_group[g].append(row)
+    pred = torch.stack([torch.stack(rows[:frames]) for rows in per_group], 1)
+    return {"output_logits_talker": talker,                        # (frames, vocab)
+            "output_logits_predictor": pred.numpy().astype(np.float32)}   # (frames, 15, V)
+
+
+def build(size: str = "tiny", frames: int = FRAMES, logits: bool = False
+          ) -> dict[str, np.ndarray]:
+    """The reference arrays (module docstring). `logits`: also every greedy choice's logits
+    (`output_logits_talker` (frames, vocab), `output_logits_predictor` (frames, 15, V)),
+    so a divergence can be judged: a near tie or a defect."""
+    model = top_model(size)
     decoder = sources.get("codec_decoder", size)
     for cfg in (model.talker.config, model.talker.code_predictor.config, decoder.config):
         cfg._attn_implementation = "sdpa"   # the HF default; pinned against a leaked patch
@@ -127,7 +179,8 @@ def build(size: str = "tiny", frames: int = FRAMES) -> dict[str, np.ndarray]:
 
         hook = model.talker.register_forward_pre_hook(record_prompt, with_kwargs=True)
         try:
-            with _talker_settings(model.talker, frames, talker_suppress):
+            with _talker_settings(model.talker, frames, talker_suppress), \
+                    _logit_recorder(model) as recorded:
                 codes_list, _ = model.generate(
                     input_ids=[text_ids], languages=[LANGUAGE],
                     voice_clone_prompt={"ref_spk_embedding": [speaker], "x_vector_only_mode": [True],
@@ -165,6 +218,8 @@ def build(size: str = "tiny", frames: int = FRAMES) -> dict[str, np.ndarray]:
         "output_codes": codes.numpy().astype(np.int32),
         "output_wav": wav.reshape(-1).numpy().astype(np.float32),
     })
+    if logits:
+        arrays.update(_logit_arrays(recorded, frames, tcfg.num_code_groups))
     return arrays
 
 

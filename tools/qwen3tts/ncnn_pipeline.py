@@ -212,9 +212,11 @@ class Generator:
     """The whole pipeline on ncnn."""
 
     def __init__(self, pipe: Pipeline, threads: int = 2,
-                 options: RunOptions | None = None) -> None:
+                 options: RunOptions | None = None, keep_logits: bool = False) -> None:
         # `options`: every net's run options (default fp32 at `threads`; a reduced-precision
-        # build passes its own: tools/qwen3tts_precision_e2e.py)
+        # build passes its own: tools/qwen3tts_precision_e2e.py). `keep_logits`: every
+        # greedy choice's logits go to `self.logits` ("talker": code 0 of each frame,
+        # "predictor": codes 1..15 of each frame), to judge a divergence from torch
         options = options or RunOptions(num_threads=threads)
         p = pipe.parts
         self.pipe = pipe
@@ -238,6 +240,13 @@ class Generator:
         self.predictor_vocab = int(p["predictor_rows"].extra["vocab"])
         self.options = options
         self.timing = Timing()
+        self.logits: dict[str, list[np.ndarray]] | None = \
+            {"talker": [], "predictor": []} if keep_logits else None
+
+    def _choose(self, logits: np.ndarray, banned: np.ndarray, which: str) -> int:
+        if self.logits is not None:
+            self.logits[which].append(np.array(logits, np.float32).reshape(-1))
+        return greedy(logits, banned)
 
     # ------------------------------------------------------------------ embeddings
     def embed_text(self, ids: Sequence[int]) -> np.ndarray:
@@ -274,7 +283,8 @@ class Generator:
         codes = [code0]
         V = self.predictor_vocab
         for g in range(s.groups - 1):
-            code = greedy(self.heads(out, output=f"out{g}"), s.predictor_banned)
+            code = self._choose(self.heads(out, output=f"out{g}"), s.predictor_banned,
+                                "predictor")
             codes.append(code)
             if g < s.groups - 2:
                 row = self.rows(np.asarray([code + g * V], np.int32)).reshape(1, -1)
@@ -302,7 +312,7 @@ class Generator:
         prompt, trailing, pad = self.prompt(text_ids, speaker, s)
         self.talker.reset()
         hidden = self.talker.step(prompt)
-        code0 = greedy(self.codec_head(hidden[-1:]), s.talker_banned)
+        code0 = self._choose(self.codec_head(hidden[-1:]), s.talker_banned, "talker")
         past = hidden[-1]
         self.timing.prompt = time.perf_counter() - t0
         codes = []
@@ -315,7 +325,7 @@ class Generator:
             text = trailing[i:i + 1] if i < trailing.shape[0] else pad[None]
             hidden = self.talker.step(feedback + text)
             past = hidden[-1]
-            code0 = greedy(self.codec_head(hidden), s.talker_banned)
+            code0 = self._choose(self.codec_head(hidden), s.talker_banned, "talker")
             self.timing.talker_step.append(time.perf_counter() - t_talker)
             self.timing.per_frame.append(time.perf_counter() - t)
             self.timing.per_frame_cpu.append(time.process_time() - cpu)

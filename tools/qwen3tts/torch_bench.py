@@ -1,5 +1,6 @@
 """The torch side of `tools/bench_e2e.py`: the qwen-tts code as released, timed on the tiny
-set (the fixtures' seeded weights, the e2e reference's inputs and greedy settings).
+or the real-size set (the fixtures' seeded weights, the e2e reference's inputs and greedy
+settings).
 
 What is timed: `Qwen3TTSForConditionalGeneration.generate` for `frames` frames (HF
 GenerationMixin, DynamicCache), inside it every talker decoder-stack call after the prefill
@@ -18,26 +19,25 @@ from typing import Any
 import numpy as np
 
 
-def run(threads: int, frames: int, repeat: int, reference: dict[str, np.ndarray]) -> dict:
+def run(threads: int, frames: int, repeat: int, reference: dict[str, np.ndarray],
+        size: str = "tiny") -> dict:
+    """The caller pins the arithmetic (`env.pin_arithmetic`) before torch is imported, so
+    the seeded weights are the ones the reference ran with."""
     import torch
 
     from . import e2e_reference as er
     from . import configs, sources
-    from .env import import_qwen_tts
 
+    model = er.top_model(size)
+    decoder = sources.get("codec_decoder", size)
+    # threads only after the weights are drawn: a reduction over a tensor above torch's
+    # grain size rounds differently with the thread count (env.py), and the weights would
+    # no longer be the reference's
     torch.set_num_threads(threads)
-    import_qwen_tts()
-    from qwen_tts.core.models.modeling_qwen3_tts import Qwen3TTSForConditionalGeneration
-
-    torch.manual_seed(er.E2E_INPUT_SEED)
-    model = Qwen3TTSForConditionalGeneration(er._top_config("tiny")).eval()
-    model.talker = sources.get("talker", "tiny")
-    model.speaker_encoder = sources.get("speaker", "tiny")
-    decoder = sources.get("codec_decoder", "tiny")
     for cfg in (model.talker.config, model.talker.code_predictor.config, decoder.config):
         cfg._attn_implementation = "sdpa"
     hidden = model.config.talker_config.hidden_size
-    talker_suppress, predictor_suppress = configs.suppressed_ids("tiny")
+    talker_suppress, predictor_suppress = configs.suppressed_ids(size)
     model.talker.code_predictor.generation_config.suppress_tokens = predictor_suppress or None
     text_ids = torch.from_numpy(reference["input_text_ids"].astype(np.int64))[None]
     mels = torch.from_numpy(reference["input_mels"])
