@@ -15,7 +15,8 @@ from paramsurgery.analysis.validate import validate
 
 # the pass names `paramsurgery fix` knows (issue 6 + the repair engineer's commands)
 KNOWN_PASSES = {"fix-slice", "fix-reduction", "dynamize", "fold-gqa", "fuse-codebooks", "fix",
-                "fix-batch-reshape", "lower", "fix-tied-linear", "fix-pow", "fix-lossy-reshape"}
+                "fix-batch-reshape", "lower", "fix-tied-linear", "fix-pow", "fix-lossy-reshape",
+                "fix-bool-table"}
 
 
 def graph(body: str, layers: int | None = None, blobs: int | None = None):

@@ -172,6 +172,11 @@ CONSTRUCTS: tuple[Construct, ...] = (
               "a dtype conversion inside the graph (`.to(dtype)`, `.long()`, `.float()`)",
               "keep the graph float32 end to end; convert ids and masks on the host (casts "
               "of values computed in the graph are lowered as identities)", "lower"),
+    Construct(("torch.where",),
+              "a boolean mask applied with `torch.where` (GPT-2's eager attention: "
+              "`where(causal_mask, scores, finfo.min)`)",
+              "pass an additive float mask as an input (`paramsurgery lower` rewrites a "
+              "`where` of a 0/1 mask and finfo.min exactly)", "lower"),
     Construct(_BOOL_TYPES,
               "a boolean mask built in the graph (length masks, `masked_fill`, comparisons)",
               "pass an additive float mask as an input"),

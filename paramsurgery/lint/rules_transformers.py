@@ -70,3 +70,21 @@ def lossy_reshape(ctx: "LintContext") -> Iterator[Hit]:
         return
     for s in find_lossy_reshapes(ctx.graph, shapes):
         yield Hit(s.layer, s.describe() + ": ncnn drops or invents elements")
+
+
+@rule("PS020", "bool-memorydata", ERROR,
+      "a MemoryData with pnnx's bool load type (21=3): ncnn has no such load type and the "
+      "graph does not load", fix_pass="fix-bool-table")
+def bool_memorydata(ctx: "LintContext") -> Iterator[Hit]:
+    """pnnx 20261020 writes a bool tensor it folded (GPT-2's eager causal mask, the
+    `bias` buffer) as `MemoryData ... 21=3` with one byte per value: ncnn's ModelBin has
+    load types 0 (tagged) and 1 (raw float32) only ("ModelBin load type 3 not implemented"),
+    so `load_model` fails. `paramsurgery fix-bool-table` (needs --bin) writes the values as
+    float32 0/1, what ncnn's layers read a torch bool as."""
+    from paramsurgery.formats.weights.binfile import PNNX_BOOL_LOAD_TYPE
+
+    for layer in ctx.layers:
+        if layer.type == "MemoryData" and layer.params.get(21, 1) == PNNX_BOOL_LOAD_TYPE:
+            yield Hit(layer, f"MemoryData {layer.name!r} has load type 21={PNNX_BOOL_LOAD_TYPE} "
+                             f"(pnnx's bool, one byte per value): ncnn fails to load it "
+                             f"(\"ModelBin load type 3 not implemented\")")

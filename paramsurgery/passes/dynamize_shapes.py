@@ -247,7 +247,8 @@ class ShapeDynamize:
                               f"{self.spec.traced_len} in its shape, neither a position table "
                               f"(read by RotaryEmbed) nor a causal mask ({why}): a constant "
                               f"right at the traced length only; make it an input of the "
-                              f"export", line=layer.source_line) from None
+                              f"export{_upstream_mask_hint(layer)}",
+                              line=layer.source_line) from None
 
     def _check_mask_lengths(self, cm: CausalMask) -> None:
         """The reading SDPAs' query and key lengths follow the input length and equal the
@@ -822,3 +823,18 @@ def int_params(layer: Layer, pid: int) -> list[int] | None:
     """Param `pid` as a list of ints (an int: a list of one); None when absent or not ints."""
     v = layer.params.value(pid)
     return None if v is None else int_list(v)
+
+
+def _upstream_mask_hint(layer: Layer) -> str:
+    """What would let a 0/1 mask table through (pnnx's bool, e.g. GPT-2's eager `bias`
+    buffer sliced to the traced length, then `where(mask, scores, finfo.min)`): the two
+    exports of the same model that dynamize can make right at every length."""
+    if not layer.weights or not len(layer.weights):
+        return ""
+    v = layer.weights[0].array().reshape(-1)
+    if not v.size or not np.all((v == 0) | (v == 1)):
+        return ""
+    return (" (a 0/1 mask, e.g. HF's eager attention's causal `bias` buffer cut at the "
+            "traced length: export with attn_implementation=\"sdpa\", whose additive mask "
+            "dynamize rebuilds from the lengths, or with pnnx inputshape2=, which keeps the "
+            "whole buffer and crops it at run time)")

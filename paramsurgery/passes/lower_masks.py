@@ -343,6 +343,90 @@ def masked_fill(s: Site) -> str:
                    f"pass the mask as an additive input")
 
 
+# the layers a 0/1 mask keeps its values through (only moved, copied or cropped)
+_VALUE_KEEPING = ("Split", "Crop", "Reshape", "ExpandDims", "Squeeze", "Flatten", "Permute",
+                  "Slice", "Tile")
+
+
+def zero_one(s: Site, blob: str) -> str | None:
+    """None when every value of `blob` is proven 0 or 1: a MemoryData holding only 0/1 (a
+    bool table, `fix-bool-table`'s float32 form) seen through layers that only move, copy or
+    crop values; otherwise why not."""
+    work, seen = [blob], set()
+    while work:
+        b = work.pop()
+        if b in seen:
+            continue
+        seen.add(b)
+        prod = s.g.producer(b)
+        if prod is None or prod.type == "Input":
+            return f"{b!r} is a graph input (its values are not known to be 0/1)"
+        if prod.type in ("Crop", "Reshape") and prod.inputs:
+            work.append(prod.inputs[0])  # further bottoms only give the shape
+        elif prod.type in _VALUE_KEEPING:
+            work.extend(prod.inputs)
+        elif prod.type == "MemoryData":
+            if not prod.weights or not len(prod.weights):
+                return f"MemoryData {prod.name!r} has no weights loaded (--bin)"
+            v = prod.weights[0].array().reshape(-1)
+            if not np.all((v == 0) | (v == 1)):
+                return f"MemoryData {prod.name!r} holds values other than 0 and 1"
+        else:
+            return f"{b!r} is computed by {prod.type} {prod.name!r} (not proven 0/1)"
+    return None
+
+
+def _where_operands(s: Site) -> tuple[str, str, str]:
+    """(condition, input, other) blobs: by pnnx's argument names when its IR is given, else
+    in torch.where's order, which pnnx's ncnn writer keeps for the bottoms."""
+    if len(s.layer.inputs) != 3:
+        raise MatchFailure.declined(f"has {len(s.layer.inputs)} bottoms: a scalar input/other "
+                                    f"(pnnx keeps it only in its IR)")
+    if s.pnnx is None:
+        return s.input(0), s.input(1), s.input(2)
+    op = s.op()
+    slots = [op.inputs.index(op.arg_names[k]) if op.arg_names.get(k) in op.inputs else None
+             for k in ("condition", "input", "other")]
+    if None in slots or sorted(slots) != [0, 1, 2]:  # type: ignore[type-var]
+        raise MatchFailure.declined("pnnx recorded no $condition/$input/$other operands")
+    return s.input(slots[0]), s.input(slots[1]), s.input(slots[2])  # type: ignore[arg-type]
+
+
+def _scalar_table(s: Site, blob: str) -> float | None:
+    """The value of a one-element MemoryData `blob` reads (through Splits), else None."""
+    prod = s.g.producer(s.g.above_splits(blob))
+    if prod is None or prod.type != "MemoryData" or not prod.weights or not len(prod.weights):
+        return None
+    v = prod.weights[0].array().reshape(-1)
+    return float(v[0]) if v.size == 1 else None
+
+
+# where(m, x, c) for a 0/1 mask m and c the lowest float32 (HF's `torch.finfo(dtype).min`,
+# GPT-2's eager `mask_value`): (2m - 1)·FLT_MAX is +FLT_MAX where m is 1 and -FLT_MAX where
+# it is 0 (each step exact: 2m - 1 is ±1), and min(x, +FLT_MAX) = x, min(x, -FLT_MAX) =
+# -FLT_MAX = c for every finite x; only x = ±inf or NaN could differ (torch's where passes
+# them through or replaces them, min does not)
+@rule("torch.where", "aten::where", doc="where(m, x, c) for m proven 0/1 and c = -FLT_MAX "
+      "(HF's finfo.min): min(x, (2m-1)·FLT_MAX), exact for every finite x (else declined: "
+      "ncnn has no select)", into=_MASKS)
+def where(s: Site) -> str:
+    cond, x, other = _where_operands(s)
+    why = zero_one(s, cond)
+    if why is not None:
+        raise MatchFailure.declined(f"its condition is not proven 0/1 ({why}): ncnn has no "
+                                    f"select layer (x*m + y*(1-m) is NaN where x or y is inf)")
+    c = _scalar_table(s, other)
+    if c is None or np.float32(c) != np.float32(-FLT_MAX):
+        shown = "not a one-element constant" if c is None else f"{c:g}"
+        raise MatchFailure.declined(f"its other value is {shown}, not -FLT_MAX (the lowest "
+                                    f"float32, where min(x, ±FLT_MAX) selects exactly): ncnn "
+                                    f"has no select layer")
+    h = s.binary(MUL, cond, scalar=2.0, hint="where_sign")
+    h = s.binary(SUB, h, scalar=1.0, hint="where_sign")
+    h = s.binary(MUL, h, scalar=FLT_MAX, hint="where_bound")
+    return s.binary(MIN, x, h, hint="where")
+
+
 def _shape_and_sizes(s: Site, what: str) -> tuple[tuple, list]:
     """The traced input shape of expand/repeat and its sizes as exact forms (a static param
     or shape arithmetic)."""

@@ -401,7 +401,8 @@ _NOT_EXACT = [
     ("xlogy", ("aten::xlogy",), "xlogy(0, y) is 0 even where log(y) is -inf or NaN; "
                                 "x*log(y) is NaN there"),
     ("sign_ops", ("aten::copysign", "aten::heaviside"), "ncnn has no sign-bit or select op"),
-    ("select", ("torch.where", "F.threshold", "aten::where"),
+    # (torch.where with a 0/1 mask and finfo.min: lower_masks.where)
+    ("select", ("F.threshold",),
      "ncnn has no select layer (x*mask + y*(1-mask) is NaN where x or y is inf)"),
     ("float_power", ("aten::float_power",), "computes in float64; ncnn computes in float32"),
     ("softplus", ("F.softplus",), "ncnn's Softplus has no beta/threshold (log(1+exp(x)) only)"),

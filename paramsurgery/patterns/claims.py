@@ -23,6 +23,7 @@ CLAIMS: dict[str, str] = {
     "aten::repeat": "lower", "aten::to": "lower", "torch.arange": "lower", "torch.clamp": "lower",
     "torch.eq": "lower", "torch.ge": "lower", "torch.gt": "lower", "torch.le": "lower",
     "torch.lt": "lower", "torch.narrow": "lower", "torch.ne": "lower",
+    "aten::where": "lower", "torch.where": "lower",
     # remove-passthrough
     "F.alpha_dropout": "remove-passthrough", "F.dropout": "remove-passthrough",
     "F.dropout1d": "remove-passthrough", "F.dropout2d": "remove-passthrough",

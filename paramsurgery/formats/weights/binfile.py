@@ -483,7 +483,9 @@ def attach_weights(graph: "Graph", bin_path, *, allow_trailing: bool = False,
             try:
                 reads = reads_for(layer.type, layer.params)
             except SchemaError as exc:
-                raise _err(layer, f"{exc.message} (offset {offset})", wf, unknown) from None
+                reads = _pnnx_bool_reads(layer)
+                if reads is None:
+                    raise _err(layer, f"{exc.message} (offset {offset})", wf, unknown) from None
             if reads is None:
                 unknown.append(layer)
                 layer.weights = LayerWeights((), assumed=True)
@@ -514,6 +516,29 @@ def attach_weights(graph: "Graph", bin_path, *, allow_trailing: bool = False,
 
 
 _EMPTY = LayerWeights(())
+
+# pnnx's load type for a bool tensor (`MemoryData ... 21=3`, e.g. GPT-2's eager causal
+# mask): ncnn has no such load type ("ModelBin load type 3 not implemented", load_model
+# fails), and pnnx writes its values as one byte each, padded to 4 bytes (measured on the
+# zoo's GPT-2 eager exports: the 49 bytes of a 7x7 mask, then 3 zero bytes, then the next
+# layer's float32 weights)
+PNNX_BOOL_LOAD_TYPE = 3
+
+
+def _pnnx_bool_reads(layer: "Layer") -> list[Read] | None:
+    """The bytes pnnx wrote for a bool MemoryData (read so the graph loads and
+    `fix-bool-table` can rewrite them as float32 0/1, which ncnn loads); None for any other
+    layer ncnn's load_model fails on (the error stands). Lint PS019 reports the layer."""
+    if layer.type != "MemoryData" or layer.params.get(21, 1) != PNNX_BOOL_LOAD_TYPE:
+        return None
+    dims = [layer.params.get(pid, 0) for pid in (2, 11, 1, 0)]  # c, d, h, w
+    if not all(isinstance(d, int) for d in dims):
+        return None
+    shape = tuple(d for d in dims if d)
+    count = int(np.prod(shape)) if shape else 0
+    if count <= 0:
+        return None
+    return [Read("data", count, PACKED, shape)]
 
 
 # ============================================================================ building
