@@ -528,12 +528,10 @@ PNNX_BOOL_LOAD_TYPE = 3
 def _pnnx_bool_reads(layer: "Layer") -> list[Read] | None:
     """The bytes pnnx wrote for a bool MemoryData (read so the graph loads and
     `fix-bool-table` can rewrite them as float32 0/1, which ncnn loads); None for any other
-    layer ncnn's load_model fails on (the error stands). Lint PS019 reports the layer."""
+    layer ncnn's load_model fails on (the error stands). Lint PS020 reports the layer."""
     if layer.type != "MemoryData" or layer.params.get(21, 1) != PNNX_BOOL_LOAD_TYPE:
         return None
-    dims = [layer.params.get(pid, 0) for pid in (2, 11, 1, 0)]  # c, d, h, w
-    if not all(isinstance(d, int) for d in dims):
-        return None
+    dims = [layer.params.get_int(pid, 0) for pid in (2, 11, 1, 0)]  # c, d, h, w
     shape = tuple(d for d in dims if d)
     count = int(np.prod(shape)) if shape else 0
     if count <= 0:
