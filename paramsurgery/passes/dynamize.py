@@ -179,7 +179,7 @@ class Dynamize(Pass):
         self.pair_traced = _traced.load_traced(pair_traced)
         self.inputshape = dict(inputshape or {})  # the traced input shapes (--inputshape)
         self._shapes: tuple | None = None  # (traced ShapeMap, symbolic ShapeMap), once per run
-        self._tables: dict[int, tuple] = {}  # MemoryData id -> (paired layer, axis, letter, ref)
+        self._tables: dict[int, tuple] = {}  # id -> (paired layer, None: uniform rows; axis, letter, ref)
         self._roles: dict[int, tuple] = {}  # RoPE table id -> (rope, slot, θ)
 
     # ------------------------------------------------------------------ helpers
@@ -425,6 +425,7 @@ class Dynamize(Pass):
         tables: list[Layer] = []
         masks: list[CausalMask] = []
         computed: list[tuple[Layer, str, tuple]] = []  # RoPE tables computed at run time
+        zero: list[tuple] = []  # all-zero masks folded at the traced length (dropped)
         for ss in by_layer.values():
             layer = ss[0].layer
             t = layer.type
@@ -467,14 +468,17 @@ class Dynamize(Pass):
                 if cm is not None:
                     masks.append(cm)
                     continue
+                zm = self._zero_mask(g, layer)
+                if zm is not None:
+                    zero.append(zm)
+                    continue
                 why = self._table_plan(g, layer, ss)
                 if why is not None and self._rope_table(g, layer, ss) is not None:
                     computed.append(self._rope_table(g, layer, ss))  # type: ignore[arg-type]
                     continue
                 if why is not None:
-                    raise PassRefused(f"{layer.name}: MemoryData {ss[0].pid}={ss[0].value} is a "
-                                      f"constant traced at one length (a mask or table); make it "
-                                      f"an input ({why})")
+                    raise PassRefused(self._table_refusal(g, layer, ss, why),
+                                      line=layer.source_line)
                 tables.append(layer)
             else:
                 s = ss[0]
@@ -487,6 +491,16 @@ class Dynamize(Pass):
             g.insert_splits()  # the Crops read a blob other layers read too
         for cm in masks:
             result.changes.append(rebuild(g, cm))
+        for mask, readers, splits in zero:
+            from paramsurgery.passes.learned_tables import drop_mask
+
+            names = ", ".join(r.name for r in readers)
+            result.changes.append(Change(mask.name, f"all-zero attention mask (in both exports): "
+                                         f"dropped from {names} (5=0; adding 0 before softmax "
+                                         f"changes nothing at any length)",
+                                         " ".join(mask.params.tokens()), "removed",
+                                         mask.source_line))
+            drop_mask(g, mask, readers, splits)
         for layer, ref, role in computed:
             before_line = layer.source_line
             what, before, after = computed_table(g, layer, "h", ref, role)
@@ -497,7 +511,8 @@ class Dynamize(Pass):
             extra = f", {self._fit(s.value, s.other)}" if s.other is not None else ""
             result.changes.append(Change(s.layer.name, f"{what} ({how}{extra})", s.value, new,
                                          s.layer.source_line))
-        result.modified = bool(planned) or bool(tables) or bool(masks) or bool(computed)
+        result.modified = bool(planned) or bool(tables) or bool(masks) or bool(computed) or \
+            bool(zero)
         if tables:
             self._check_tables(g, tables, result)
         return result
@@ -510,6 +525,8 @@ class Dynamize(Pass):
 
         for layer in tables:
             other, _ax, letter, _ref = self._tables[layer.id]
+            if other is None:  # a uniform table: exact at every length
+                continue
             rows = layer.params.get({v: k for k, v in RESHAPE_DIMS.items()}[letter])
             result.notes.append(f"{layer.name}: a position table of {rows} rows: the result is "
                                 f"exact for lengths up to {rows}")
@@ -566,32 +583,81 @@ class Dynamize(Pass):
                 shape[-1] == shape[-2] else -1
         return cm if self.T2 is None or side == self.T2 else None
 
+    def _zero_mask(self, g: Graph, layer: Layer) -> tuple | None:
+        """(the mask, its SDPA readers, the Splits between) when `layer` is an all-zero
+        additive mask folded at the traced length (`learned_tables.zero_masks`: BERT's padding
+        mask with nothing padded) and the pair's is all zero too (when its weights are given);
+        None otherwise."""
+        from paramsurgery.passes.learned_tables import zero_masks
+
+        self._infer_lengths()
+        if self.T is None:
+            return None
+        found = next((z for z in zero_masks(g, self.T) if z[0] is layer), None)
+        if found is None:
+            return None
+        other = self.pair.find(layer.name) if self.pair is not None else None
+        if other is not None and other.weights is not None and len(other.weights) and \
+                np.any(other.weights[0].array()):
+            return None
+        return found
+
     # ------------------------------------------------------------------ position tables
+    def _table_refusal(self, g: Graph, layer: Layer, ss: list[_Site], why: str) -> str:
+        """The refusal of a table: one read element-wise with a blob whose same axis is the
+        length (a learned position table, GPT-2's `wpe`, BERT's) names its reader and what
+        exports let it through; any other constant is to become an input."""
+        from paramsurgery.passes.learned_tables import UPSTREAM
+
+        letter = RESHAPE_DIMS.get(ss[0].pid) if len(ss) == 1 else None
+        ref = self._table_reference(g, layer, letter) if letter is not None else None
+        head = f"{layer.name}: MemoryData {ss[0].pid}={ss[0].value}"
+        if ref is None:
+            return (f"{head} is a constant traced at one length (a mask or table); make it "
+                    f"an input ({why})")
+        return (f"{head}, a table traced at one length added to {ref!r} (a position table, "
+                f"learned or interpolated), is not proven right at other lengths: {why}; "
+                f"{UPSTREAM}")
+
     def _table_plan(self, g: Graph, layer: Layer, ss: list[_Site]) -> str | None:
         """None when `layer` is a position-indexed table the pair proves extendable: one
         dim differs (longer in the pair), the traced rows equal the pair's first rows, and
         every reader (through Splits) combines it with a blob whose same axis is the length
-        (RotaryEmbed, BinaryOp); else why not."""
+        (RotaryEmbed, BinaryOp); or when its rows are all one row (BERT's token types: that
+        row, broadcast, is the table at every length; the pair's values are not needed);
+        else why not."""
+        from paramsurgery.passes.learned_tables import uniform_rows
+
         if self.pair is None:
             return "--pair gives the table at a second length"
         if len(ss) != 1 or ss[0].pid not in RESHAPE_DIMS or ss[0].other is None:
             return "more than one of its dims is length-derived"
         other = self.pair.layer(layer.name)
-        if layer.weights is None or other.weights is None or not len(layer.weights) \
-                or not len(other.weights):
-            return "the weights of both exports are needed to compare the tables (--bin)"
+        if layer.weights is None or not len(layer.weights):
+            return "its rows are needed to compare the tables (--bin)"
         s = ss[0]
         assert s.other is not None  # checked above
-        if s.other <= s.value:
-            return "the paired table is not longer"
         dims = [RESHAPE_DIMS[p] for p in (2, 11, 1, 0) if layer.params.get(p, 0) not in (0, -233)]
         letter = RESHAPE_DIMS[s.pid]
-        a = layer.weights[0].array().reshape(-1)
-        b = other.weights[0].array().reshape(-1)
         shape_a = [layer.params.get(AXIS_PARAM[d]) for d in dims]
-        shape_b = [other.params.get(AXIS_PARAM[d]) for d in dims]
-        short, other_shape = a.reshape(shape_a), b.reshape(shape_b)
         ax = dims.index(letter)
+        short = layer.weights[0].array().reshape(-1).reshape(shape_a)
+        if uniform_rows(short, ax):
+            ref = self._table_reference(g, layer, letter)
+            if ref is None:
+                return (f"no reader combines it with a blob whose {letter} is the length "
+                        f"(RotaryEmbed / BinaryOp)")
+            self._tables[layer.id] = (None, ax, letter, ref)
+            return None
+        if other.weights is None or not len(other.weights):
+            where = f" next to {self.pair_path}" if self.pair_path else " next to the pair"
+            return (f"the paired export's rows are needed to extend it: give --pair-bin "
+                    f"OTHER.bin (the pair's weights: no .bin was found{where})")
+        if s.other <= s.value:
+            return "the paired table is not longer"
+        b = other.weights[0].array().reshape(-1)
+        shape_b = [other.params.get(AXIS_PARAM[d]) for d in dims]
+        other_shape = b.reshape(shape_b)
         head = np.take(other_shape, range(s.value), axis=ax)
         if not np.array_equal(head, short):
             return "its rows are not the first rows of the paired table (not position-indexed)"
@@ -630,6 +696,19 @@ class Dynamize(Pass):
         other, ax, letter, ref = self._tables[layer.id]
         s = ss[0]
         before = " ".join(layer.params.tokens())
+        if other is None:  # uniform rows: the one row, broadcast by the readers
+            from paramsurgery.passes.learned_tables import shrink_to_row
+
+            values = layer.weights[0].array().reshape(-1)
+            dims = [RESHAPE_DIMS[p] for p in (2, 11, 1, 0)
+                    if layer.params.get(p, 0) not in (0, -233)]
+            values = values.reshape([layer.params.get(AXIS_PARAM[d]) for d in dims])
+            shrink_to_row(layer, s.pid, values, ax)
+            result.changes.append(Change(layer.name, f"uniform table (its {s.value} rows are "
+                                         f"one row): that row, broadcast over the length by "
+                                         f"its readers; exact at every length", before,
+                                         " ".join(layer.params.tokens()), layer.source_line))
+            return
         layer.set(s.pid, s.other)
         set_weights(layer, {"data": other.weights[0].array().reshape(-1).copy()})
         top = layer.outputs[0]

@@ -521,7 +521,7 @@ class ShapeDynamize:
                       readers: list[tuple[Layer, str]]) -> tuple[Layer, str, str, str]:
         """A table added (BinaryOp) to a blob whose same axis is the length: uniform rows or
         a learned table of positions (`learned_tables.py`)."""
-        from paramsurgery.passes.learned_tables import uniform_rows
+        from paramsurgery.passes.learned_tables import UPSTREAM, uniform_rows
 
         t0 = self.spec.traced_len
         reader, ref = readers[0]
@@ -547,13 +547,13 @@ class ShapeDynamize:
             raise PassRefused(f"{layer.name}: a learned position table of {t0} rows (added "
                               f"by {reader.name}) has no rows for T={t1}, the reference's "
                               f"length: give {self.fallback} (the same model traced at "
-                              f"{t1} or more: its longer table) or a reference at a length up "
-                              f"to {t0}", line=layer.source_line)
+                              f"{t1} or more: its longer table, with its .bin) or a reference "
+                              f"at a length up to {t0}, {UPSTREAM}", line=layer.source_line)
         return layer, letter, ref, "learned"
 
     def _learned(self, g: Graph, layer: Layer, letter: str, ref: str, kind: str) -> bool:
         """Rewrite one table; True when the rewrite needs the numeric check."""
-        from paramsurgery.passes.learned_tables import shrink_to_row
+        from paramsurgery.passes.learned_tables import UPSTREAM, shrink_to_row
 
         t0 = self.spec.traced_len
         before = " ".join(layer.params.tokens())
@@ -571,8 +571,8 @@ class ShapeDynamize:
         if t1 is not None and t1 > n:
             raise PassRefused(f"{layer.name}: a learned position table of {n} rows (the paired "
                               f"export's) has no rows for T={t1}, the reference's length: give "
-                              f"--pair with an export traced at {t1} or more (its longer table)",
-                              line=layer.source_line)
+                              f"--pair with an export traced at {t1} or more (its longer table), "
+                              f"{UPSTREAM}", line=layer.source_line)
         _crop_rows_to(g, layer, letter, ref)
         src = "" if rows is None else f"the paired export's {rows} rows (its first {t0} equal " \
                                       f"these), "

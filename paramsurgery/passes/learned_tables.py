@@ -28,6 +28,13 @@ from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 
+# what lets a learned position table through at every length, upstream: pnnx folds
+# `wpe(arange(T))` of a static trace into T rows; traced with a dynamic length it keeps the
+# whole table (`nn.Embedding` of the positions: an ncnn Embed over an arange), e.g. the zoo's
+# GPT-2 and BERT `inputshape2` exports
+UPSTREAM = ("or export with pnnx inputshape2= (a second input shape: pnnx then keeps the "
+            "whole table, an Embed of the positions, instead of folding the traced rows)")
+
 def zero_masks(g: Graph, traced_len: int) -> list[tuple[Layer, list[Layer], list[Layer]]]:
     """Additive attention masks pnnx folded at the traced length that are all 0 (BERT's
     padding mask when nothing is padded): (the MemoryData, the SDPA layers reading it as
