@@ -25,7 +25,7 @@ class _RenameReLUs(Pass):
     summary = "rename every ReLU (test pass)"
     tag = "renamed"
 
-    prefix: str = option("r_", help="the new names' prefix")
+    prefix: str = option(default="r_", help="the new names' prefix")
 
     def run(self, g):  # noqa: ANN001, ANN201 - the Pass interface
         result = PassResult(g, False)

@@ -6,6 +6,10 @@ otherwise, and the manager keeps the last good graph when a pass refuses or its
 postcondition fails. Passes register themselves by name so `paramsurgery passes` can list
 them.
 
+A pass is declared in one place, its class statement: `class FixPow(Pass, name="fix-pow",
+summary="...", tag="pow", repair_order=48)` registers it and makes it a frozen dataclass whose
+fields are its options (`passes/options.py`).
+
 A pass that repairs what lint finds declares it here, in its own class: `repair_order` (set:
 `paramsurgery fix` may run it, in this order), `claims(layer)` (the converter leftovers it
 rewrites; `patterns/claims.py` holds the same as data for lint's PS004, which names it as the
@@ -16,10 +20,11 @@ builds its plan from these and the findings' `fix_pass`: adding a repair is one 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Sequence, dataclass_transform
 
 from paramsurgery.core.match import MatchFailure
 from paramsurgery.core.changes import Change
@@ -27,6 +32,7 @@ from paramsurgery.core.errors import PassRefused
 from paramsurgery.core.findings import ERROR, Finding
 from paramsurgery.ir.graph import Graph
 from paramsurgery.analysis.validate import validate
+from paramsurgery.passes.options import internal, option
 
 if TYPE_CHECKING:
 
@@ -164,9 +170,33 @@ class RepairContext:
         return load_traced(self.traced)
 
 
+_UNSET: Any = object()  # a class keyword not given (None is a value: `tag=None`)
+
+
+# a declared pass is a frozen dataclass (made in `__init_subclass__`): type checkers are told so
+@dataclass_transform(frozen_default=True, field_specifiers=(option, internal, field))
 class Pass:
-    """Base class. Subclasses set `name`/`summary` and implement `run`; override `requires`
-    to refuse up front and `ensures` to add postconditions."""
+    """Base class. A pass is declared by its class statement's keywords (`name`, `summary`,
+    and any of `tag`, `repair_order`, `needs_weights`, `command`, `fix_inputs`): the class
+    is registered and made a frozen dataclass (its fields are its options). It implements
+    `run`; overrides `requires` to refuse up front and `ensures` to add postconditions."""
+
+    def __init_subclass__(cls, *, name: str = _UNSET, summary: str = _UNSET,
+                          tag: str | None = _UNSET, repair_order: int | None = _UNSET,
+                          needs_weights: bool = _UNSET, command: str | None = _UNSET,
+                          fix_inputs: "tuple[FixInput, ...]" = _UNSET, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        given = {"name": name, "summary": summary, "tag": tag, "repair_order": repair_order,
+                 "needs_weights": needs_weights, "command": command, "fix_inputs": fix_inputs}
+        for key, value in given.items():
+            if value is not _UNSET:
+                setattr(cls, key, value)
+        if name is _UNSET:
+            return  # an abstract base, or a pass declared the long way (`@register`)
+        # a pass that still builds itself in its own __init__ is not a dataclass yet
+        if "__init__" not in cls.__dict__:
+            dataclasses.dataclass(frozen=True)(cls)
+        register(cls)
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""

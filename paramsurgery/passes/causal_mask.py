@@ -30,7 +30,7 @@ from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
-from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.base import Pass, PassResult
 from paramsurgery.patterns.match import readers_through_splits
 
 MASK_FLOOR = -1e4  # a masked score: at most this (HF: finfo.min; older code -1e4, -inf)
@@ -199,15 +199,10 @@ def square_constants(g: Graph) -> list[Layer]:
     return out
 
 
-@register
-@dataclass(frozen=True)
-class CausalMaskPass(Pass):
-    name = "causal-mask"
-    summary = ("a causal mask pnnx folded at the traced length (MemoryData, 0 on/below the "
-               "diagonal, one large negative value above) → the mask built from the reading "
-               "SDPA's run-time query/key lengths (needs --bin)")
-    tag = "causalmask"
-
+class CausalMaskPass(Pass, name="causal-mask", tag="causalmask",
+                     summary="a causal mask pnnx folded at the traced length (MemoryData, 0 on/below the "
+                             "diagonal, one large negative value above) → the mask built from the reading "
+                             "SDPA's run-time query/key lengths (needs --bin)"):
     def run(self, g: Graph) -> PassResult:
         result = PassResult(g, False)
         proven = []

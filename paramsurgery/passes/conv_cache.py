@@ -47,7 +47,7 @@ from paramsurgery.ir.layer import Layer
 from paramsurgery.analysis.timeflow import (ConvStage, DeconvStage, TimeBlob, TimeFlow,
                                             infer_layouts, value_of)
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.base import Pass, PassResult
 
 MANIFEST_FORMAT = "paramsurgery-streaming"
 MANIFEST_VERSION = 1
@@ -88,12 +88,9 @@ def parse_time_axis(spec: str | int | Mapping[str, Any] | None,
     return {b: one(spec) for b in inputs}
 
 
-@register
-class AddConvCache(Pass):
-    name = "add-conv-cache"
-    summary = ("streaming conv state: causal Conv1D / transposed-conv state blobs, in-graph "
-               "update, start graph and host manifest")
-
+class AddConvCache(Pass, name="add-conv-cache",
+                   summary="streaming conv state: causal Conv1D / transposed-conv state blobs, in-graph "
+                           "update, start graph and host manifest"):
     def __init__(self, time_axis: str | int | Mapping[str, Any] | None = None, *,
                  inputshape: Mapping[str, tuple] | None = None) -> None:
         self.time_axis = time_axis

@@ -36,7 +36,7 @@ from paramsurgery.core.values import Kind, int_list
 from paramsurgery.formats import pnnx_traced as _traced
 from paramsurgery.passes.causal_mask import CausalMask, memory_shape, prove_causal, rebuild
 from paramsurgery.passes.dynamize_shapes import computed_table, int_params
-from paramsurgery.passes.base import (TRACED_LEN, FixInput, Pass, PassResult, RepairContext, register)
+from paramsurgery.passes.base import (TRACED_LEN, FixInput, Pass, PassResult, RepairContext)
 from paramsurgery.core.changes import Change
 from paramsurgery.analysis.shapes import infer_shapes
 
@@ -72,12 +72,8 @@ def _crop_index(layer: Layer, s: _Site) -> int:
     return s.index
 
 
-@register
-class Dynamize(Pass):
-    name = "dynamize"
-    summary = "rewrite a traced length baked into Crop/Reshape/Gemm params into relative forms"
-    repair_order = 60
-
+class Dynamize(Pass, name="dynamize", repair_order=60,
+               summary="rewrite a traced length baked into Crop/Reshape/Gemm params into relative forms"):
     fix_inputs = (
         TRACED_LEN,
         FixInput("--pair", "the same model exported at another length: proves what one "

@@ -29,7 +29,7 @@ from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.base import Pass, PassResult
 from paramsurgery.analysis.validate import validate
 
 if TYPE_CHECKING:
@@ -165,11 +165,8 @@ def inputs_for_cut(g: Graph, blobs: Sequence[str], *, name: Callable[[str], str]
     return added
 
 
-@register
-class Extract(Pass):
-    name = "extract"
-    summary = "cut the subgraph computing some blobs from others, with exactly its weights"
-
+class Extract(Pass, name="extract",
+              summary="cut the subgraph computing some blobs from others, with exactly its weights"):
     def __init__(self, inputs: Sequence[str] | str | None, outputs: Sequence[str] | str) -> None:
         self.inputs = _split_names(inputs)
         self.outputs = _split_names(outputs) or []

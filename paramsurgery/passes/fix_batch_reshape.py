@@ -22,17 +22,13 @@ from __future__ import annotations
 
 from paramsurgery.ir.graph import Graph
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.base import Pass, PassResult
 from paramsurgery.core.match import Match, MatchFailure
 from paramsurgery.patterns.batch_reshape import DIM_PARAMS, NOT_A_CANDIDATE, match_pair
 
-@register
-class FixBatchReshape(Pass):
-    name = "fix-batch-reshape"
-    summary = "a Reshape pair that drops a 1-D tensor's elements into ncnn's batch axis " \
-              "(0=1 1=1 + 12=k 13=233 0n) -> one Reshape"
-    repair_order = 45
-
+class FixBatchReshape(Pass, name="fix-batch-reshape", repair_order=45,
+                      summary="a Reshape pair that drops a 1-D tensor's elements into ncnn's batch axis "
+                              "(0=1 1=1 + 12=k 13=233 0n) -> one Reshape"):
     def run(self, g: Graph) -> PassResult:
         result = PassResult(g, False)
         todo: list[Match] = []

@@ -15,33 +15,27 @@ element-count mismatch is refused naming the layer. The traced shapes come from 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.formats.pnnx_param import find_pnnx_param
-from paramsurgery.passes.base import Pass, PassResult, RepairContext, register
+from paramsurgery.passes.base import Pass, PassResult, RepairContext
 from paramsurgery.passes.options import internal, option
 from paramsurgery.patterns.lossy_reshape import find_lossy_reshapes, traced_inputshape
 
 RESHAPE_AXES = {0: "w", 1: "h", 11: "d", 2: "c"}
 
 
-@register
-@dataclass(frozen=True)
-class FixLossyReshape(Pass):
-    name = "fix-lossy-reshape"
-    summary = ("a static Reshape that drops elements at the traced shapes (pnnx's broadcast "
-               "helper with 1 for a dynamic dim) -> that dim inferred (-1)")
-    tag = "reshape"
-    repair_order = 46
-
+class FixLossyReshape(Pass, name="fix-lossy-reshape", tag="reshape", repair_order=46,
+                      summary="a static Reshape that drops elements at the traced shapes (pnnx's broadcast "
+                              "helper with 1 for a dynamic dim) -> that dim inferred (-1)"):
     traced: str | os.PathLike | None = option(
-        None, flag="--pnnx", metavar="PNNX_PARAM", beside_input=find_pnnx_param,
+        default=None, flag="--pnnx", metavar="PNNX_PARAM", beside_input=find_pnnx_param,
         help="pnnx's X.pnnx.param (default: next to the input; its X_ncnn.py gives the traced "
              "input shapes)")
-    inputshape: dict[str, tuple[int, ...]] | None = internal()  # the traced shapes, when known
+    # the traced shapes, when known
+    inputshape: dict[str, tuple[int, ...]] | None = internal(default=None)
 
     @classmethod
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "FixLossyReshape | None":

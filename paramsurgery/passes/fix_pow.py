@@ -14,24 +14,17 @@ can only be ≥ 0 (ReLU, Sigmoid, Exp, ...) is left alone (ncnn's pow is right t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from paramsurgery.core.match import MatchFailure
 from paramsurgery.core.changes import Change
 from paramsurgery.ir.graph import Graph
-from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.base import Pass, PassResult
 from paramsurgery.patterns.pow_scalar import find_scalar_pows, integer_exponent
 
 
-@register
-@dataclass(frozen=True)
-class FixPow(Pass):
-    name = "fix-pow"
-    summary = ("BinaryOp pow by a scalar integer (ncnn: exp(n·log x), wrong for x < 0) -> "
-               "UnaryOp square + BinaryOp mul")
-    tag = "pow"
-    repair_order = 48
-
+class FixPow(Pass, name="fix-pow", tag="pow", repair_order=48,
+             summary="BinaryOp pow by a scalar integer (ncnn: exp(n·log x), wrong for x < 0) -> UnaryOp "
+                     "square + BinaryOp mul"):
     def run(self, g: Graph) -> PassResult:
         result = PassResult(g, False)
         sites = find_scalar_pows(g)

@@ -36,7 +36,7 @@ from paramsurgery.ir.layer import Layer
 from paramsurgery.core.values import Floats
 from paramsurgery.formats import pnnx_traced as _traced
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, RepairContext, keep_or_refuse, register
+from paramsurgery.passes.base import Pass, PassResult, RepairContext, keep_or_refuse
 from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
 R = ReductionOpType
@@ -72,14 +72,9 @@ def batch_concat(g: Graph, layer: Layer) -> Layer | None:
     return None
 
 
-@register
-class FixReduction(Pass):
-    name = "fix-reduction"
-    summary = ("stack + Reduction with dropped axes (Concat 0=-233, -23303=0) → element-wise "
-               "sum/mean; identity Reductions bypassed when traced shapes prove it")
-    repair_order = 50
-    tag = "fixred"
-
+class FixReduction(Pass, name="fix-reduction", repair_order=50, tag="fixred",
+                   summary="stack + Reduction with dropped axes (Concat 0=-233, -23303=0) → element-wise "
+                           "sum/mean; identity Reductions bypassed when traced shapes prove it"):
     @classmethod
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "FixReduction | None":
         return cls(traced=ctx.traced_ops) if asked else None

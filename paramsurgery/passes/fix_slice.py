@@ -32,7 +32,7 @@ from paramsurgery.ir.layer import Layer
 from paramsurgery.core.values import Ints
 from paramsurgery.formats import pnnx_traced as _traced
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, RepairContext, keep_or_refuse, register
+from paramsurgery.passes.base import Pass, PassResult, RepairContext, keep_or_refuse
 from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
 KIND_OPS = {"unbind": ("torch.unbind", "Tensor.unbind"), "chunk": ("torch.chunk", "Tensor.chunk"),
@@ -64,12 +64,8 @@ def needs_fix(layer: Layer) -> str | None:
     return None
 
 
-@register
-class FixSlice(Pass):
-    name = "fix-slice"
-    summary = "parameterless Slice / raw torch.unbind / batch-axis Slice → valid Slice (+ Reshape)"
-    repair_order = 40
-
+class FixSlice(Pass, name="fix-slice", repair_order=40,
+               summary="parameterless Slice / raw torch.unbind / batch-axis Slice → valid Slice (+ Reshape)"):
     @classmethod
     def claims(cls, layer: Layer) -> bool:
         return needs_fix(layer) is not None  # a raw torch.unbind

@@ -14,31 +14,25 @@ weights (`--bin`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import numpy as np
 
 from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.formats.weights import set_weights
 from paramsurgery.ir.graph import Graph
-from paramsurgery.passes.base import Pass, PassResult, RepairContext, register
+from paramsurgery.passes.base import Pass, PassResult, RepairContext
 from paramsurgery.passes.options import internal
 from paramsurgery.patterns.match import above_splits
 from paramsurgery.patterns.tied_linear import find_tied_linears
 
 
-@register
-@dataclass(frozen=True)
-class FixTiedLinear(Pass):
-    name = "fix-tied-linear"
-    summary = ("a tied Linear pnnx wrote as InnerProduct(table) + BinaryOp(hidden) -> one "
-               "InnerProduct of the hidden states with the table as weight (needs --bin)")
-    tag = "tied"
-    repair_order = 47
+class FixTiedLinear(Pass, name="fix-tied-linear", tag="tied", repair_order=47,
+                    summary="a tied Linear pnnx wrote as InnerProduct(table) + BinaryOp(hidden) -> one "
+                            "InnerProduct of the hidden states with the table as weight (needs --bin)"):
     # the layers only, no weights written: for an export `fix` repairs only to compare it
     # with its input (a `--pair` given without its .bin: its weights are never written, and
     # the rewrite's params do not depend on them)
-    structure_only: bool = internal(False)
+    structure_only: bool = internal(default=False)
 
     @classmethod
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "FixTiedLinear | None":

@@ -28,7 +28,7 @@ from paramsurgery.formats.io import save
 from paramsurgery.formats.weights import set_weights
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
-from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.base import Pass, PassResult
 from paramsurgery.runtime.child import RunOptions, run_isolated
 
 LAYOUT_TYPES = ("Reshape", "Permute", "ExpandDims", "Squeeze", "Flatten")
@@ -42,14 +42,9 @@ class _Chain:
     end: str  # the blob the last layout layer writes
 
 
-@register
-@dataclass(frozen=True)
-class FoldConstantLayout(Pass):
-    name = "fold-constant-layout"
-    summary = ("MemoryData → Reshape/Permute/ExpandDims/Squeeze/Flatten chain → one MemoryData "
-               "with the values ncnn computes for it (needs --bin)")
-    tag = "foldconst"
-
+class FoldConstantLayout(Pass, name="fold-constant-layout", tag="foldconst",
+                         summary="MemoryData → Reshape/Permute/ExpandDims/Squeeze/Flatten chain → one "
+                                 "MemoryData with the values ncnn computes for it (needs --bin)"):
     def run(self, g: Graph) -> PassResult:
         result = PassResult(g, False)
         chains = _chains(g, result)

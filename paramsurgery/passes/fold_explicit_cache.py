@@ -24,7 +24,7 @@ from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.base import Pass, PassResult
 from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
 SEQ_AXES = (1, -2)  # SDPA k/v are [w=D, h=seq, c=heads]: seq is axis 1 of 3
@@ -46,11 +46,8 @@ class FoldedCache:
     cur_v: str
 
 
-@register
-class FoldExplicitCache(Pass):
-    name = "fold-explicit-cache"
-    summary = "fold Concat(past, current) k/v caches into SDPA's native kv cache (7=1)"
-
+class FoldExplicitCache(Pass, name="fold-explicit-cache",
+                        summary="fold Concat(past, current) k/v caches into SDPA's native kv cache (7=1)"):
     def _side(self, g: Graph, sdpa: Layer, slot: int) -> Match:
         """Match the explicit cache on SDPA bottom `slot` (1 = k, 2 = v)."""
         blob = sdpa.inputs[slot]

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Mapping
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, check_selection, register
+from paramsurgery.passes.base import Pass, PassResult, check_selection
 from paramsurgery.core.match import MatchFailure
 from paramsurgery.patterns.match import above_splits, readers_through_splits
 from paramsurgery.analysis.shape_expr import int_or_none, reshape_dims
@@ -134,13 +134,10 @@ def kv_layout(g: Graph, blob: str, shapes: "ShapeMap | None" = None) -> tuple[in
 _BLOB_REF = re.compile(r"(?<![\w.])(\d+)([whdcn])")
 
 
-@register
-class FoldGQA(Pass):
-    name = "fold-gqa"
-    summary = ("remove the K/V head expansion (ExpandDims+Tile+Reshape, repeat_kv leftovers, "
-               "stack) before SDPA: SDPA does grouped-query attention natively")
-    repair_order = 10  # the repeat_kv leftovers go before lower sees them
-
+# repair_order: the repeat_kv leftovers go before lower sees them
+class FoldGQA(Pass, name="fold-gqa", repair_order=10,
+              summary="remove the K/V head expansion (ExpandDims+Tile+Reshape, repeat_kv leftovers, stack) "
+                      "before SDPA: SDPA does grouped-query attention natively"):
     def __init__(self, only: list[str] | None = None, skip: list[str] | None = None, *,
                  inputshape: "Mapping[str, tuple] | None" = None) -> None:
         self.only = set(only or ())

@@ -51,7 +51,7 @@ from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.base import Pass, PassResult
 from paramsurgery.core.match import MatchFailure
 from paramsurgery.patterns.match import chain_up
 from paramsurgery.analysis.shape_expr import int_or_none, reshape_dims
@@ -143,12 +143,9 @@ def _dims_params(dims: list) -> dict:
     return dict(zip(keys, dims))
 
 
-@register
-class FuseCodebooks(Pass):
-    name = "fuse-codebooks"
-    summary = ("N Embeds (one id input each) whose rows are summed -> one Embed over the "
-               "concatenated tables, offsets added by the caller (or split outputs)")
-
+class FuseCodebooks(Pass, name="fuse-codebooks",
+                    summary="N Embeds (one id input each) whose rows are summed -> one Embed over the "
+                            "concatenated tables, offsets added by the caller (or split outputs)"):
     def __init__(self, mode: str = "sum", embeds: Sequence[str] | str | None = None,
                  input_name: str | None = None, name: str | None = None, *,
                  inputshape: Mapping[str, tuple] | None = None) -> None:

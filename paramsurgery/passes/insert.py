@@ -31,7 +31,7 @@ from paramsurgery.ir.layer import Layer, _check_token
 from paramsurgery.core.layer_types import NCNN_LAYER_TYPES, is_ncnn_layer
 from paramsurgery.ir.params import Params
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.base import Pass, PassResult
 from paramsurgery.passes.set_param import apply_params, check_loads
 
 
@@ -43,11 +43,8 @@ def parse_target(text: str) -> tuple[str, int]:
     return text, 0
 
 
-@register
-class InsertLayer(Pass):
-    name = "insert"
-    summary = "insert a 1 -> 1 layer before a layer's bottom or after its top"
-
+class InsertLayer(Pass, name="insert",
+                  summary="insert a 1 -> 1 layer before a layer's bottom or after its top"):
     def __init__(self, layer_type: str, layer_name: str, *, before: Sequence[str] = (),
                  after: Sequence[str] = (), assignments: Sequence[str] = (),
                  force: bool = False) -> None:

@@ -25,7 +25,7 @@ from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer, _check_token
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.base import Pass, PassResult
 from paramsurgery.passes.kvcache import NAMINGS, cache_slots
 
 
@@ -43,11 +43,8 @@ def kv_cache_inputs(g: Graph) -> list[str]:
 
 # ============================================================================ merge-inputs
 
-@register
-class MergeInputs(Pass):
-    name = "merge-inputs"
-    summary = "merge graph inputs (e.g. per-layer kv-cache Inputs) into one multi-top Input"
-
+class MergeInputs(Pass, name="merge-inputs",
+                  summary="merge graph inputs (e.g. per-layer kv-cache Inputs) into one multi-top Input"):
     def __init__(self, inputs: Sequence[str] | None = None, *, layer_name: str = "kv_cache",
                  kv_cache: bool = False) -> None:
         if inputs is None and not kv_cache:
@@ -133,11 +130,8 @@ def _before(g: Graph, layer: Layer) -> list[Layer]:
 
 # ============================================================================ rename-blobs
 
-@register
-class RenameBlobs(Pass):
-    name = "rename-blobs"
-    summary = "rename blobs (explicit OLD=NEW, or every kv-cache blob to a naming convention)"
-
+class RenameBlobs(Pass, name="rename-blobs",
+                  summary="rename blobs (explicit OLD=NEW, or every kv-cache blob to a naming convention)"):
     def __init__(self, renames: Mapping[str, str] | Sequence[str] = (), *,
                  cache_naming: str | None = None) -> None:
         if cache_naming is not None and cache_naming not in NAMINGS:

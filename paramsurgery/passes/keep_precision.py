@@ -28,14 +28,13 @@ int8 has no mask here: ncnn's bit 3 masks the int8 storage options of the Vulkan
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from paramsurgery.core.match import MatchFailure
 from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
-from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.base import Pass, PassResult
 from paramsurgery.passes.options import option
 
 if TYPE_CHECKING:
@@ -61,21 +60,16 @@ def mask_for(mode: str) -> int:
                           f"(modes: {', '.join(MODE_BITS)})") from None
 
 
-@register
-@dataclass(frozen=True)
-class KeepPrecision(Pass):
-    name = "keep-precision"
-    summary = ("keep named layers in fp32 under fp16/bf16 options: the `31=` feature-mask "
-               "bits OR-ed in (what the masks buy: paramsurgery precision)")
-    tag = "keepprec"
-
+class KeepPrecision(Pass, name="keep-precision", tag="keepprec",
+                    summary="keep named layers in fp32 under fp16/bf16 options: the `31=` feature-mask "
+                            "bits OR-ed in (what the masks buy: paramsurgery precision)"):
     # names (the command line) or layer ids (the precision search: pnnx writes some layer
     # names twice, e.g. two `splitncnn_0`)
-    layers: tuple[str | int, ...] = option((), flag="--layer", metavar="NAME", repeat=True,
+    layers: tuple[str | int, ...] = option(default=(), flag="--layer", metavar="NAME", repeat=True,
                                            required=True,
                                            help="a layer to keep in full precision "
                                                 "(repeatable)")
-    mode: str = option("fp16", choices=tuple(sorted(MODE_BITS)),
+    mode: str = option(default="fp16", choices=tuple(sorted(MODE_BITS)),
                        help="the reduced precision to keep it out of (default fp16)")
 
     def __post_init__(self) -> None:

@@ -37,7 +37,7 @@ from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, check_selection, register
+from paramsurgery.passes.base import Pass, PassResult, check_selection
 from paramsurgery.passes.kvcache_positions import check_chains, key_chains, position_chains, widen
 from paramsurgery.patterns.match import InputAncestry, readers_through_splits
 from paramsurgery.core.match import Match, MatchFailure, fail, matched
@@ -171,11 +171,8 @@ def widen_mask_crop(g: Graph, mc: MaskCrop, cache: str) -> Change:
                   f"3 bottoms (+{cache}), 20={PAST_AND_KEY}", crop.source_line)
 
 
-@register
-class AddKVCache(Pass):
-    name = "add-kvcache"
-    summary = "add ncnn's native kv cache to SDPA / MultiHeadAttention layers (7=1)"
-
+class AddKVCache(Pass, name="add-kvcache",
+                 summary="add ncnn's native kv cache to SDPA / MultiHeadAttention layers (7=1)"):
     def __init__(self, naming: str = "ncnn-docs", split_inputs: bool = False,
                  only: Sequence[str] = (), skip: Sequence[str] = (),
                  dynamic_gemm: bool = False, input_name: str | None = None) -> None:

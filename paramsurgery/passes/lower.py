@@ -35,7 +35,7 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.layer_types import is_converter_leftover
 from paramsurgery.passes.shared_tables import share_added_tables
-from paramsurgery.passes.base import TRACED_LEN, Pass, PassResult, RepairContext, register
+from paramsurgery.passes.base import TRACED_LEN, Pass, PassResult, RepairContext
 from paramsurgery.core.changes import Change
 from paramsurgery.core.match import MatchFailure
 from paramsurgery.passes.lowering import Rule, Rules, Site, BASE_RULES
@@ -64,13 +64,9 @@ def __getattr__(name: str) -> Rules:  # `from paramsurgery.passes.lower import R
 
 # ============================================================================ the pass
 
-@register
-class Lower(Pass):
-    name = "lower"
-    summary = "rewrite pnnx leftovers with an exact ncnn equivalent (addcmul, lerp, frac, " \
-              "clamp_min, softsign, narrow, ...) into ncnn layers"
-    repair_order = 20
-
+class Lower(Pass, name="lower", repair_order=20,
+            summary="rewrite pnnx leftovers with an exact ncnn equivalent (addcmul, lerp, frac, clamp_min, "
+                    "softsign, narrow, ...) into ncnn layers"):
     @classmethod
     def claims(cls, layer: Layer) -> bool:
         r = default_rules().for_type(layer.type)

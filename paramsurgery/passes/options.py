@@ -5,11 +5,13 @@ pass) or gives it when the flag is absent (`beside_input`: a file found next to 
 The command line is built from these fields in `commands/_pass_commands.py`; no pass
 imports argparse.
 
-    @register
-    @dataclass(frozen=True)
-    class KeepPrecision(Pass):
-        layers: tuple[str | int, ...] = option((), flag="--layer", help="a layer to keep")
-        mode: str = option("fp16", help="...", choices=("fp16", "bf16"))
+    class KeepPrecision(Pass, name="keep-precision", summary="...", tag="keepprec"):
+        layers: tuple[str | int, ...] = option(default=(), flag="--layer", help="a layer to keep")
+        mode: str = option(default="fp16", help="...", choices=("fp16", "bf16"))
+
+The class statement declares the pass (`Pass.__init_subclass__` registers it and makes it a
+frozen dataclass). A default is given as `default=`: type checkers read a field's default
+from that keyword only (PEP 681), so a positional one would make the field look required.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class Option:
     beside_input: Callable[[str], Any] | None = None  # the input path -> the default value
 
 
-def option(default: Any = dataclasses.MISSING, *, help: str, **how: Any) -> Any:
+def option(*, default: Any = dataclasses.MISSING, help: str, **how: Any) -> Any:
     """A pass option: a dataclass field with its command-line form (see `Option`)."""
     meta = {OPTION: Option(help, **how)}
     if isinstance(default, (list, dict, set)):
@@ -45,7 +47,7 @@ def option(default: Any = dataclasses.MISSING, *, help: str, **how: Any) -> Any:
     return dataclasses.field(default=default, metadata=meta)
 
 
-def internal(default: Any = None) -> Any:
+def internal(*, default: Any = None) -> Any:
     """A field that is not a flag: given by the Python API or `fix` (its `for_fix`)."""
     return dataclasses.field(default=default)
 

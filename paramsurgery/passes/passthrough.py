@@ -34,7 +34,7 @@ from paramsurgery.ir.layer import Layer
 from paramsurgery.formats.pnnx_param import Op, PnnxGraph
 from paramsurgery.core.layer_types import is_converter_leftover
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, RepairContext, register
+from paramsurgery.passes.base import Pass, PassResult, RepairContext
 from paramsurgery.core.match import MatchFailure
 
 CAST_TYPES = ("Tensor.to", "Tensor.type", "Tensor.float", "Tensor.double", "Tensor.half",
@@ -177,13 +177,9 @@ CHECKS: dict[str, Callable[[_Ctx, Layer], str]] = {
 LEFTOVERS = tuple(t for t in CHECKS if is_converter_leftover(t))
 
 
-@register
-class RemovePassthrough(Pass):
-    name = "remove-passthrough"
-    summary = "bypass layers that pass data through unchanged (no-op casts, clone, Identity, " \
-              "Noop, Dropout, 1-top Split)"
-    repair_order = 30
-
+class RemovePassthrough(Pass, name="remove-passthrough", repair_order=30,
+                        summary="bypass layers that pass data through unchanged (no-op casts, clone, "
+                                "Identity, Noop, Dropout, 1-top Split)"):
     @classmethod
     def claims(cls, layer: Layer) -> bool:
         return layer.type in LEFTOVERS

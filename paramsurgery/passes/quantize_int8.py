@@ -42,7 +42,7 @@ from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import ParamSurgeryError, PassRefused
 from paramsurgery.formats.weights import set_weights
 from paramsurgery.ir.graph import Graph
-from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.base import Pass, PassResult
 from paramsurgery.passes.options import internal, option
 
 if TYPE_CHECKING:
@@ -168,24 +168,17 @@ class Int8Table:
         return "\n".join(lines) + "\n"
 
 
-@register
-@dataclass(frozen=True)
-class QuantizeInt8(Pass):
-    name = "quantize-int8"
-    summary = ("int8 weights and scales from an ncnn2table-format table (Convolution, "
-               "ConvolutionDepthWise, InnerProduct; Gemm, Embed, RNN, LSTM, GRU, "
-               "MultiHeadAttention and SDPA weight-only), as ncnn2int8")
-    tag = "int8"
-
-    needs_weights = True
-
-    table: Int8Table = option(None, metavar="TABLE", required=True, load=Int8Table.read,
+class QuantizeInt8(Pass, name="quantize-int8", tag="int8", needs_weights=True,
+                   summary="int8 weights and scales from an ncnn2table-format table (Convolution, "
+                           "ConvolutionDepthWise, InnerProduct; Gemm, Embed, RNN, LSTM, GRU, "
+                           "MultiHeadAttention and SDPA weight-only), as ncnn2int8"):
+    table: Int8Table = option(default=None, metavar="TABLE", required=True, load=Int8Table.read,
                               help="the calibration table (ncnn2table's format; `paramsurgery "
                                    "quantize --save-table` writes one)")
-    keep: frozenset[str] = option(frozenset(), metavar="NAME", repeat=True,
+    keep: frozenset[str] = option(default=frozenset(), metavar="NAME", repeat=True,
                                   help="a layer to leave in fp32 (repeatable)")
-    types: tuple[str, ...] = internal(INT8_TYPES)
-    requantize: bool = option(True, negate=True,
+    types: tuple[str, ...] = internal(default=INT8_TYPES)
+    requantize: bool = option(default=True, negate=True,
                               help="do not fuse requantization between int8 convolutions")
 
     def __post_init__(self) -> None:

@@ -5,28 +5,23 @@ rewritten (non-overlapping); rounds repeat while a round changed something, at m
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.core.match import Explain, MatchFailure
 from paramsurgery.formats.weights.schema import reads_for
 from paramsurgery.ir.graph import Graph
-from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.base import Pass, PassResult
 from paramsurgery.patterns.match import readers_through_splits
 from paramsurgery.patterns.pattern import Binding, find_matches
 from paramsurgery.patterns.rule_file import RewriteRule
 from paramsurgery.patterns.splits import resplit
 
 
-@register
-@dataclass
-class Rewrite(Pass):
-    name = "rewrite"
-    summary = "apply rewrite rules written in the .param format (a pattern and its replacement)"
-
-    rules: list[RewriteRule] = field(default_factory=list)
+class Rewrite(Pass, name="rewrite",
+              summary="apply rewrite rules written in the .param format (a pattern and its replacement)"):
+    rules: Sequence[RewriteRule] = ()
     max_rounds: int = 8
 
     def requires(self, g: Graph) -> None:

@@ -39,7 +39,7 @@ from paramsurgery.core.layer_types import is_ncnn_layer
 from paramsurgery.core.values import (ARRAY_KEY_BASE, Float, Floats, Int, Ints, Kind, Str, Value, ValueError_,
                                       parse_value, pnnx_float)
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.base import Pass, PassResult
 
 
 # ============================================================================ assignments
@@ -266,11 +266,9 @@ def _fmt_reads(reads: str | Sequence[tuple[str, int, str]] | None) -> str:
 
 # ============================================================================ the pass
 
-@register
-class SetParam(Pass):
-    name = "set-param"
-    summary = "typed param overrides on layers picked by name or type (checked by ncnn's load_param)"
-
+class SetParam(Pass, name="set-param",
+               summary="typed param overrides on layers picked by name or type (checked by ncnn's "
+                       "load_param)"):
     def __init__(self, assignments: Sequence[str] = (), *, layers: Sequence[str] = (),
                  types: Sequence[str] = (), unset: Sequence[str] = (),
                  where: Sequence[str] = (), force: bool = False) -> None:
