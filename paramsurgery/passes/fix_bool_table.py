@@ -14,8 +14,6 @@ other lengths is dynamize's question). Needs the weights (`--bin`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from paramsurgery.core.changes import Change
@@ -23,19 +21,13 @@ from paramsurgery.core.errors import PassRefused
 from paramsurgery.formats.weights import set_weights
 from paramsurgery.formats.weights.binfile import PNNX_BOOL_LOAD_TYPE
 from paramsurgery.ir.graph import Graph
-from paramsurgery.passes.base import Pass, PassResult, register
+from paramsurgery.passes.base import Pass, PassResult
 
 
-@register
-@dataclass(frozen=True)
-class FixBoolTable(Pass):
-    name = "fix-bool-table"
-    summary = ("a MemoryData with pnnx's bool load type (21=3, one byte per value, which ncnn "
-               "cannot load) -> float32 0/1 (needs --bin)")
-    tag = "booltable"
-    repair_order = 5  # first: nothing else can read the table's values before
-    needs_weights = True
-
+# repair_order 5, the first: nothing else can read the table's values before
+class FixBoolTable(Pass, name="fix-bool-table", tag="booltable", repair_order=5, needs_weights=True,
+                   summary="a MemoryData with pnnx's bool load type (21=3, one byte per value, which ncnn "
+                           "cannot load) -> float32 0/1 (needs --bin)"):
     def run(self, g: Graph) -> PassResult:
         result = PassResult(g, False)
         sites = [layer for layer in g if layer.type == "MemoryData"

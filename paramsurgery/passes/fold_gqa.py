@@ -134,7 +134,7 @@ def kv_layout(g: Graph, blob: str, shapes: "ShapeMap | None" = None) -> tuple[in
 _BLOB_REF = re.compile(r"(?<![\w.])(\d+)([whdcn])")
 
 
-# repair_order: the repeat_kv leftovers go before lower sees them
+# repair_order 10: the repeat_kv leftovers go before lower sees them
 class FoldGQA(Pass, name="fold-gqa", repair_order=10,
               summary="remove the K/V head expansion (ExpandDims+Tile+Reshape, repeat_kv leftovers, stack) "
                       "before SDPA: SDPA does grouped-query attention natively"):
