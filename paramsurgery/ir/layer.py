@@ -10,12 +10,38 @@ without a copy); rewiring goes through `Graph`, which replaces them, so the blob
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, TypeVar
 
 from paramsurgery.ir.params import Params
 
 if TYPE_CHECKING:
     from paramsurgery.ir.graph import Graph
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class _Getter(Protocol[T_co]):
+    """What type checkers see of a read-only slot behind a C-level getter."""
+
+    def __get__(self, obj: Any, owner: Any = None) -> T_co: ...
+
+
+class _Token(Protocol):
+    """What type checkers see of the type and the name: read as a str, set as a str."""
+
+    def __get__(self, obj: Any, owner: Any = None) -> str: ...
+
+    def __set__(self, obj: Any, value: str) -> None: ...
+
+
+def _token(slot: str, what: str) -> _Token:
+    """A layer's type or name: its slot, set through `Layer._set_token` (`what` names it in
+    the error for a bad token)."""
+    def set_token(self: "Layer", value: str) -> None:
+        self._set_token(slot, value, what)
+
+    return property(attrgetter(slot), set_token)  # type: ignore[return-value]
 
 
 class Layer:
@@ -57,21 +83,13 @@ class Layer:
         return self._meta.get(key, default) if self._meta else default
 
     # ------------------------------------------------------------------ identity
-    @property
-    def type(self) -> str:
-        return self._type
-
-    @type.setter
-    def type(self, value: str) -> None:
-        self._set_token("_type", value, "layer type")
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @name.setter
-    def name(self, value: str) -> None:
-        self._set_token("_name", value, "layer name")
+    # type and name: read as the slot itself (a C-level getter, cheaper than a property
+    # function on the hot paths of load and lint), set through `_set_token` (checked, and
+    # re-indexed in the graph); bottoms and tops are read-only here (rewired by Graph)
+    type = _token("_type", "layer type")
+    name = _token("_name", "layer name")
+    inputs: "_Getter[tuple[str, ...]]" = property(attrgetter("_inputs"))  # type: ignore[assignment]
+    outputs: "_Getter[tuple[str, ...]]" = property(attrgetter("_outputs"))  # type: ignore[assignment]
 
     def _set_token(self, field: str, value: str, what: str) -> None:
         """Set the type or the name; the graph (when attached) re-indexes the layer first."""
@@ -82,14 +100,6 @@ class Layer:
                 reindex(self, value)
             setattr(self, field, value)
             self._mark_edited()
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return self._outputs
 
     # ------------------------------------------------------------------ state
     @property
