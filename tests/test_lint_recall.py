@@ -43,8 +43,6 @@ OUTPUT_ONLY = {
     ("causal-pad-from-shape", "static"): "a static export is right at its traced shape; only "
     "the reference run at another length shows the output is short (PS403 names out0; the "
     "frozen Padding is the layer before it)",
-    ("one-d-through-batch-axis", "bug"): "ncnn's Reshape fails only when the graph runs "
-    "(extract returns -1); PS404 names the run, not the Reshape",
 }
 
 # the torch construct each PS004 finding must name
@@ -112,6 +110,18 @@ def test_leftover_findings_name_the_torch_construct(case):
         [f.message for f in fs]
     if case == "repeat-kv-expand":
         assert all(f.fix == "paramsurgery fold-gqa" for f in fs)
+
+
+@pytest.mark.parametrize("case,layer", [("one-d-through-batch-axis", "slice_0_ncnnreshape"),
+                                        ("paramless-slice", "unbind_0")])
+def test_run_failure_names_the_layer_that_fails(case, layer):
+    """PS404 (ncnn fails when the graph runs) names the first layer whose outputs cannot be
+    computed, found by bisecting the layers (extract the tops of the first k): the Reshape
+    ncnn rejects at run time (extract returns -1), the Slice without slices (SIGSEGV)."""
+    fs = [f for f in lint_repro(case, "bug") if f.code == "PS404"]
+    assert fs and all(f.layer == layer for f in fs), [f.format() for f in fs]
+    assert all("the first layer that fails is " in f.message and repr(layer) in f.message
+               for f in fs)
 
 
 def test_repros_findings_are_exact_where_the_message_gives_numbers():

@@ -54,6 +54,9 @@ if TYPE_CHECKING:
 
 # =========================================================================== runs
 
+# run failures a layer causes (a crash or an extraction that fails), which `_locate` finds
+_LOCATABLE = ("crash", "extract_failed")
+
 @dataclass
 class Run:
     kind: str  # "traced" | "given" | "reference" | "probe"
@@ -62,6 +65,8 @@ class Run:
     message: str = ""
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     expected_outputs: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    layout: list[int] = field(default_factory=list)  # the batch axes of the last try
+    culprit: str | None = None  # a failed run: the first layer (file order) that fails
 
     @property
     def guessed(self) -> bool:
@@ -233,6 +238,9 @@ class Conformance:
                     if r.kind == "reference" and ref is not None:
                         r.expected_outputs = dict(ref.outputs)
                     self.runs.append(r)
+            for r in self.runs:
+                if r.status in _LOCATABLE and r.kind != "probe" and not r.guessed:
+                    self._locate(param, binp, r)
             probe = self._probe_specs()
             if probe is not None:
                 with progress.task("lint --run probe", total=1, unit="run") as task:
@@ -249,6 +257,7 @@ class Conformance:
         run = Run(kind, list(specs))
         fetches = [Fetch(b, NO_BATCH) for b in fetch]
         for layout in _layouts(specs):
+            run.layout = list(layout)
             feeds = {s.blob: Feed(s.make_array(i), b)
                      for i, (s, b) in enumerate(zip(specs, layout))}
             res = run_isolated(param, binp, feeds, fetches,
@@ -262,6 +271,37 @@ class Conformance:
             if res.status in ("load_param_failed", "load_model_failed", "timeout"):
                 break
         return run
+
+    def _locate(self, param: str, binp: str | None, run: Run) -> None:
+        """Which layer a failed run fails at (PS404 names it): the smallest k such that
+        extracting the tops of the first k layers (file order: pnnx writes them in
+        topological order, so those k layers are exactly what ncnn computes) fails too.
+        Failing is monotone in k, so a bisection takes log2(layers) child runs."""
+        from paramsurgery.runtime.child import Feed, Fetch, RunOptions, run_isolated
+
+        layers = [lay for lay in self.ctx.graph if lay.outputs and lay.type != "Input"]
+        if not layers:
+            return
+        feeds = {s.blob: Feed(s.make_array(i), b)
+                 for i, (s, b) in enumerate(zip(run.inputs, run.layout))}
+
+        def fails(k: int) -> bool:
+            fetch = [Fetch(b, NO_BATCH) for lay in layers[:k + 1] for b in lay.outputs]
+            res = run_isolated(param, binp, feeds, fetch,
+                               RunOptions(light_mode=False, num_threads=1),
+                               timeout=self.ctx.options.timeout)
+            return res.status in _LOCATABLE
+
+        lo, hi = 0, len(layers) - 1
+        if not fails(hi):  # every top computes: the failure is not one layer's
+            return
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fails(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        run.culprit = layers[lo].name
 
     def _probe_specs(self) -> list[InputSpec] | None:
         """Input shapes at which an automatic Slice of a dynamic axis splits unevenly, when

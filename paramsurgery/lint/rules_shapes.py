@@ -190,19 +190,44 @@ def reference_shape_mismatch(ctx: "LintContext") -> Iterator[Hit]:
 def run_failure(ctx: "LintContext") -> Iterator[Hit]:
     """The graph loads, but running it at shapes torch ran (the traced input shapes, or a
     reference's) crashes (SIGSEGV, SIGFPE: e.g. a Reduction on the empty output of
-    `Concat 0=-233`, a parameterless Slice) or an extraction fails."""
+    `Concat 0=-233`, a parameterless Slice) or an extraction fails. The finding names the
+    first layer (file order) that fails: the smallest k such that extracting the tops of the
+    first k layers fails too (bisected, log2(layers) more runs); a graph ncnn cannot load
+    names the layer its loader rejects (a bool MemoryData, the layer PS201 names)."""
     conf = ctx.conformance.execute()
     load = [r for r in conf.runs if r.status in ("load_param_failed", "load_model_failed")]
     failed = [r for r in conf.runs if r.status in _GRAPH_FAILURES and r.kind != "probe"
               and not r.guessed]
     if load:
-        yield Hit(None, f"ncnn cannot load the graph ({load[0].message}); the PS0xx/PS2xx "
-                        f"findings say why")
+        culprit = _load_culprit(ctx)
+        named = f"; {culprit.type} {culprit.name!r} is one it cannot load" if culprit else ""
+        yield Hit(culprit, f"ncnn cannot load the graph ({load[0].message}){named}; the "
+                           f"PS0xx/PS2xx findings say why")
         return
     if failed:
         what = "; ".join(f"{r.message} at the {r.kind} inputs {r.describe_inputs()}"
                          for r in failed)
-        yield Hit(None, f"ncnn fails when the graph runs: {what}")
+        culprit_name = next((r.culprit for r in failed if r.culprit), None)
+        culprit = ctx.graph.find(culprit_name) if culprit_name else None
+        named = (f"; the first layer that fails is {culprit.type} {culprit.name!r} (the "
+                 f"layers before it compute)") if culprit is not None else ""
+        yield Hit(culprit, f"ncnn fails when the graph runs: {what}{named}")
+
+
+def _load_culprit(ctx: "LintContext") -> "Layer | None":
+    """A layer ncnn's loader rejects: one with pnnx's bool load type (PS020), or the layer
+    where the weights stop adding up (PS201)."""
+    from paramsurgery.formats.weights.binfile import PNNX_BOOL_LOAD_TYPE
+    from paramsurgery.lint.rules_weights import bin_layout
+
+    for cand in ctx.layers:
+        if cand.type == "MemoryData" and cand.params.get(21, 1) == PNNX_BOOL_LOAD_TYPE:
+            return cand
+    if ctx.bin:
+        for hit in bin_layout(ctx):
+            if hit.layer is not None and not isinstance(hit.layer, str):
+                return hit.layer
+    return None
 
 
 @rule("PS405", "rope-4d", ERROR, "RotaryEmbed receives a 4-D blob (only one head rotated)",
