@@ -194,7 +194,8 @@ def test_fix_plan_comes_from_the_pass_declarations():
                            "Tensor.contiguous Tensor.contiguous_1 1 1 a b\n"
                            "ReLU relu 1 1 b out0\n", "m.param")
     order = [p.name for p in repairs()]
-    assert order[:4] == ["fix-bool-table", "fold-gqa", "lower", "remove-passthrough"]
+    assert order[:5] == ["fix-bool-table", "fold-gqa", "causal-mask", "lower",
+                         "remove-passthrough"]
     assert {"fix-slice", "fix-reduction", "dynamize"} <= set(order)
     assert [repair_for(layer) for layer in g] == [None, "lower", "remove-passthrough", None]
     rep = fix_graph(g)

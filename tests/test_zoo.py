@@ -92,6 +92,21 @@ for _f, _routes in _CACHED.items():
         KNOWN_VIOLATIONS.pop((_f, _r, "fix"), None)
         WORKS |= {(_f, _r, "fix"), (_f, _r, "kvcache")}
 
+# pnnx's dynamic export (`inputshape2`) of the RoPE decoders: fix rebuilds the causal mask
+# built in the graph (causal-mask, values from X.pnnx.param), folds repeat_kv with the batch
+# axis kept on k (fold-gqa) and lowers the arange positions; add-kvcache counts those from
+# the past (kvcache_positions.widen_table). Phi-3's partial-rotary 4-D q/k are still refused.
+_DYNAMIC = {
+    "llama": ("embeds_sdpa_dynamic", "embeds_eager_dynamic", "ids_sdpa_dynamic"),
+    "qwen2": ("embeds_sdpa_dynamic", "embeds_eager_dynamic"),
+    "qwen3": ("embeds_sdpa_dynamic", "embeds_eager_dynamic"),
+    "mistral": ("embeds_sdpa_dynamic", "embeds_eager_dynamic"),
+    "gemma": ("embeds_sdpa_dynamic", "embeds_eager_dynamic"),
+}
+for _f, _routes in _DYNAMIC.items():
+    for _r in _routes:
+        WORKS |= {(_f, _r, "fix"), (_f, _r, "kvcache")}
+
 # the one default-CI export per family (the smallest route that exercises fix)
 DEFAULT_ROUTE = {f: "embeds_sdpa_static" if "embeds_sdpa_static" in INDEX["families"][f]["routes"]
                  else "x_sdpa_static" for f in FAMILIES}
@@ -154,9 +169,11 @@ def test_raw_export_runs_at_its_traced_length(family: str) -> None:
 # gpt2's static export is refused (its learned position table has no rows past the trace):
 # its kv form is the default run's fix → add-kvcache → cached decode for that family
 # gemma's --pair: the tied lm_head repaired in the pair without the pair's .bin (the zoo
-# keeps none), so --pair proves the lengths of a tied-head export (fix-tied-linear)
+# keeps none), so --pair proves the lengths of a tied-head export (fix-tied-linear); llama's
+# dynamic export is the default run's pnnx-dynamic route (the others: -m slow)
 _DEFAULT_CELLS = [_mark(f, DEFAULT_ROUTE[f], "fix") for f in FAMILIES] + \
-    [_mark("gpt2", "kv_sdpa_dynamic", "fix"), _mark("gemma", "embeds_sdpa_pair", "fix")]
+    [_mark("gpt2", "kv_sdpa_dynamic", "fix"), _mark("gemma", "embeds_sdpa_pair", "fix"),
+     _mark("llama", "embeds_sdpa_dynamic", "fix")]
 
 
 @pytest.mark.parametrize("family,route", _DEFAULT_CELLS)

@@ -15,7 +15,7 @@ from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.ir.graph import Graph
 from paramsurgery.commands._common import add_input_arg, add_output_args, command
 from paramsurgery.commands._runner import (Check, GraphCommand, PassLike, Outputs, Run, add_bin_arg,
-                                           add_verify_args)
+                                           add_pnnx_arg, add_verify_args, traced_path)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_input_arg(p)
     add_output_args(p, "output .param (default: <input>.gqa.param)")
     add_bin_arg(p)
+    add_pnnx_arg(p, "the traced shapes of repeat_kv's Tensor.expand/Tensor.reshape leftovers")
     p.add_argument("--only", nargs="+", default=[], metavar="NAME", help="only these SDPA layers")
     p.add_argument("--skip", nargs="+", default=[], metavar="NAME",
                    help="leave these SDPA layers alone")
@@ -85,7 +86,8 @@ def _make_pass(args: argparse.Namespace) -> PassLike:
     from paramsurgery.passes.fold_gqa import FoldGQA
     from paramsurgery.commands._common import inputshape_of
 
-    return FoldGQA(only=args.only, skip=args.skip, inputshape=inputshape_of(args))
+    return FoldGQA(only=args.only, skip=args.skip, inputshape=inputshape_of(args),
+                   traced=traced_path(args))
 
 
 def _prepare(args: argparse.Namespace, g: Graph) -> None:

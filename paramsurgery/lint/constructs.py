@@ -107,9 +107,40 @@ SHAPE_PAD = ("padding computed from `x.shape[-1]` (Encodec/Mimi causal-conv extr
 SHAPE_PAD_FIX = ("pad a constant `S-1` on the right, `F.pad(x, (K-S, S-1))`: output length "
                  "ceil(T/S), every window reads the same samples")
 
+def _repeat_kv_reshape(ctx: "LintContext", layer: "Layer") -> bool:
+    """`Tensor.reshape` of a repeat_kv `Tensor.expand` (the k side keeps pnnx's batch axis
+    in a dynamic export, so pnnx leaves the reshape too)."""
+    return any(p is not None and p.type == "Tensor.expand" and _repeat_kv_expand(ctx, p)
+               for p in (ctx.source_of(b) for b in layer.inputs[:1]))
+
+
+_TRIU_TYPES = ("aten::triu", "torch.triu", "Tensor.triu")
+
+
+def _causal_triu(ctx: "LintContext", layer: "Layer") -> bool:
+    """`torch.full(size, v)` → `triu(·, 1)`: HF's causal mask built from the run-time length
+    (the torch.full, the triu, or the pnnx.Expression giving the size or the diagonal)."""
+    if layer.type in _TRIU_TYPES:
+        return _fed_by("torch.full")(ctx, layer)
+    if layer.type == "torch.full":
+        return _reads_type(*_TRIU_TYPES)(ctx, layer)
+    return any(c.type in _TRIU_TYPES or (c.type == "torch.full" and _causal_triu(ctx, c))
+               for b in layer.outputs for c in ctx.through_splits(b))
+
+
+CAUSAL_BUILT = ("HF's causal mask built from the dynamic length (`torch.full((T, T), "
+                "finfo.min).triu(1)`, pnnx's dynamic export)")
+CAUSAL_BUILT_FIX = ("pass the additive mask as an input (the kv form); `paramsurgery "
+                    "causal-mask` rebuilds it from each SDPA's query/key lengths (values from "
+                    "X.pnnx.param)")
+
 CONSTRUCTS: tuple[Construct, ...] = (
     Construct(("pnnx.Expression",), REPEAT_KV, REPEAT_KV_FIX, "fold-gqa", _repeat_kv_expr, "1"),
     Construct(("Tensor.expand",), REPEAT_KV, REPEAT_KV_FIX, "fold-gqa", _repeat_kv_expand, "1"),
+    Construct(("Tensor.reshape",), REPEAT_KV, REPEAT_KV_FIX, "fold-gqa", _repeat_kv_reshape,
+              "1"),
+    Construct(("torch.full", "pnnx.Expression") + _TRIU_TYPES, CAUSAL_BUILT, CAUSAL_BUILT_FIX,
+              "causal-mask", _causal_triu, "6c"),
     Construct(("pnnx.Expression", "Tensor.to"), SHAPE_PAD, SHAPE_PAD_FIX, "lower", _feeds_pad,
               "5"),
     Construct(("F.pad",), SHAPE_PAD, SHAPE_PAD_FIX, "lower", _fed_by("pnnx.Expression"), "5"),

@@ -21,7 +21,10 @@ layers, values that are not causal, a 1×1 mask) is refused naming the layer.
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,8 +33,13 @@ from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
-from paramsurgery.passes.base import Pass, PassResult
+from paramsurgery.formats.pnnx_param import find_pnnx_param
+from paramsurgery.passes.base import Pass, PassResult, RepairContext
+from paramsurgery.passes.options import option
 from paramsurgery.patterns.match import readers_through_splits
+
+if TYPE_CHECKING:
+    from paramsurgery.formats.pnnx_param import Op, PnnxGraph
 
 MASK_FLOOR = -1e4  # a masked score: at most this (HF: finfo.min; older code -1e4, -inf)
 DIMS = (0, 1, 11, 2)  # MemoryData w, h, d, c
@@ -169,18 +177,24 @@ def rebuild(g: Graph, cm: CausalMask) -> Change:
     query, key = cm.query, cm.key
     g.remove_layer(layer)  # first: the builder starts after the layer before the reader,
     b = LengthBuilder(g, top, name, g.layer(cm.readers[0]))  # which may be this constant
-    rows = b.positions(query, "q", True)         # (Tq, 1): i + 1
-    cols = b.positions(key, "k", False)          # (1, Tk): j + 1
-    diff = b.add("BinaryOp", "ahead", [cols, rows], {0: 1})  # (Tq, Tk): j - i
-    step = b.add("Clip", "step", [diff], {0: 0.0, 1: 1.0})
-    if cm.rank == 2:
-        b.add("BinaryOp", "value", [step], {0: 2, 1: 1, 2: cm.value}, out=top)
-    else:
-        b.to_rank(b.add("BinaryOp", "value", [step], {0: 2, 1: 1, 2: cm.value}), cm.rank)
+    _build(b, query, key, cm.value, cm.rank)
     b.finish()
     after = f"{cm.value:g} where col > row, by the lengths of {query!r}, {key!r}"
     return Change(name, f"causal mask ({cm.side}×{cm.side}, proven from its values, read by "
                         f"{', '.join(r.name for r in cm.readers)})", before, after, line)
+
+
+def _build(b: "LengthBuilder", query: str, key: str, value: float, rank: int) -> None:
+    """v where col > row over (h(query), h(key)), written to the builder's top with `rank`."""
+    top = b.top
+    rows = b.positions(query, "q", True)         # (Tq, 1): i + 1
+    cols = b.positions(key, "k", False)          # (1, Tk): j + 1
+    diff = b.add("BinaryOp", "ahead", [cols, rows], {0: 1})  # (Tq, Tk): j - i
+    step = b.add("Clip", "step", [diff], {0: 0.0, 1: 1.0})
+    if rank == 2:
+        b.add("BinaryOp", "value", [step], {0: 2, 1: 1, 2: value}, out=top)
+    else:
+        b.to_rank(b.add("BinaryOp", "value", [step], {0: 2, 1: 1, 2: value}), rank)
 
 
 def _before(g: Graph, layer: Layer) -> Layer | None:
@@ -199,10 +213,215 @@ def square_constants(g: Graph) -> list[Layer]:
     return out
 
 
-class CausalMaskPass(Pass, name="causal-mask", tag="causalmask",
+# ============================================================================ built in-graph
+
+TRIU_TYPES = ("aten::triu", "torch.triu", "Tensor.triu")
+FULL_TYPES = ("torch.full",)
+# HF's crop of the mask to the key length (`mask[..., :k.shape[-2]]`): ncnn's form, and the
+# torch form pnnx writes under a dynamic export (bottom 1 the (B, H, T, D) key: dim 2 is T)
+KEY_LENGTH_ENDS = ("1h", "size(@1,2)")
+_SIZE = re.compile(r"^size\(@0,(-?\d+)\)$")
+
+
+@dataclass
+class BuiltMask:
+    """`triu(full((S, S), v), 1)` built in the graph from the input's length (pnnx's
+    dynamic export of an HF decoder), proven to reach only SDPA mask inputs; `layers`:
+    what computes it and carries it to the SDPAs (all removed), `readers`: the SDPAs."""
+
+    triu: Layer
+    value: float
+    size: str  # pnnx's size expression, e.g. [size(@0,1),size(@0,1)]
+    layers: list[Layer]
+    readers: list[Layer]
+
+
+def _pnnx_op(pnnx: "PnnxGraph", layer: Layer, what: str) -> "Op":
+    op = pnnx.op_by_name(layer.name)
+    if op is None or op.type != layer.type:
+        raise MatchFailure(layer, f"{pnnx.path or 'the .pnnx.param'} has no {layer.type} named "
+                                  f"{layer.name!r}: its {what} is not known")
+    return op
+
+
+def _fill_value(op: "Op") -> float | None:
+    v = op.param("fill_value")
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    try:
+        return float(str(v))  # pnnx writes -inf as a word
+    except ValueError:
+        return None
+
+
+def prove_built(g: Graph, triu: Layer, pnnx: "PnnxGraph | None") -> BuiltMask:
+    """The in-graph causal mask ending in `triu`, or MatchFailure naming the layer and why.
+
+    Proven from pnnx's IR (the ncnn graph drops every value): `triu`'s diagonal is 1,
+    its input is `torch.full(size, v)` with v <= -1e4 read only by it, `size` is the
+    square `[size(@0,d), size(@0,d)]` of a dynamic dim of a graph input; every path from
+    it reaches an SDPA's mask input (`5=1`, no cache) through Splits, ExpandDims adding
+    leading unit dims, and HF's crop to that SDPA's key length. Torch's mask is then
+    v where col > row over (S, min(S, Tk)), broadcast over the leading dims, with S = Tq
+    (the query rows it is added to): what `_build` computes from the SDPA's own q and k."""
+    if pnnx is None:
+        raise MatchFailure(triu, f"{triu.type} {triu.name!r} builds a mask whose values pnnx "
+                                 f"keeps only in X.pnnx.param: give --pnnx (or keep it next "
+                                 f"to the input)")
+    layers: list[Layer] = [triu]
+    op = _pnnx_op(pnnx, triu, "diagonal")
+    if len(triu.inputs) == 2:
+        diag_layer = g.producer(g.above_splits(triu.inputs[1]))
+        if diag_layer is None or diag_layer.type != "pnnx.Expression" or diag_layer.inputs:
+            raise MatchFailure(triu, "its diagonal is computed at run time, not a constant")
+        diag = _pnnx_op(pnnx, diag_layer, "value").param("expr")
+        if len(g.consumers(diag_layer.outputs[0])) == 1:
+            layers.append(diag_layer)
+    elif len(triu.inputs) == 1:
+        diag = op.param("diagonal", 0)
+    else:
+        raise MatchFailure(triu, f"has {len(triu.inputs)} bottoms")
+    if diag != 1 or isinstance(diag, bool):
+        raise MatchFailure(triu, f"diagonal={diag!r}: only triu(..., 1) (0 on the diagonal, "
+                                 f"HF's causal mask) is rebuilt")
+    full = g.producer(triu.inputs[0])
+    if full is None or full.type not in FULL_TYPES:
+        what = f"{full.type} {full.name!r}" if full is not None else "nothing"
+        raise MatchFailure(triu, f"its input comes from {what}, not torch.full")
+    if len(g.consumers(triu.inputs[0])) != 1:
+        raise MatchFailure(full, f"torch.full {full.name!r} is also read by other layers")
+    v = _fill_value(_pnnx_op(pnnx, full, "fill value"))
+    if v is None or not v <= MASK_FLOOR:
+        raise MatchFailure(full, f"torch.full {full.name!r} fills {v!r}, not a masking value "
+                                 f"(<= -1e4)")
+    dtype = _pnnx_op(pnnx, full, "dtype").param("dtype")
+    if dtype not in (None, "torch.float", "torch.float32"):
+        raise MatchFailure(full, f"torch.full {full.name!r} has dtype {dtype}, not float32")
+    layers.append(full)
+    size_layer = g.producer(full.inputs[0]) if len(full.inputs) == 1 else None
+    if size_layer is None or size_layer.type != "pnnx.Expression" or len(size_layer.inputs) != 1:
+        raise MatchFailure(full, f"torch.full {full.name!r}: its size is not one pnnx.Expression "
+                                 f"on the input's shape")
+    size_op = _pnnx_op(pnnx, size_layer, "expression")
+    size = str(size_op.params.get("expr", ""))
+    parts = re.findall(r"size\(@\d+,-?\d+\)|[^,\[\]]+", size) if size.startswith("[") else []
+    m = _SIZE.match(parts[0]) if len(parts) == 2 and parts[0] == parts[1] else None
+    if m is None:
+        raise MatchFailure(size_layer, f"the size {size!r} of torch.full {full.name!r} is not "
+                                       f"[size(@0,d),size(@0,d)] (a square mask of one length)")
+    src = size_op.inputs[0] if size_op.inputs else None
+    shape = size_op.shape(src) if src is not None else None
+    d = int(m.group(1))
+    producer = next((o for o in pnnx.ops if src in o.outputs), None)
+    if shape is None or not -len(shape) <= d < len(shape) or shape[d] is not None or \
+            producer is None or producer.type != "pnnx.Input":
+        raise MatchFailure(size_layer, f"the size {size!r} of torch.full {full.name!r} is not a "
+                                       f"dynamic dim of a graph input (the sequence length)")
+    if len(g.consumers(size_layer.outputs[0])) == 1:
+        layers.append(size_layer)
+    readers = _mask_readers(g, triu.outputs[0], 2, None, layers)
+    pos = g.position()
+    readers.sort(key=lambda r: pos[r.id])
+    return BuiltMask(triu, v, size, layers, readers)
+
+
+def _mask_readers(g: Graph, blob: str, rank: int, key: str | None,
+                  layers: list[Layer]) -> list[Layer]:
+    """The SDPAs `blob` (a torch rank-`rank` mask) reaches, collecting the layers on the way;
+    `key`: the key blob a crop on the way cropped it to (its SDPA must read that key)."""
+    out: list[Layer] = []
+    work = [(blob, rank, key)]
+    while work:
+        b, r, k = work.pop()
+        readers = g.consumers(b)
+        if not readers:
+            raise MatchFailure(g.producer(b), f"the mask blob {b!r} is a graph output")
+        for layer, slot in readers:
+            if layer.type == "Split":
+                layers.append(layer)
+                work.extend((t, r, k) for t in layer.outputs)
+            elif layer.type == "ExpandDims" and slot == 0:
+                axes = _axes(layer.params.get(3))
+                new = r + len(axes)
+                if not axes or any(not 0 <= a <= new - 3 for a in axes):
+                    raise MatchFailure(layer, f"ExpandDims {layer.name!r} adds axes {axes} to the "
+                                              f"mask: only leading unit dims (a broadcast over "
+                                              f"batch/heads) keep it a (Tq, Tk) mask")
+                layers.append(layer)
+                work.append((layer.outputs[0], new, k))
+            elif layer.type == "Crop" and slot == 0 and len(layer.inputs) == 2:
+                ends, starts = layer.params.get(20), layer.params.get(19)
+                axes_ = str(layer.params.get(21, ""))
+                last = {"-1", str(r - 1), str(r - 2) if r >= 3 else "-1"}
+                if k is not None or str(ends) not in KEY_LENGTH_ENDS or \
+                        str(starts) not in ("0", "None") or axes_ not in last:
+                    raise MatchFailure(layer, f"Crop {layer.name!r} crops the mask by "
+                                              f"19={starts!r} 20={ends!r} 21={axes_!r}: not "
+                                              f"HF's crop to the key length on the last axis")
+                layers.append(layer)
+                work.append((layer.outputs[0], r, g.above_splits(layer.inputs[1])))
+            elif layer.type == "SDPA" and slot == 3 and layer.params.get(5, 0) == 1 and \
+                    not layer.params.get(7, 0):
+                if k is not None and g.above_splits(layer.inputs[1]) != k:
+                    raise MatchFailure(layer, f"SDPA {layer.name!r} reads the mask cropped to the "
+                                              f"length of {k!r}, not of its own key")
+                if layer not in out:
+                    out.append(layer)
+            else:
+                raise MatchFailure(layer, f"the mask is read by {layer.type} {layer.name!r} "
+                                          f"(bottom {slot}): only an SDPA's mask input (5=1, "
+                                          f"no cache) is rebuilt from the run-time lengths")
+    return out
+
+
+def _axes(v: object) -> list[int]:
+    if isinstance(v, (list, tuple)):
+        return [int(x) for x in v]
+    return [int(v)] if isinstance(v, int) else []
+
+
+def rebuild_built(g: Graph, bm: BuiltMask) -> Change:
+    """Each reading SDPA gets its own mask, built from its own query/key lengths (what
+    torch computes at every length it runs); the in-graph construction is removed."""
+    triu = bm.triu
+    name, line = triu.name, triu.source_line
+    for sdpa in bm.readers:
+        top = g.unique_blob_name(f"{sdpa.name}_causal_mask")
+        g.set_input(sdpa, 3, top)
+        b = LengthBuilder(g, top, g.unique_layer_name(f"{sdpa.name}_mask"), sdpa)
+        _build(b, sdpa.inputs[0], sdpa.inputs[1], bm.value, 3)
+    removed = g.remove_dead([x for x in bm.layers if x.graph is g])
+    g.toposort()
+    g.insert_splits()
+    before = f"triu(full({bm.size}, {bm.value:g}), 1) and {len(removed)} layers to the SDPAs"
+    after = (f"{bm.value:g} where col > row, by each SDPA's query/key lengths "
+             f"({', '.join(r.name for r in bm.readers)})")
+    return Change(name, "causal mask built in the graph (torch.full/triu, from pnnx's IR)",
+                  before, after, line)
+
+
+# repair_order 15: after fold-gqa (which rewires the key-length crops), before lower
+class CausalMaskPass(Pass, name="causal-mask", tag="causalmask", repair_order=15,
                      summary="a causal mask pnnx folded at the traced length (MemoryData, 0 on/below the "
-                             "diagonal, one large negative value above) → the mask built from the reading "
-                             "SDPA's run-time query/key lengths (needs --bin)"):
+                             "diagonal, one large negative value above; needs --bin), or built in the "
+                             "graph from the input's length (torch.full/triu of a dynamic export; values "
+                             "from X.pnnx.param) → the mask built from the reading SDPA's run-time "
+                             "query/key lengths"):
+    traced: str | os.PathLike | None = option(
+        default=None, flag="--pnnx", metavar="PNNX_PARAM", beside_input=find_pnnx_param,
+        help="pnnx's X.pnnx.param (default: next to the input): the fill value and diagonal "
+             "of a mask built in the graph")
+
+    @classmethod
+    def claims(cls, layer: Layer) -> bool:
+        return layer.type in TRIU_TYPES + FULL_TYPES
+
+    @classmethod
+    def for_fix(cls, ctx: RepairContext, asked: bool) -> "CausalMaskPass | None":
+        return cls(ctx.traced) if asked else None
+
     def run(self, g: Graph) -> PassResult:
         result = PassResult(g, False)
         proven = []
@@ -217,9 +436,26 @@ class CausalMaskPass(Pass, name="causal-mask", tag="causalmask",
                     raise
                 result.skipped.append(MatchFailure(m.name, exc.message.split(": ", 1)[-1],
                                                    line=m.source_line))
+        built = []
+        trius = [t for t in g if t.type in TRIU_TYPES]
+        if trius:
+            from paramsurgery.formats.pnnx_param import read_pnnx_param
+
+            pnnx = read_pnnx_param(self.traced) if self.traced is not None else None
+            for t in trius:
+                try:
+                    built.append(prove_built(g, t, pnnx))
+                except MatchFailure as exc:
+                    at = exc.layer or t.name
+                    result.skipped.append(MatchFailure(
+                        at, exc.reason if at == t.name else f"(the mask of {t.name}) {exc.reason}",
+                        line=exc.line if exc.line is not None else t.source_line))
         for cm in proven:
             result.changes.append(rebuild(g, cm))
-        result.modified = bool(proven)
-        if not proven:
-            result.notes.append("no causal mask constant found")
+        for bm in built:
+            result.changes.append(rebuild_built(g, bm))
+        result.modified = bool(proven or built)
+        if not proven and not built:
+            result.notes.append("no causal mask constant found" + (
+                "; no in-graph causal mask proven" if trius else ""))
         return result

@@ -35,6 +35,7 @@ and 2 either way); after it the cache holds G heads instead of H (G/H of the byt
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
@@ -42,7 +43,7 @@ from typing import TYPE_CHECKING, Mapping
 from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
-from paramsurgery.passes.base import Pass, PassResult, check_selection
+from paramsurgery.passes.base import Pass, PassResult, RepairContext, check_selection
 from paramsurgery.core.match import MatchFailure
 from paramsurgery.patterns.match import above_splits, readers_through_splits
 from paramsurgery.analysis.shape_expr import int_or_none, reshape_dims
@@ -50,6 +51,7 @@ from paramsurgery.analysis.shapes import infer_shapes
 
 if TYPE_CHECKING:
     from paramsurgery.analysis.shapes import ShapeMap
+    from paramsurgery.formats.pnnx_param import PnnxGraph
 
 PASS_THROUGH_LAYOUT = ("Split", "RotaryEmbed", "RMSNorm", "LayerNorm")
 
@@ -68,6 +70,9 @@ class KVExpansion:
     head_dim: int = 0
     kv_heads: int = 0
     heads: int = 0  # H = kv_heads * rep
+    # the kv-head blob keeps pnnx's batch axis of 1 (4-D [D, T, G, 1]): SDPA reads it
+    # through a Reshape to [D, T, G] (pnnx's dynamic export of HF's repeat_kv on k)
+    batch_axis: bool = False
 
 
 NOT_EXPANDED = "not-expanded"  # MatchFailure.kind: SDPA reads k/v as they come (maybe kv heads)
@@ -113,6 +118,14 @@ def kv_layout(g: Graph, blob: str, shapes: "ShapeMap | None" = None) -> tuple[in
                              f"axis")
         if p.type == "Reshape":
             dims = reshape_dims(p)
+            if dims and len(dims) == 4 and int_or_none(dims[3]) == 1 and not swapped and \
+                    not passed.count("Permute"):
+                # [D, T, G, 1]: pnnx's batch axis kept as ncnn's c (dynamic export, k side)
+                d, heads = int_or_none(dims[0]), int_or_none(dims[2])
+                if d is None or heads is None or d <= 0 or heads <= 0:
+                    raise MatchFailure(p, f"Reshape {p.name!r} above {blob!r} ({','.join(dims)}) "
+                                          f"does not give head_dim and head count as numbers")
+                return d, heads
             if not dims or len(dims) != 3:
                 raise MatchFailure(p, f"Reshape {p.name!r} above {blob!r} is not a 3-D head split "
                                  f"({dims})")
@@ -139,11 +152,30 @@ class FoldGQA(Pass, name="fold-gqa", repair_order=10,
               summary="remove the K/V head expansion (ExpandDims+Tile+Reshape, repeat_kv leftovers, stack) "
                       "before SDPA: SDPA does grouped-query attention natively"):
     def __init__(self, only: list[str] | None = None, skip: list[str] | None = None, *,
-                 inputshape: "Mapping[str, tuple] | None" = None) -> None:
+                 inputshape: "Mapping[str, tuple] | None" = None,
+                 traced: str | os.PathLike | None = None) -> None:
         self.only = set(only or ())
         self.skip = set(skip or ())
         self.inputshape = dict(inputshape or {})
+        self.traced = os.fspath(traced) if traced is not None else None  # X.pnnx.param
         self.shapes: ShapeMap | None = None
+        self._pnnx: "PnnxGraph | None" = None
+
+    @classmethod
+    def for_fix(cls, ctx: RepairContext, asked: bool) -> "FoldGQA | None":
+        return cls(traced=ctx.traced) if asked else None
+
+    def _traced(self, at: Layer) -> "PnnxGraph":
+        """pnnx's IR (read once), or MatchFailure naming the flag: a `Tensor.*` leftover keeps
+        its shapes only there."""
+        if self._pnnx is None:
+            if self.traced is None:
+                raise MatchFailure(at, f"{at.type} {at.name!r} keeps its shape only in pnnx's "
+                                       f"X.pnnx.param: give --pnnx (or keep it next to the input)")
+            from paramsurgery.formats.pnnx_param import read_pnnx_param
+
+            self._pnnx = read_pnnx_param(self.traced)
+        return self._pnnx
 
     # ------------------------------------------------------------------ matching
     def match(self, g: Graph, sdpa: Layer, slot: int) -> KVExpansion:
@@ -151,6 +183,8 @@ class FoldGQA(Pass, name="fold-gqa", repair_order=10,
         blob = sdpa.inputs[slot]
         expanded, _ = above_splits(g, blob)
         r2 = g.producer(expanded)
+        if r2 is not None and r2.type == "Tensor.reshape":
+            return self._match_batch_expand(g, sdpa, slot, expanded, r2)
         if r2 is None or r2.type != "Reshape":
             raise MatchFailure(r2, f"{side} ({blob!r}) is not expanded: it does not come from a "
                               f"Reshape of repeated heads", kind=NOT_EXPANDED)
@@ -224,6 +258,96 @@ class FoldGQA(Pass, name="fold-gqa", repair_order=10,
         heads = self._check_merge(r2, d, groups, rep, side)
         return self._finish(g, sdpa, slot, "stack", root, expanded, [r2, r1, cat], d, groups,
                             heads)
+
+    def _match_batch_expand(self, g: Graph, sdpa: Layer, slot: int, expanded: str,
+                            r2: Layer) -> KVExpansion:
+        """HF's repeat_kv where pnnx kept the batch axis (dynamic export, k after RoPE):
+        `ExpandDims 2` + `Tensor.expand` + `Tensor.reshape (1, H, -1, D)` on a
+        [D, T, G, 1] blob. The order is proven from pnnx's traced shapes: the expand grows
+        only the new unit axis 2 (right after the G heads) to rep = H / G, and the reshape
+        merges (G, rep) into H keeping T and D — repeat_interleave, SDPA's GQA order."""
+        side = "k" if slot == 1 else "v"
+        pnnx = self._traced(r2)
+        op_r = pnnx.op_by_name(r2.name)
+        shape = op_r.ints("shape") if op_r is not None and op_r.type == r2.type else None
+        if shape is None or len(shape) != 4 or shape[0] != 1 or shape[2] != -1 or \
+                shape[1] <= 0 or shape[3] <= 0:
+            raise MatchFailure(r2, f"{side}: Tensor.reshape {r2.name!r} reshapes to {shape} in "
+                                   f"{self.traced}, not (1, H, -1, D)")
+        heads, d = shape[1], shape[3]
+        src = g.producer(r2.inputs[0]) if len(r2.inputs) == 1 else None
+        if src is None or src.type != "Tensor.expand" or len(src.inputs) != 2 or \
+                len(g.consumers(r2.inputs[0])) != 1:
+            raise MatchFailure(r2, f"{side}: Tensor.reshape {r2.name!r} does not reshape only a "
+                                   f"Tensor.expand")
+        op_e = pnnx.op_by_name(src.name)
+        ins = op_e.in_shape if op_e is not None and op_e.type == src.type else None
+        outs = op_e.out_shape if op_e is not None and op_e.type == src.type else None
+        if ins is None or outs is None or len(ins) != 5 or len(outs) != 5 or ins[0] != 1 or \
+                ins[2] != 1 or outs[:2] != ins[:2] or outs[3:] != ins[3:] or ins[4] != d or \
+                not isinstance(ins[1], int) or not isinstance(outs[2], int) or \
+                ins[1] * outs[2] != heads:
+            raise MatchFailure(src, f"{side}: Tensor.expand {src.name!r} goes {ins} -> {outs} in "
+                                    f"{self.traced}: not (1, G, 1, T, D) -> (1, G, rep, T, D) "
+                                    f"with G * rep = {heads}")
+        groups = ins[1]
+        layers: list[Layer] = [r2, src]
+        sizes = g.producer(src.inputs[1])
+        if sizes is not None and sizes.type == "pnnx.Expression" and \
+                g.consumer_layers(src.inputs[1]) == [src]:
+            layers.append(sizes)
+        exp = g.producer(src.inputs[0])
+        if exp is None or exp.type != "ExpandDims" or _ints(exp.params.get(3)) != [2] or \
+                len(g.consumers(src.inputs[0])) != 1:
+            what = f"{exp.type} {exp.name!r}" if exp is not None else "nothing"
+            raise MatchFailure(src, f"{side}: the expanded tensor comes from {what}, not from "
+                                    f"ExpandDims adding torch's axis 2 (-23303=1,2)")
+        layers.append(exp)
+        root, _ = above_splits(g, exp.inputs[0])
+        dk, gk = kv_layout(g, root, self.shapes)
+        if (dk, gk) != (d, groups):
+            raise MatchFailure(exp, f"{side}: {root!r} is split into {gk} heads of {dk}, pnnx's "
+                                    f"trace has {groups} of {d}")
+        e = self._finish(g, sdpa, slot, "expand", root, expanded, layers, d, groups, heads)
+        e.batch_axis = self._batch_split(g, root, layers) is not None
+        return e
+
+    @staticmethod
+    def _batch_split(g: Graph, root: str, removed: list[Layer]) -> Layer | None:
+        """The head-split `Reshape` [D, T, G, 1] above `root` when it kept pnnx's batch axis
+        and every layer between it and `root` is on the path (Split / RotaryEmbed / norm
+        data input) and `root` is read only by the expansion: folding then writes the split
+        3-D ([D, T, G], what RotaryEmbed and SDPA take: a 4-D blob makes RotaryEmbed rotate
+        one head only). None when there is no such split; MatchFailure when another layer
+        reads the 4-D blobs (it would see another shape)."""
+        path: list[Layer] = []
+        cur = root
+        split = None
+        for _ in range(64):
+            p = g.producer(cur)
+            if p is None:
+                return None
+            if p.type == "Reshape":
+                dims = reshape_dims(p)
+                if not dims or len(dims) != 4 or int_or_none(dims[3]) != 1:
+                    return None
+                split = p
+                break
+            if p.type not in PASS_THROUGH_LAYOUT or not p.inputs:
+                return None
+            path.append(p)
+            cur = p.inputs[0]
+        if split is None:
+            return None
+        allowed = {x.id for x in path} | {x.id for x in removed}
+        blobs = [split.outputs[0]] + [x.outputs[0] for x in path if x.type != "Split"]
+        for b in blobs:
+            for reader, slot in readers_through_splits(g, b)[0]:
+                if reader.id not in allowed or (reader.type == "RotaryEmbed" and slot != 0):
+                    raise MatchFailure(reader, f"{reader.type} {reader.name!r} also reads the "
+                                               f"4-D kv blob {b!r} (pnnx's batch axis kept): "
+                                               f"it would see [D, T, G] after the fold")
+        return split
 
     def _check_merge(self, r2: Layer, d: int, groups: int, rep: int | None, side: str) -> int:
         """The final Reshape must map [D, T, rep, G] to [D, T, G*rep]; returns H."""
@@ -351,6 +475,15 @@ class FoldGQA(Pass, name="fold-gqa", repair_order=10,
         result.data["unloadable"] = left
 
     def _fold(self, g: Graph, e: KVExpansion) -> None:
+        if e.batch_axis:  # the head split [D, T, G, 1] writes [D, T, G] (pnnx's unit batch c
+            split = self._batch_split(g, e.root, e.layers)  # dropped; the same elements)
+            assert split is not None
+            dims = reshape_dims(split) or []
+            if isinstance(split.params.get(6), str):
+                split.set(6, ",".join(dims[:3]))
+            else:  # 0/1/11/2 = w, h, d, c: d becomes c
+                split.set(2, split.params.get(11))
+                split.set(11, -233)
         for layer, slot in e.readers:
             g.set_input(layer, slot, e.root)
         g.remove_dead([x for x in e.layers if x.graph is g])

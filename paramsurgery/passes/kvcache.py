@@ -38,7 +38,9 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
 from paramsurgery.passes.base import Pass, PassResult, check_selection
-from paramsurgery.passes.kvcache_positions import check_chains, key_chains, position_chains, widen
+from paramsurgery.passes.kvcache_positions import (check_chains, check_table_counts, key_chains,
+                                                   position_chains, table_counts, widen,
+                                                   widen_table)
 from paramsurgery.patterns.match import InputAncestry, readers_through_splits
 from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
@@ -262,8 +264,16 @@ class AddKVCache(Pass, name="add-kvcache",
                                   f"token positions counted by {chains[0].crop.name} feed every "
                                   f"layer: they would count from the past for some layers only; "
                                   f"cache every attention layer (no --only/--skip)")
+        tables = table_counts(g)
+        if tables:
+            check_table_counts(g, tables, set())
+            left = next((m for m in missed if m.kind != HAS_CACHE), None)
+            if left is not None:
+                raise PassRefused(f"{left.layer.name}: left without a cache ({left.reason}), but the "
+                                  f"token positions counted by {tables[0].crop.name} feed every "
+                                  f"layer; cache every attention layer (no --only/--skip)")
         keys = key_chains(g, chains)
-        counted = frozenset(c.crop.id for c in chains)
+        counted = frozenset(c.crop.id for c in chains) | frozenset(t.crop.id for t in tables)
         crops = {layer.id: mask_crop(g, layer, ancestry, counted) for layer, _, _ in todo
                  if layer.type == "SDPA"}
         for slot, (layer, _, m) in zip(slots, todo):
@@ -283,7 +293,9 @@ class AddKVCache(Pass, name="add-kvcache",
         for c in chains:
             slot = by_name.get(keys.get(c.cumsum.id, ""), slots[0])
             result.changes.append(widen(g, c, slot.v_in, c.cumsum.id in keys))
-        widened = bool(chains)
+        for t in tables:
+            result.changes.append(widen_table(g, t, slots[0].v_in))
+        widened = bool(chains or tables)
         for slot, (layer, _, _m) in zip(slots, todo):
             mc = crops.get(layer.id)
             if mc is not None:

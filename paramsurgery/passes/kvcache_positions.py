@@ -19,11 +19,20 @@ SDPA's keys are past + T long. So:
 With an empty cache (the prefill: ncnn's `Mat()`, h = 0) both are the chain's own value.
 A chain whose h is not provably the sequence of the call (its source is not the q/k of an
 SDPA or the input of a RotaryEmbed, through Splits) is refused naming its Crop.
+
+`lower`'s arange over a run-time extent (pnnx's dynamic export: RoPE positions
+`torch.arange(x.shape[1])`) is a table 0, 1, .. cropped to the extent of a blob,
+`Crop table ref 19="0" 20="1h" 21="0"`. When `ref` is the tokens of the call (a graph
+input — the ids or embeddings — or an SDPA's q/k, a RotaryEmbed's input) the positions are
+past .. past + T - 1 under a cache: `Crop table ref cache 19="2h" 20="+(1h,2h)"`. An
+arange table cropped to any other blob is refused naming the Crop.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
@@ -183,3 +192,68 @@ def _add(g: Graph, type_: str, name: str, ins: list[str], params: dict,
     else:
         g.add_layer(type_, lname, ins, [blob], params)
     return blob
+
+
+# ============================================================================ arange tables
+
+ARANGE_ENDS = ("1h", "1w")  # lower's arange cropped to the extent of a 2-D / 1-D blob
+
+
+@dataclass
+class TableCount:
+    """`Crop table ref 19="0" 20="1X" 21="0"` over a MemoryData holding 0, 1, 2, ..: the
+    positions 0 .. X(ref) - 1 (`lower`'s arange over a run-time extent)."""
+
+    crop: Layer
+    ref: str  # above Splits
+    letter: str
+
+
+def table_counts(g: Graph) -> list[TableCount]:
+    out = []
+    for crop in g.by_type("Crop"):
+        if len(crop.inputs) != 2 or str(crop.params.get(19)) != "0" or \
+                str(crop.params.get(20)) not in ARANGE_ENDS or str(crop.params.get(21)) != "0":
+            continue
+        table = g.producer(g.above_splits(crop.inputs[0]))
+        if table is None or table.type != "MemoryData" or not table.weights or \
+                table.params.get(1, 0) or table.params.get(2, 0):
+            continue
+        values = table.weights[0].array().reshape(-1)
+        if values.size < 2 or not np.array_equal(values, np.arange(values.size, dtype=values.dtype)):
+            continue
+        out.append(TableCount(crop, g.above_splits(crop.inputs[1]), str(crop.params.get(20))[1]))
+    return out
+
+
+def check_table_counts(g: Graph, counts: list[TableCount], cache_inputs: set[str]) -> None:
+    """Refuse an arange table cropped to a blob whose extent is not the tokens of the call."""
+    tokens = token_blobs(g) | {b for b in g.inputs if b not in cache_inputs}
+    for c in counts:
+        if c.ref not in tokens:
+            raise PassRefused(f"{c.crop.name}: counts positions 0 .. {c.letter}({c.ref!r}) - 1, "
+                              f"and {c.ref!r} is not a graph input, an SDPA's query/key or a "
+                              f"RotaryEmbed's input: add-kvcache cannot tell it counts the "
+                              f"tokens of the call (under a cache they start at the past "
+                              f"length); feed the positions as an input",
+                              line=c.crop.source_line)
+
+
+def widen_table(g: Graph, c: TableCount, cache: str) -> Change:
+    """0 .. T-1 → past .. past + T - 1 (past: the h of `cache`), with two-bottom layers only
+    (ncnn's Crop evaluates its expressions against bottoms 0 and 1): the count's width
+    widened by the past (`Interp` to `+(0w,1h)`, as `widen` does), the table cropped to it,
+    then its last T entries; the readers of the count read those."""
+    crop = c.crop
+    top, name = crop.outputs[0], crop.name
+    out = g.unique_blob_name(f"{top}_past")
+    g.replace_uses(top, out)
+    row = _add(g, "Reshape", f"{name}_row", [top], {0: -1, 1: 1}, None)
+    wide = _add(g, "Interp", f"{name}_wide", [row, cache], {0: 1, 9: WIDEN}, None)
+    count = _add(g, "Crop", f"{name}_all", [crop.inputs[0], wide],
+                 {19: "0", 20: "1w", 21: "0"}, None)
+    _add(g, "Crop", f"{name}_new", [count, cache], {19: "1h", 20: "0w", 21: "0"}, None, out=out)
+    return Change(name, "token positions under the kv cache (an arange table)",
+                  f"0 .. {c.letter}({c.ref}) - 1",
+                  f"past .. past + {c.letter}({c.ref}) - 1 (past: the h of {cache!r})",
+                  crop.source_line)

@@ -7,6 +7,9 @@ to what they claim (the first repair in `fix`'s order wins a type two passes cla
 from __future__ import annotations
 
 CLAIMS: dict[str, str] = {
+    # causal-mask
+    "Tensor.triu": "causal-mask", "aten::triu": "causal-mask", "torch.full": "causal-mask",
+    "torch.triu": "causal-mask",
     # fix-slice
     "Tensor.unbind": "fix-slice", "torch.unbind": "fix-slice",
     # lower
