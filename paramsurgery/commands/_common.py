@@ -398,6 +398,40 @@ def inputshape_of(args: argparse.Namespace, g: Any = None) -> dict:
     return shapes
 
 
+def add_inputshape_at_args(parser: argparse.ArgumentParser, at_help: str) -> None:
+    """`--inputshape` and `--at SYM=N` (repeatable) binding its symbols, for a command that
+    runs the graph at one concrete shape (`concrete_inputshape`)."""
+    add_inputshape_arg(parser)
+    parser.add_argument("--at", action="append", default=[], metavar="SYM=N", help=at_help)
+
+
+def concrete_inputshape(args: argparse.Namespace, graph: Any) -> dict | None:
+    """`--inputshape` with its symbols bound by `--at` (default: the oracle's base value)."""
+    from paramsurgery.analysis.shapes.affine import evaluate
+    from paramsurgery.analysis.shapes.oracle import DEFAULT_VALUES
+
+    shapes = inputshape_of(args, graph)
+    if not shapes:
+        return None
+    env: dict[str, int] = {}
+    for item in args.at:
+        sym, eq, val = item.partition("=")
+        try:
+            env[sym.strip()] = int(val)
+        except ValueError:
+            raise ParamSurgeryError(f"--at {item!r}: expected SYM=N") from None
+        if not eq:
+            raise ParamSurgeryError(f"--at {item!r}: expected SYM=N")
+    out = {}
+    for blob, dims in shapes.items():
+        syms = [s for d in dims for s in getattr(d, "symbols", ())]
+        full = {s: env.get(s, DEFAULT_VALUES[0]) for s in syms}
+        out[blob] = tuple(evaluate(d, full) for d in dims)
+        if any(d <= 0 for d in out[blob]):
+            raise ParamSurgeryError(f"--inputshape {blob}: not positive at {full}")
+    return out
+
+
 def command(sub: argparse._SubParsersAction, doc: str | None, run: Any = None,
             **options: Any) -> argparse.ArgumentParser:
     """A command's parser, declared by its docstring (the module's, or the run function's

@@ -21,7 +21,8 @@ import argparse
 import os
 
 from paramsurgery.core.errors import ParamSurgeryError
-from paramsurgery.commands._common import (add_format_arg, add_input_arg, command, file_list,
+from paramsurgery.commands._common import (add_format_arg, add_input_arg, command,
+                                           concrete_inputshape, file_list,
                                            print_json)
 
 
@@ -43,12 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "allowed; batch_index_<blob> scalars optional); reference outputs "
                         "out0…/output_* in it are checked too (--pnnx). Default: random "
                         "arrays at pnnx's traced shapes (X_ncnn.py / X.pnnx.param)")
-    from paramsurgery.commands._common import add_inputshape_arg
+    from paramsurgery.commands._common import add_inputshape_at_args
 
-    add_inputshape_arg(p)
-    p.add_argument("--at", action="append", default=[], metavar="SYM=N",
-                   help="value of a symbol of --inputshape (default 16: the shape oracle's "
-                        "base value)")
+    add_inputshape_at_args(p, "value of a symbol of --inputshape (default 16: the shape "
+                              "oracle's base value)")
     p.add_argument("--reference-inputs", metavar="NPZ",
                    help="inputs of --reference when a pass changed them (fuse-codebooks "
                         "packs ids): then inputs that differ pair with nothing (default: the "
@@ -106,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         (find_pnnx_param(args.reference) if args.reference else None)
     pnnx = read_pnnx_param(pnnx_path) if pnnx_path and os.path.isfile(pnnx_path) else None
     feeds, _ = make_feeds(graph, args.param, pnnx, npz=args.inputs,
-                          inputshape=_concrete_inputshape(args, graph))
+                          inputshape=concrete_inputshape(args, graph))
     target = NcnnSide(args.param, binp, settings)
     if args.reference:
         ref_bin = _existing(args.reference_bin, "--reference-bin") or \
@@ -171,33 +170,6 @@ def _write_html(path: str, graph, report) -> None:
                                    threshold=report.rtol, over=over,
                                    first=fd.layer if fd is not None else None))
 
-
-def _concrete_inputshape(args: argparse.Namespace, graph) -> dict | None:
-    """`--inputshape` with its symbols bound by `--at` (default: the oracle's base value)."""
-    from paramsurgery.analysis.shapes.affine import evaluate
-    from paramsurgery.analysis.shapes.oracle import DEFAULT_VALUES
-    from paramsurgery.commands._common import inputshape_of
-
-    shapes = inputshape_of(args, graph)
-    if not shapes:
-        return None
-    env: dict[str, int] = {}
-    for item in args.at:
-        sym, eq, val = item.partition("=")
-        try:
-            env[sym.strip()] = int(val)
-        except ValueError:
-            raise ParamSurgeryError(f"--at {item!r}: expected SYM=N") from None
-        if not eq:
-            raise ParamSurgeryError(f"--at {item!r}: expected SYM=N")
-    out = {}
-    for blob, dims in shapes.items():
-        syms = [s for d in dims for s in getattr(d, "symbols", ())]
-        full = {s: env.get(s, DEFAULT_VALUES[0]) for s in syms}
-        out[blob] = tuple(evaluate(d, full) for d in dims)
-        if any(d <= 0 for d in out[blob]):
-            raise ParamSurgeryError(f"--inputshape {blob}: not positive at {full}")
-    return out
 
 
 def _reference_outputs(npz: str | None, graph, pnnx):

@@ -27,7 +27,8 @@ import os
 import sys
 from typing import Any
 
-from paramsurgery.commands._common import (add_format_arg, add_input_arg, command, file_list,
+from paramsurgery.commands._common import (add_format_arg, add_input_arg, command,
+                                           concrete_inputshape, file_list,
                                            print_json)
 from paramsurgery.core.errors import ParamSurgeryError
 
@@ -35,7 +36,7 @@ MODES = ("fp16", "bf16", "int8")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from paramsurgery.commands._common import add_inputshape_arg
+    from paramsurgery.commands._common import add_inputshape_at_args
     from paramsurgery.verify.precision.metrics import METRICS
 
     p = command(sub, __doc__, run)
@@ -58,9 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--inputs", metavar="NPZ",
                    help="input arrays keyed by input blob name (default: random arrays at "
                         "--inputshape, the traced shapes or the Input layers' shapes)")
-    add_inputshape_arg(p)
-    p.add_argument("--at", action="append", default=[], metavar="SYM=N",
-                   help="value of a symbol of --inputshape (default 16)")
+    add_inputshape_at_args(p, "value of a symbol of --inputshape (default 16)")
     p.add_argument("-o", "--output", metavar="OUT.param",
                    help="write the graph with the kept layers masked (its .bin: a link of "
                         "the input's)")
@@ -77,14 +76,13 @@ def _default_bin(param: str) -> str | None:
 
 def _feeds(args: argparse.Namespace, graph: Any) -> tuple[dict, str]:
     from paramsurgery.analysis.traced_inputs import make_feeds
-    from paramsurgery.commands.compare import _concrete_inputshape
     from paramsurgery.formats.pnnx_param import find_pnnx_param, read_pnnx_param
 
     if args.inputs is not None and not os.path.isfile(args.inputs):
         raise ParamSurgeryError("--inputs: no such file", file=args.inputs)
     pnnx_path = find_pnnx_param(args.param)
     pnnx = read_pnnx_param(pnnx_path) if pnnx_path and os.path.isfile(pnnx_path) else None
-    shapes = _concrete_inputshape(args, graph)
+    shapes = concrete_inputshape(args, graph)
     if args.inputs is None and not shapes and pnnx is None:
         shapes = _input_layer_shapes(graph)
         if shapes:

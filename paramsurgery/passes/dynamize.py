@@ -639,12 +639,7 @@ class Dynamize(Pass, name="dynamize", repair_order=60,
         ax = dims.index(letter)
         short = layer.weights[0].array().reshape(-1).reshape(shape_a)
         if uniform_rows(short, ax):
-            ref = self._table_reference(g, layer, letter)
-            if ref is None:
-                return (f"no reader combines it with a blob whose {letter} is the length "
-                        f"(RotaryEmbed / BinaryOp)")
-            self._tables[layer.id] = (None, ax, letter, ref)
-            return None
+            return self._keep_table(g, layer, None, ax, letter)
         if other.weights is None or not len(other.weights):
             where = f" next to {self.pair_path}" if self.pair_path else " next to the pair"
             return (f"the paired export's rows are needed to extend it: give --pair-bin "
@@ -657,6 +652,12 @@ class Dynamize(Pass, name="dynamize", repair_order=60,
         head = np.take(other_shape, range(s.value), axis=ax)
         if not np.array_equal(head, short):
             return "its rows are not the first rows of the paired table (not position-indexed)"
+        return self._keep_table(g, layer, other, ax, letter)
+
+    def _keep_table(self, g: Graph, layer: Layer, other: Layer | None, ax: int,
+                    letter: str) -> str | None:
+        """Keep a table to crop at run time (from `other`'s rows, or its own uniform rows
+        when None) by the length of the blob its reader combines it with; else the reason."""
         ref = self._table_reference(g, layer, letter)
         if ref is None:
             return (f"no reader combines it with a blob whose {letter} is the length "

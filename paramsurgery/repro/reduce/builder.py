@@ -62,17 +62,18 @@ class Verdict:
         return self.result == FAIL
 
 
+@dataclass(eq=False)  # a builder is a place to work in, compared by identity
 class Builder:
     """Makes candidate graphs out of a source graph (weights attached or not)."""
 
-    def __init__(self, graph: Graph, values: ValueStore, expected: ValueStore | None,
-                 workdir: Path, has_bin: bool) -> None:
-        self.graph = graph
-        self.values = values
-        self.expected = expected
-        self.workdir = workdir
-        self.has_bin = has_bin
-        self.layers = list(graph)
+    graph: Graph
+    values: ValueStore
+    expected: ValueStore | None
+    workdir: Path
+    has_bin: bool
+
+    def __post_init__(self) -> None:
+        self.layers = list(self.graph)
         self.universe = [i for i, layer in enumerate(self.layers) if layer.type != "Input"]
         self.pos = {layer.id: i for i, layer in enumerate(self.layers)}
         self._n = 0
