@@ -46,6 +46,8 @@ def add_option_args(p: argparse.ArgumentParser, cls: type) -> None:
                 kw["choices"] = list(opt.choices)
             if opt.repeat:
                 kw["action"], kw["default"] = "append", []
+            elif opt.many:
+                kw["nargs"], kw["default"] = "+", []
             kw["required"] = opt.required
         p.add_argument(flag_of(f, opt), **kw)
 
@@ -60,7 +62,7 @@ def pass_from_args(cls: type, args: argparse.Namespace) -> Any:
     values: dict[str, Any] = {}
     for f, opt in options_of(cls):
         value = getattr(args, f.name, None)
-        if opt.repeat:
+        if opt.repeat or opt.many:
             value = tuple(value or ())
         if value is None and opt.beside_input is not None:
             value = opt.beside_input(args.param)

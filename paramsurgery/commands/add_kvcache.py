@@ -15,18 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("param", help="input .param (a decoder exported without cache)")
     add_output_args(p, "output .param (default: <input>.kvcache.param)")
     add_bin_arg(p)
-    p.add_argument("--naming", choices=("ncnn-docs", "ncnn-llm"), default="ncnn-docs",
-                   help="cache blob names: cache_k_in_{i}/cache_k_out_{i} (ncnn docs, default) "
-                   "or cache_k{i}/out_cache_k{i} (ncnn benchmark LLM params, ncnn_llm)")
-    p.add_argument("--split-inputs", action="store_true",
-                   help="one Input layer per cache blob instead of one for all")
-    p.add_argument("--input-name", help="name of the cache Input layer")
-    p.add_argument("--only", nargs="+", default=[], metavar="NAME",
-                   help="only these attention layers")
-    p.add_argument("--skip", nargs="+", default=[], metavar="NAME",
-                   help="leave these attention layers alone")
-    p.add_argument("--dynamic-gemm", action="store_true",
-                   help="Gemm 7=constantM -> 7=0 where A is an input (dynamic sequence length)")
+    from paramsurgery.commands._pass_commands import add_option_args
+    from paramsurgery.passes.kvcache import AddKVCache
+
+    add_option_args(p, AddKVCache)  # --naming ... --dynamic-gemm: the pass's option fields
     add_verify_args(p, "prove parity through ncnn (needs --bin)", tol=1e-5)
     p.add_argument("--n", type=int, default=8, help="--verify: prefill length (default 8)")
     p.add_argument("--m", type=int, default=4, help="--verify: single-token steps (default 4)")
@@ -89,11 +81,10 @@ def _text(run: Run) -> list[str]:
 
 
 def _make_pass(args: argparse.Namespace) -> PassLike:
+    from paramsurgery.commands._pass_commands import pass_from_args
     from paramsurgery.passes.kvcache import AddKVCache
 
-    return AddKVCache(naming=args.naming, split_inputs=args.split_inputs, only=args.only,
-                      skip=args.skip, dynamic_gemm=args.dynamic_gemm,
-                      input_name=args.input_name)
+    return pass_from_args(AddKVCache, args)
 
 
 run = GraphCommand("kvcache", _make_pass, bin_note=True, verify=_verify,

@@ -24,7 +24,8 @@ import dataclasses
 import functools
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Sequence, dataclass_transform
+from typing import (TYPE_CHECKING, AbstractSet, Any, Callable, ClassVar, Iterable, Sequence,
+                    dataclass_transform)
 
 from paramsurgery.core.match import MatchFailure
 from paramsurgery.core.changes import Change
@@ -261,7 +262,7 @@ class Pass:
             return result
 
 
-def check_selection(layers: Sequence["Layer"], named: set[str], kind: str, *,
+def check_selection(layers: Sequence["Layer"], named: AbstractSet[str], kind: str, *,
                     types: str | None = None) -> None:
     """A pass over layers of a kind (`--only`/`--skip` naming some of them): refuse when the
     graph has none (`types`: how to name them, default `kind`) or a name is not one."""

@@ -30,7 +30,6 @@ are then no reason to refuse.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
 from paramsurgery.analysis.contracts import arity
 from paramsurgery.core.errors import PassRefused
@@ -38,6 +37,7 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
 from paramsurgery.passes.base import Pass, PassResult, check_selection
+from paramsurgery.passes.options import option
 from paramsurgery.passes.kvcache_positions import (check_chains, check_table_counts, key_chains,
                                                    position_chains, table_counts, widen,
                                                    widen_table)
@@ -175,17 +175,28 @@ def widen_mask_crop(g: Graph, mc: MaskCrop, cache: str) -> Change:
 
 class AddKVCache(Pass, name="add-kvcache",
                  summary="add ncnn's native kv cache to SDPA / MultiHeadAttention layers (7=1)"):
-    def __init__(self, naming: str = "ncnn-docs", split_inputs: bool = False,
-                 only: Sequence[str] = (), skip: Sequence[str] = (),
-                 dynamic_gemm: bool = False, input_name: str | None = None) -> None:
-        if naming not in NAMINGS:
-            raise PassRefused(f"unknown naming {naming!r} (choose from {', '.join(NAMINGS)})")
-        self.naming = naming
-        self.split_inputs = split_inputs
-        self.only = set(only)
-        self.skip = set(skip)
-        self.dynamic_gemm = dynamic_gemm
-        self.input_name = input_name or NAMINGS[naming][4]
+    naming: str = option(default="ncnn-docs", choices=tuple(NAMINGS),
+                         help="cache blob names: cache_k_in_{i}/cache_k_out_{i} (ncnn docs, "
+                              "default) or cache_k{i}/out_cache_k{i} (ncnn benchmark LLM "
+                              "params, ncnn_llm)")
+    split_inputs: bool = option(default=False,
+                                help="one Input layer per cache blob instead of one for all")
+    # default: the naming's own (kv_cache_in, kv_cache)
+    input_name: str | None = option(default=None, help="name of the cache Input layer")
+    only: frozenset[str] = option(default=frozenset(), many=True, metavar="NAME",
+                                  help="only these attention layers")
+    skip: frozenset[str] = option(default=frozenset(), many=True, metavar="NAME",
+                                  help="leave these attention layers alone")
+    dynamic_gemm: bool = option(default=False, help="Gemm 7=constantM -> 7=0 where A is an "
+                                                    "input (dynamic sequence length)")
+
+    def __post_init__(self) -> None:
+        if self.naming not in NAMINGS:
+            raise PassRefused(f"unknown naming {self.naming!r} (choose from "
+                              f"{', '.join(NAMINGS)})")
+        # normalised once (the instance is frozen): a list given by the Python API -> a set
+        object.__setattr__(self, "only", frozenset(self.only))
+        object.__setattr__(self, "skip", frozenset(self.skip))
 
     # ------------------------------------------------------------------ matching
     def match(self, g: Graph, layer: Layer, ancestry: InputAncestry) -> Match:
@@ -321,13 +332,14 @@ class AddKVCache(Pass, name="add-kvcache",
             result.changes.append(Change("Input", f"added {len(blobs)} Input layers, one per "
                                                   f"cache blob"))
             return
-        existing = g.find(self.input_name)
+        input_name = self.input_name or NAMINGS[self.naming][4]
+        existing = g.find(input_name)
         if existing is not None and existing.type == "Input":
             g.set_outputs(existing, list(existing.outputs) + blobs)
             result.changes.append(Change(existing.name, "tops", len(existing.outputs) - len(blobs),
                                          len(existing.outputs), existing.source_line))
             return
-        name = g.unique_layer_name(self.input_name)
+        name = g.unique_layer_name(input_name)
         if after is not None:
             g.add_layer("Input", name, [], blobs, after=after)
         else:

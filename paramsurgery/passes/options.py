@@ -34,6 +34,7 @@ class Option:
     choices: Sequence[str] | None = None
     required: bool = False
     repeat: bool = False  # the flag may be given several times (a tuple field)
+    many: bool = False  # the flag takes one or more values (`--only a b`; a tuple field)
     negate: bool = False  # a bool field that defaults to True: `--no-<name>` turns it off
     load: Callable[[str], Any] | None = None  # the flag's text -> the value (reads a file)
     beside_input: Callable[[str], Any] | None = None  # the input path -> the default value
