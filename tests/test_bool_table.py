@@ -120,3 +120,21 @@ def test_gpt2_eager_static_runs_right_at_its_length_and_fix_names_the_mask(tmp_p
     text = capsys.readouterr()
     assert code == 2 and not (tmp_path / "f.param").exists()
     assert "pnnx_fold_causal_mask.2" in text.out + text.err
+
+
+def test_fix_repairs_the_repro_case_at_an_untraced_length(tmp_path, capsys) -> None:
+    """The catalogue's `bool-mask-buffer` bug (fixtures/repros: a dynamic export traced at
+    T=7 and 5, GPT-2's eager `where(bias[..., :T, :T], s, finfo.min)` before a softmax):
+    `fix` runs fix-bool-table and lower, and the result equals torch at T=9 (its ref.npz)."""
+    d = REPO / "fixtures" / "repros" / "bool-mask-buffer" / "bug"
+    out = tmp_path / "y.param"
+    assert main(["fix", str(d / "model.ncnn.param"), "--bin", str(d / "model.ncnn.bin"),
+                 "--reference", str(d / "ref.npz"), "--verify", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "repairs called for: fix-bool-table, lower" in text and ": ok: out0 rel" in text
+    with np.load(d / "ref.npz") as z:
+        x, want = z["in0"], z["out0"]
+    assert x.shape[-1] == 9
+    got = run(out.read_text(), out.with_suffix(".bin"), {"in0": Feed(x, 0)},
+              [Fetch("out0", 0)])["out0"]
+    assert got.shape == want.shape and np.abs(got - want).max() <= 1e-6

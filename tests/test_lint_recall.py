@@ -34,6 +34,7 @@ REPRO_EXPECTED = {
     ("axis-into-batch", "bug"): ({"PS008", "PS403"}, {"PS403"}),
     ("size-after-transpose-folded", "bug"): ({"PS016"}, {"PS016"}),
     ("one-d-through-batch-axis", "bug"): ({"PS404"}, {"PS404"}),
+    ("bool-mask-buffer", "bug"): ({"PS020", "PS004"}, {"PS020", "PS004"}),
 }
 # pnnx itself crashed: there is no graph to lint (pnnx-bugs.md case 6d)
 NO_GRAPH = {("dead-conv-output", "bug")}

@@ -346,6 +346,37 @@ def _one_d_positions_module(kind: str):
     return Positions()
 
 
+# --------------------------------------------------------------------------- case 10
+
+def _bool_mask_module(kind: str):
+    torch, nn, F = _tnn()
+
+    class Masked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv1d(4, 4, 1)
+            tril = torch.tril(torch.ones(16, 16, dtype=torch.bool)).view(1, 1, 16, 16)
+            if kind == "bool":   # GPT-2's eager `bias` buffer
+                self.register_buffer("bias", tril)
+            else:                # the same mask as an additive float buffer
+                self.register_buffer("neg", torch.zeros(1, 1, 16, 16).masked_fill(
+                    ~tril, torch.finfo(torch.float32).min))
+
+        def forward(self, x):
+            h = self.conv(x)
+            q = h.view(1, 2, 2, -1).transpose(2, 3)   # (1, heads, T, head_dim)
+            s = q @ q.transpose(2, 3)
+            t = x.shape[-1]
+            if kind == "bool":   # GPT-2's eager attention
+                mask_value = torch.full([], torch.finfo(s.dtype).min, dtype=s.dtype)
+                s = torch.where(self.bias[:, :, :t, :t], s, mask_value)
+            else:
+                s = s + self.neg[:, :, :t, :t]
+            return s.softmax(-1)
+
+    return Masked()
+
+
 # --------------------------------------------------------------------------- case 4
 
 def _stack_sum_module(kind: str):
@@ -838,6 +869,30 @@ CASES: tuple[ReproCase, ...] = (
         offending=(r"^Reshape\s.*\b12=0\b.*\b13=233\b.*6=\"?0n",),
         offending_text='Reshape slice_0_ncnnreshape 1 1 a b 12=0 13=233 6="0n"',
         upstream=("Tencent/ncnn PR #6784",),
+    ),
+    ReproCase(
+        id="bool-mask-buffer", number="10",
+        title="a bool constant (GPT-2's causal `bias` buffer) becomes MemoryData 21=3, a load "
+              "type ncnn does not have",
+        construct="torch.where(self.bias[:, :, :T, :T], s, finfo.min) with a bool tril buffer "
+                  "(GPT-2's eager attention)",
+        make_inputs=_inputs_c4, trace_lengths=(7, 5), run_length=9, seed=117,
+        input_names=("x (1,4,T)",),
+        variants=(
+            Variant("bug", "softmax(where(bool tril[..., :T, :T], s, finfo.min))", "load_fail",
+                    lambda: _bool_mask_module("bool")),
+            Variant("workaround", "softmax(s + additive float mask[..., :T, :T]) (0 / finfo.min)",
+                    "right", lambda: _bool_mask_module("additive")),
+        ),
+        why=("pnnx writes a bool tensor constant as MemoryData with load type 21=3, one byte "
+             "per value; ncnn's ModelBin has load types 0 (tagged) and 1 (raw float32) only "
+             "(\"ModelBin load type 3 not implemented\"), so load_model fails; the "
+             "torch.where reading it is not converted either (ncnn has no select layer). "
+             "paramsurgery fix repairs both: fix-bool-table writes the table as float32 0/1 "
+             "(lint PS020), lower rewrites where(m, s, finfo.min) as min(s, (2m-1)*FLT_MAX)."),
+        offending=(r"^MemoryData\s.*\b21=3\b", r"^torch\.where\s"),
+        offending_text="MemoryData bias 0 1 3 0=16 1=16 2=1 21=3  ->  torch.where torch.where_9 3 1 11 9 10 12",
+        upstream=(),
     ),
 )
 

@@ -203,6 +203,13 @@ DETAILS: dict[str, str] = {
         "gets the same Reshape (Qwen3-TTS's speaker encoder), or, when reshaped to "
         "`(1,1,T)`, the pair `Reshape 0=1 1=1` + `12=2 13=233 6=\"0n,1,1\"` that keeps one "
         "position (Mimi's RoPE positions all become 0)."),
+    "bool-mask-buffer": (
+        "pnnx 20261020's ncnn writer gives a bool attribute `21=3` and writes its values as "
+        "one byte each, padded to 4 bytes (`tools/pnnx/src/save_ncnn.cpp` writes the "
+        "attribute's raw data); ncnn's `ModelBinFromDataReader::load` knows types 0 and 1 "
+        "(`src/modelbin.cpp`: \"ModelBin load type 3 not implemented\"), so MemoryData's "
+        "load_model fails. Any bool constant pnnx folds does the same (GPT-2's eager `bias`, "
+        "`causal_mask` of a static export). A float constant (the additive mask) is fine."),
 }
 
 
@@ -411,6 +418,38 @@ SCRIPTS: dict[str, CaseScript] = {
     def forward(self, x):
         p = x[:, 0:1] * 2                              # the same values, never 1-D
         return self.conv(x) + self.w @ p
+''',
+    ),
+    "bool-mask-buffer": CaseScript(
+        model='''class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 4, 1)
+        self.register_buffer("bias", torch.tril(torch.ones(16, 16, dtype=torch.bool)).view(1, 1, 16, 16))
+
+    def forward(self, x):                              # x (1, 4, T)
+        h = self.conv(x)
+        q = h.view(1, 2, 2, -1).transpose(2, 3)       # (1, heads, T, head_dim)
+        s = q @ q.transpose(2, 3)
+        t = x.shape[-1]
+        mask_value = torch.full([], torch.finfo(s.dtype).min, dtype=s.dtype)
+        s = torch.where(self.bias[:, :, :t, :t], s, mask_value)  # GPT-2's eager attention
+        return s.softmax(-1)
+''',
+        workaround='''class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 4, 1)
+        tril = torch.tril(torch.ones(16, 16, dtype=torch.bool)).view(1, 1, 16, 16)
+        self.register_buffer("neg", torch.zeros(1, 1, 16, 16).masked_fill(
+            ~tril, torch.finfo(torch.float32).min))     # the mask as an additive float
+
+    def forward(self, x):
+        h = self.conv(x)
+        q = h.view(1, 2, 2, -1).transpose(2, 3)       # (1, heads, T, head_dim)
+        s = q @ q.transpose(2, 3)
+        t = x.shape[-1]
+        return (s + self.neg[:, :, :t, :t]).softmax(-1)
 ''',
     ),
 }
