@@ -16,6 +16,7 @@ from paramsurgery.passes.causal_mask import CausalMaskPass, causal_value, prove_
 from paramsurgery.passes.dynamize import Dynamize
 from paramsurgery.passes.dynamize_shapes import LengthSpec, ShapeDynamize
 from paramsurgery.runtime.child import RunOptions, run_isolated
+from paramsurgery.formats.pnnx_traced import load_traced
 
 MASKS = Path(__file__).resolve().parents[1] / "fixtures" / "masks"
 NEG = float(np.finfo(np.float32).min)
@@ -148,7 +149,7 @@ def test_rope_tables_computed_at_run_time(tmp_path, t):
     spec_.loader.exec_module(tool)
     ref = reference_shapes(str(MASKS / "rope6.ref.npz"))
     assert ref is not None
-    d = Dynamize(traced=MASKS / "rope6.pnnx.param", reference=(*ref, str(MASKS / "rope6.ref.npz")))
+    d = Dynamize(traced=load_traced(MASKS / "rope6.pnnx.param"), reference=(*ref, str(MASKS / "rope6.ref.npz")))
     g = d(load("rope6")).graph
     assert not [m for m in g.by_type("MemoryData") if m.params.get(1) == 6]
     param, bin_ = tmp_path / "r.param", tmp_path / "r.bin"

@@ -20,6 +20,7 @@ from golden import check_golden
 from paramsurgery.analysis.validate import validate
 from paramsurgery.formats.io import save
 from paramsurgery.formats.param_text import dumps
+from paramsurgery.formats.pnnx_traced import load_traced
 
 R = FIXTURES / "repairs"
 MODELS = ["neg_slice", "attention"]
@@ -37,7 +38,11 @@ def feeds_of(model, variant, x):
 
 def dyn(model, **kw):
     p = path(model)
-    return Dynamize(traced=companion_pnnx(p), **kw)(paramsurgery.load(p))
+    if "pair" in kw:  # as the command reads it: the pass gets the graph and pnnx's ops
+        other = kw["pair"]
+        kw.update(pair=paramsurgery.load(other), pair_traced=load_traced(companion_pnnx(other)),
+                  pair_path=other)
+    return Dynamize(traced=load_traced(companion_pnnx(p)), **kw)(paramsurgery.load(p))
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -48,7 +53,7 @@ def test_golden_and_report(model, mode):
     check_golden(f"fix/dynamize.{model}.param", dumps(res.graph))  # both modes: same text
     assert validate(res.graph) == []
     assert all(c.before is not None and c.after is not None for c in res.changes)
-    again = Dynamize(traced_len=10, traced=companion_pnnx(path(model)))(res.graph)
+    again = Dynamize(traced_len=10, traced=load_traced(companion_pnnx(path(model))))(res.graph)
     assert not again.modified
 
 
@@ -118,10 +123,10 @@ def test_ambiguous_head_count_refused_then_resolved_by_layers(tmp_path):
     p = path("attention", "static4")
     with pytest.raises(PassRefused, match=r"reshape_4: ambiguous: 2 dims look length-derived "
                        r"\(1\(h\)=4, 2\(c\)=4\)"):
-        Dynamize(4, traced=companion_pnnx(p))(paramsurgery.load(p))
+        Dynamize(4, traced=load_traced(companion_pnnx(p)))(paramsurgery.load(p))
     layers = ["gemm_0", "gemm_1", "gemm_2", "gemm_3", "reshape_4:2", "reshape_5:2",
               "reshape_6:2", "reshape_7:1"]
-    g = Dynamize(4, layers=layers, traced=companion_pnnx(p))(paramsurgery.load(p)).graph
+    g = Dynamize(4, layers=layers, traced=load_traced(companion_pnnx(p)))(paramsurgery.load(p)).graph
     save(g, tmp_path / "d.param")
     ref = np.load(R / "attention" / "static4" / "ref.npz")
     got = run(tmp_path / "d.param", R / "attention" / "static4" / "model.ncnn.bin",
@@ -131,7 +136,9 @@ def test_ambiguous_head_count_refused_then_resolved_by_layers(tmp_path):
 
 def test_pair_resolves_the_ambiguity():
     p = path("attention", "static4")
-    res = Dynamize(traced=companion_pnnx(p), pair=path("attention", "static10"))(
+    other = path("attention", "static10")  # the pass gets the pair's graph and ops, not files
+    res = Dynamize(traced=load_traced(companion_pnnx(p)), pair=paramsurgery.load(other),
+                   pair_traced=load_traced(companion_pnnx(other)), pair_path=other)(
         paramsurgery.load(p))
     assert ("reshape_4", 2) in {(c.layer, int(c.what.split()[0])) for c in res.changes}
 

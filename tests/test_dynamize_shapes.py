@@ -21,6 +21,7 @@ from conftest import FIXTURES
 from golden import check_golden
 from paramsurgery.formats.io import save
 from paramsurgery.formats.param_text import dumps
+from paramsurgery.formats.pnnx_traced import load_traced
 
 R = FIXTURES / "repairs"
 TINY = FIXTURES / "qwen3_tts" / "tiny"
@@ -28,7 +29,7 @@ TINY = FIXTURES / "qwen3_tts" / "tiny"
 
 def single_trace(d):
     ref = reference_shapes(str(d / "ref.npz"))
-    return Dynamize(traced=d / "model.pnnx.param", reference=(*ref, str(d / "ref.npz")))
+    return Dynamize(traced=load_traced(d / "model.pnnx.param"), reference=(*ref, str(d / "ref.npz")))
 
 
 @pytest.mark.parametrize("model", ["attention", "neg_slice"])

@@ -16,6 +16,7 @@ from paramsurgery.lint import lint_graph
 from paramsurgery.passes.fix_pow import FixPow
 from paramsurgery.passes.fix_tied_linear import FixTiedLinear
 from paramsurgery.runtime.child import Feed, Fetch, run
+from paramsurgery.formats.pnnx_traced import load_traced
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "encoder"
 
@@ -175,7 +176,7 @@ def test_a_table_that_is_not_positions_fails_the_reference_check(tmp_path) -> No
     ref = str(FIX / "learned_pos.ref.npz")
     shapes = reference_shapes(ref)
     assert shapes is not None
-    p = Dynamize(traced=FIX / "learned_pos.pnnx.param", reference=(shapes[0], shapes[1], ref))
+    p = Dynamize(traced=load_traced(FIX / "learned_pos.pnnx.param"), reference=(shapes[0], shapes[1], ref))
     with pytest.raises(paramsurgery.PassRefused, match="pnnx_fold_63: with the table.s. cropped "
                                                        "to the length the output differs"):
         p(g)

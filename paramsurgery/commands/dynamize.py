@@ -58,13 +58,12 @@ def run(args: argparse.Namespace) -> int:
     if shapes and any(not isinstance(d, int) for s in shapes.values() for d in s):
         raise ParamSurgeryError("dynamize: --inputshape gives the traced shapes: numbers only "
                                 "(e.g. in0=[4,20] for --traced-len 20)", file=args.param)
-    pair = args.pair
-    if args.pair_bin:
-        from paramsurgery.formats.io import load
+    # the command reads the files, the pass gets the graph and pnnx's ops
+    from paramsurgery.formats.io import load
+    from paramsurgery.formats.pnnx_traced import load_traced
 
-        if not (args.pair and args.bin):
-            raise ParamSurgeryError("--pair-bin goes with --pair and --bin", file=args.param)
-        pair = load(args.pair, bin=args.pair_bin)
+    if args.pair_bin and not (args.pair and args.bin):
+        raise ParamSurgeryError("--pair-bin goes with --pair and --bin", file=args.param)
     reference = None
     if args.reference is not None:
         from paramsurgery.passes.dynamize_shapes import reference_shapes
@@ -77,9 +76,13 @@ def run(args: argparse.Namespace) -> int:
             raise ParamSurgeryError("--reference needs pnnx's IR (the traced input shapes): "
                                     "X.pnnx.param next to the file, or --pnnx", file=args.param)
         reference = (*shapes_ref, args.reference)
+    pair = load(args.pair, bin=args.pair_bin) if args.pair else None
+    # the pair's pnnx IR: --pair-pnnx, else the one next to it
+    pair_traced = args.pair_pnnx or (companion_pnnx(args.pair) if args.pair else None)
     p = Dynamize(args.traced_len, pair=pair, reference=reference, pair_len=args.pair_len, axis=args.axis,
-                 reshape_axes=args.reshape_axes, layers=args.layers, traced=traced,
-                 inputshape=shapes,
-                 pair_traced=args.pair_pnnx or (companion_pnnx(args.pair) if args.pair_bin
-                                                else None))
+                 reshape_axes=args.reshape_axes, layers=args.layers,
+                 traced=load_traced(traced), inputshape=shapes,
+                 pair_traced=load_traced(pair_traced),
+                 # named in messages when read without weights (as before the move)
+                 pair_path=None if args.pair_bin else args.pair)
     return run_param_pass(args, p, "dynamic")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import (TYPE_CHECKING, AbstractSet, Any, Callable, ClassVar, Iterable, Sequence,
@@ -169,6 +170,21 @@ class RepairContext:
         from paramsurgery.formats.pnnx_traced import load_traced
 
         return load_traced(self.traced)
+
+    def ops_at(self, path: "str | os.PathLike | None") -> "list[PnnxOp] | None":
+        """pnnx's ops of another file (e.g. a `--pair`'s IR): read here, for the pass."""
+        from paramsurgery.formats.pnnx_traced import load_traced
+
+        return load_traced(path)
+
+    def load_other(self, param: str, bin: str | None, pnnx: str | None) -> Graph:
+        """Another export of the same model, as the input is by now (`repaired_like`), or
+        as it is on disk when `fix` gave no such loader: the pass receives the graph."""
+        if self.repaired_like is not None:
+            return self.repaired_like(param, bin, pnnx)
+        from paramsurgery.formats.io import load
+
+        return load(param, bin=bin)
 
 
 _UNSET: Any = object()  # a class keyword not given (None is a value: `tag=None`)

@@ -107,7 +107,7 @@ class Dynamize(Pass, name="dynamize", repair_order=60,
                                   "another length (X.ref.npz next to the file) with pnnx's IR "
                                   "(X.pnnx.param)")
             return None
-        pair_traced = ctx.option("pair_pnnx") or _traced.companion_pnnx(pair_path)
+        pair_traced = ctx.ops_at(ctx.option("pair_pnnx") or _traced.companion_pnnx(pair_path))
         pair = (lambda: cls._fix_pair(ctx, pair_path)) if pair_path is not None else None
         return cls(traced_len, pair=pair, traced=ctx.traced_ops, reference=reference,
                    pair_traced=pair_traced)
@@ -122,19 +122,16 @@ class Dynamize(Pass, name="dynamize", repair_order=60,
             bin_path = sibling if os.path.exists(sibling) else None
         pnnx = ctx.option("pair_pnnx") or _traced.companion_pnnx(path)
         pnnx = os.fspath(pnnx) if pnnx is not None else None
-        if ctx.repaired_like is not None:
-            return ctx.repaired_like(os.fspath(path), bin_path, pnnx)
-        from paramsurgery.formats.io import load
-
-        return load(path, bin=bin_path)
+        return ctx.load_other(os.fspath(path), bin_path, pnnx)
 
     def __init__(self, traced_len: int | None = None, *,
-                 pair: "Graph | str | os.PathLike | Callable[[], Graph] | None" = None,
+                 pair: "Graph | Callable[[], Graph] | None" = None,
                  pair_len: int | None = None, axis: int | None = None,
                  reshape_axes: Sequence[str] | None = None,
                  layers: Sequence[str] | None = None,
-                 traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,
-                 pair_traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,
+                 traced: Sequence[_traced.PnnxOp] | None = None,
+                 pair_traced: Sequence[_traced.PnnxOp] | None = None,
+                 pair_path: str | os.PathLike | None = None,
                  inputshape: Mapping[str, tuple] | None = None,
                  spec: "LengthSpec | None" = None,
                  reference: tuple[list, list, str] | None = None) -> None:
@@ -143,16 +140,18 @@ class Dynamize(Pass, name="dynamize", repair_order=60,
         self.spec = spec  # one static trace, its length a symbol (dynamize_shapes.py)
         self.reference = reference  # (input shapes, output shapes, path) at another length
         self.T = traced_len
-        self.pair_path: str | os.PathLike | None = None
+        # files are read by the command or `fix` (the pass gets graphs and pnnx's ops);
+        # `pair_path` only names the pair in messages
+        for what, value in (("pair", pair), ("traced", traced), ("pair_traced", pair_traced)):
+            if isinstance(value, (str, os.PathLike)):
+                raise TypeError(f"Dynamize({what}=...): give the loaded graph / pnnx's ops "
+                                f"(formats.io.load, formats.pnnx_traced.load_traced), not a "
+                                f"path: a pass reads no file")
+        self.pair_path = pair_path
         self._pair_loader: Callable[[], Graph] | None = None
         if callable(pair) and not isinstance(pair, Graph):
             self._pair_loader = pair
             pair = None
-        if pair is not None and not isinstance(pair, Graph):
-            from paramsurgery.formats.io import load
-
-            self.pair_path = pair
-            pair = load(pair)
         self.pair = pair
         self.T2 = pair_len
         self.axis = axis
@@ -169,10 +168,8 @@ class Dynamize(Pass, name="dynamize", repair_order=60,
                         cur.add(int(pid))
                 else:
                     self.layer_filter[name] = None
-        self.traced = _traced.load_traced(traced)
-        if pair_traced is None and self.pair_path is not None:
-            pair_traced = _traced.companion_pnnx(self.pair_path)
-        self.pair_traced = _traced.load_traced(pair_traced)
+        self.traced = list(traced) if traced is not None else None
+        self.pair_traced = list(pair_traced) if pair_traced is not None else None
         self.inputshape = dict(inputshape or {})  # the traced input shapes (--inputshape)
         self._shapes: tuple | None = None  # (traced ShapeMap, symbolic ShapeMap), once per run
         self._tables: dict[int, tuple] = {}  # id -> (paired layer, None: uniform rows; axis, letter, ref)
