@@ -7,6 +7,7 @@ import argparse
 from paramsurgery.commands._common import add_pass_args
 from paramsurgery.commands._runner import run_param_pass
 from paramsurgery.commands._runner import add_partial_arg, add_pnnx_arg, traced_path
+from paramsurgery.formats.pnnx_traced import load_traced
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,5 +25,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from paramsurgery.passes.fix_reduction import FixReduction
 
-    return run_param_pass(args, FixReduction(style=args.style, traced=traced_path(args),
+    return run_param_pass(args, FixReduction(style=args.style, traced=load_traced(traced_path(args)),
                                              partial=args.partial), "fixred")

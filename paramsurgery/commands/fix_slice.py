@@ -7,6 +7,7 @@ import argparse
 from paramsurgery.commands._common import add_pass_args
 from paramsurgery.commands._runner import run_param_pass
 from paramsurgery.commands._runner import add_partial_arg, add_pnnx_arg, traced_path
+from paramsurgery.formats.pnnx_traced import load_traced
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,5 +22,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from paramsurgery.passes.fix_slice import FixSlice
 
-    return run_param_pass(args, FixSlice(traced=traced_path(args), partial=args.partial),
+    return run_param_pass(args, FixSlice(traced=load_traced(traced_path(args)), partial=args.partial),
                           "fixslice")

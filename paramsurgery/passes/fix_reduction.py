@@ -27,7 +27,7 @@ would need.
 
 from __future__ import annotations
 
-import os
+from dataclasses import KW_ONLY
 from typing import Sequence
 
 from paramsurgery.core.ncnn import BinaryOpType, EltwiseOpType, ReductionOpType
@@ -36,6 +36,7 @@ from paramsurgery.ir.layer import Layer
 from paramsurgery.core.values import Floats
 from paramsurgery.formats import pnnx_traced as _traced
 from paramsurgery.core.changes import Change
+from paramsurgery.passes.options import loaded_ops
 from paramsurgery.passes.base import Pass, PassResult, RepairContext, keep_or_refuse
 from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
@@ -72,6 +73,7 @@ def batch_concat(g: Graph, layer: Layer) -> Layer | None:
     return None
 
 
+
 class FixReduction(Pass, name="fix-reduction", repair_order=50, tag="fixred",
                    summary="stack + Reduction with dropped axes (Concat 0=-233, -23303=0) → element-wise "
                            "sum/mean; identity Reductions bypassed when traced shapes prove it"):
@@ -79,14 +81,15 @@ class FixReduction(Pass, name="fix-reduction", repair_order=50, tag="fixred",
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "FixReduction | None":
         return cls(traced=ctx.traced_ops) if asked else None
 
-    def __init__(self, *, style: str = "eltwise",
-                 traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,
-                 partial: bool = False) -> None:
-        if style not in ("eltwise", "binaryop"):
-            raise ValueError(f"style must be 'eltwise' or 'binaryop', got {style!r}")
-        self.style = style
-        self.traced = traced
-        self.partial = partial
+    _: KW_ONLY
+    style: str = "eltwise"
+    traced: Sequence[_traced.PnnxOp] | None = None  # pnnx's ops (read by the command / fix)
+    partial: bool = False
+
+    def __post_init__(self) -> None:
+        if self.style not in ("eltwise", "binaryop"):
+            raise ValueError(f"style must be 'eltwise' or 'binaryop', got {self.style!r}")
+        object.__setattr__(self, "traced", loaded_ops("FixReduction(traced=...)", self.traced))
 
     # ------------------------------------------------------------------ matching
     def _match_stack(self, g: Graph, red: Layer) -> Match:
@@ -144,7 +147,7 @@ class FixReduction(Pass, name="fix-reduction", repair_order=50, tag="fixred",
                          f"or a non-batch layout, pnnx-bugs.md case 4)")
 
     def _align(self, g: Graph, reds: list[Layer]) -> tuple[dict[int, _traced.PnnxOp] | None, str | None]:
-        ops = _traced.load_traced(self.traced)
+        ops = self.traced
         if ops is None:
             return None, None
         def agree(layer: Layer, op: _traced.PnnxOp) -> str | None:

@@ -23,8 +23,8 @@ Anything else is refused with what is missing.
 
 from __future__ import annotations
 
-import os
 import re
+from dataclasses import KW_ONLY
 from typing import Sequence
 
 from paramsurgery.ir.graph import Graph
@@ -32,6 +32,7 @@ from paramsurgery.ir.layer import Layer
 from paramsurgery.core.values import Ints
 from paramsurgery.formats import pnnx_traced as _traced
 from paramsurgery.core.changes import Change
+from paramsurgery.passes.options import loaded_ops
 from paramsurgery.passes.base import Pass, PassResult, RepairContext, keep_or_refuse
 from paramsurgery.core.match import Match, MatchFailure, fail, matched
 
@@ -64,6 +65,7 @@ def needs_fix(layer: Layer) -> str | None:
     return None
 
 
+
 class FixSlice(Pass, name="fix-slice", repair_order=40,
                summary="parameterless Slice / raw torch.unbind / batch-axis Slice → valid Slice (+ Reshape)"):
     @classmethod
@@ -74,10 +76,12 @@ class FixSlice(Pass, name="fix-slice", repair_order=40,
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "FixSlice | None":
         return cls(traced=ctx.traced_ops) if asked else None
 
-    def __init__(self, *, traced: str | os.PathLike | Sequence[_traced.PnnxOp] | None = None,
-                 partial: bool = False) -> None:
-        self.traced = _traced.load_traced(traced)
-        self.partial = partial
+    _: KW_ONLY
+    traced: Sequence[_traced.PnnxOp] | None = None  # pnnx's ops (read by the command / fix)
+    partial: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "traced", loaded_ops("FixSlice(traced=...)", self.traced))
 
     # ------------------------------------------------------------------ traced ops
     def _aligned(self, g: Graph) -> dict[int, _traced.PnnxOp]:

@@ -17,6 +17,7 @@ from that keyword only (PEP 681), so a positional one would make the field look 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -65,3 +66,12 @@ def flag_of(f: dataclasses.Field, opt: Option) -> str:
         return opt.flag
     name = f.name.replace("_", "-")
     return f"--no-{name}" if opt.negate else f"--{name}"
+
+
+def loaded_ops(what: str, value: Any) -> list | None:
+    """pnnx's ops given to a pass, as a list; a path is refused (TypeError): a pass reads no
+    file, the command or `fix` does (`formats.pnnx_traced.load_traced`)."""
+    if isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{what}: give pnnx's ops (formats.pnnx_traced.load_traced(path)), "
+                        f"not a path: a pass reads no file")
+    return list(value) if value is not None else None
