@@ -16,6 +16,9 @@ sys.path.insert(0, str(REPO / "tools"))
 
 import e2e_qwen3tts  # noqa: E402
 
+REAL_LAST = re.compile(r"^e2e real: codes (\d+)/(\d+) frames identical(?: until (.*))?; logits rel "
+                       r"(\S+) over (\d+) choices; waveform rel (\S+) on the (\d+) matching "
+                       r"frames; chunked == offline rel (\S+)$")
 LAST = re.compile(r"^e2e: codes (\d+)/(\d+) frames identical; waveform rel (\S+); "
                   r"chunked == offline rel (\S+)$")
 
@@ -117,3 +120,57 @@ def test_regenerating_the_reference_is_byte_identical(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     new = out / "qwen3_tts" / "tiny" / "e2e.ref.npz"
     assert new.read_bytes() == e2e_qwen3tts.REFERENCE.read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.disk_usage("/tmp").free < 12e9, reason="needs ~5 GB of scratch")
+def test_real_size_matches_torch_up_to_a_near_tie(capsys: pytest.CaptureFixture[str]) -> None:
+    """Real size, the same seeded weights on both sides (exported .bin files in a work dir,
+    reused by the next run: ~8 min and 6.7 GB peak RSS the first time), 4 frames: codes equal
+    torch's until a named near tie (or all frames), logits and waveform within fp32 noise."""
+    import importlib.util
+    import os
+
+    for dist in ("torch", "qwen_tts", "transformers", "pnnx"):
+        if importlib.util.find_spec(dist) is None:
+            pytest.skip(f"{dist} is not installed (export environment needed)")
+    work = os.environ.get("PARAMSURGERY_E2E_REAL_WORK", str(e2e_qwen3tts.REAL_WORK))
+    rc, lines, _ = _run(capsys, "--size", "real", "--frames", "4", "--work", work)
+    m = REAL_LAST.match(lines[-1])
+    assert m, lines[-1]
+    matching, frames = int(m[1]), int(m[2])
+    assert frames == 4 and (matching == 4 or "near tie" in (m[3] or "")), lines[-1]
+    assert float(m[4]) <= 1e-4 and int(m[5]) >= 16 * matching
+    assert float(m[6]) <= 1e-4 and float(m[8]) <= 1e-4
+    assert rc == 0
+    log = "\n".join(lines)
+    # every net from the generator's own export, its graph the committed fixture's
+    assert len(re.findall(r"^  export \S+: (\.param == fixtures/|reused )", log, re.M)) == 10
+    assert "add-kvcache: 28 SDPA layer(s)" in log and "add-kvcache: 5 SDPA layer(s)" in log
+    assert "window cache 71 rows x 8 SDPA" in log
+
+
+def test_a_stale_fixture_param_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                          ) -> None:
+    """The export's .param differs from the committed fixture: refused, naming both files,
+    instead of pairing the fixture graph with weights of another graph."""
+    import json
+    from types import SimpleNamespace
+
+    from paramsurgery.repro import pnnx_export
+    from qwen3tts import real_export
+
+    manifest = json.loads((REPO / "fixtures" / "manifest.json").read_text())
+    other = tmp_path / "x.ncnn.param"
+    other.write_text("7767517\n0 0\n")
+    fake_bin = tmp_path / "x.ncnn.bin"
+    fake_bin.write_bytes(b"")
+    monkeypatch.setattr(real_export, "_spec", lambda m, v: SimpleNamespace(
+        wrapper=None, trace_inputs=(), trace_inputs2=None))
+    monkeypatch.setattr(pnnx_export, "export_with_pnnx", lambda *a, **k: SimpleNamespace(
+        ok=True, ncnn_param=other, ncnn_bin=fake_bin, returncode=0, signal=None, stderr=""))
+    with pytest.raises(real_export.StaleFixture,
+                       match=r"talker_text_embed\.ported: the generator's export .* differs "
+                             r"from the fixture fixtures/qwen3_tts/real/talker_text_embed"):
+        real_export.export(tmp_path / "work", manifest, [])
+    assert not (tmp_path / "work" / "talker_text_embed.ported.ncnn.bin").exists()

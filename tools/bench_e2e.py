@@ -104,6 +104,8 @@ def run_child(threads: int, frames: int, repeat: int, size: str = "tiny",
                              "codec_chunk_second_half": float(np.median(
                                  live.timings[frames // 2:])),
                              "codes_identical": same, "stream_rel": _rel(pcm, offline)})
+        peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        traffic = weight_traffic(pipe, s.groups)     # after the RSS: it loads the weights
     med = {k: float(np.median([r[k] for r in runs])) for k in runs[0]
            if k not in ("codes_identical", "stream_rel")}
     med["codes_identical"] = min(r["codes_identical"] for r in runs)
@@ -112,8 +114,54 @@ def run_child(threads: int, frames: int, repeat: int, size: str = "tiny",
     med.update({"threads": threads, "frames": frames, "repeat": repeat, "audio_s": audio,
                 "fps": frames / med["total"], "rtf": med["total"] / audio,
                 "groups": s.groups, "load": (load_start, os.getloadavg()[0]),
-                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+                "peak_rss_mb": peak_rss_mb, **traffic, "copy_gbps": copy_bandwidth()})
     return med
+
+
+def _streamed_bytes(param: Path, binp: Path | None) -> int:
+    """Weight bytes one run of a net reads: everything in its .bin except Embed tables (a
+    lookup reads one row per id)."""
+    from paramsurgery import load
+    from paramsurgery.formats.weights import weight_summary
+
+    if binp is None:
+        return 0
+    by_type = weight_summary(load(param, bin=binp))["by_type"]
+    return sum(n for t, n in by_type.items() if t != "Embed")
+
+
+def weight_traffic(pipe: object, groups: int) -> dict[str, float]:
+    """MB of weights read per talker step, per predictor group (one decoder run and one
+    head per residual code) and per codec chunk (every streamed codec net once): at real
+    size a one-row step is a matrix-vector product per weight, so this over the memory
+    bandwidth bounds the step time from below, whatever the kernels."""
+    p = pipe.parts                                            # type: ignore[attr-defined]
+    heads = _streamed_bytes(p["predictor_heads"].param, p["predictor_heads"].bin)
+    cp = pipe.codec_parts                                     # type: ignore[attr-defined]
+    codec = 0
+    if cp is not None:
+        codec = sum(_streamed_bytes(Path(a), Path(b)) for a, b in
+                    (cp.pre, cp.attn, (cp.conv["param"], cp.conv["bin"]),
+                     (pipe.codec_stream["param"], pipe.codec_stream["bin"])))  # type: ignore[attr-defined]
+    return {"mb_talker_step": (_streamed_bytes(p["talker"].param, p["talker"].bin)
+                               + _streamed_bytes(p["codec_head"].param, p["codec_head"].bin)) / 1e6,
+            "mb_predictor_group": ((groups - 1) * _streamed_bytes(p["predictor"].param,
+                                                                 p["predictor"].bin)
+                                   + heads) / 1e6,
+            "mb_codec_chunk": codec / 1e6}
+
+
+def copy_bandwidth(mb: int = 512, repeat: int = 3) -> float:
+    """GB/s of a numpy copy (bytes read + written, best of `repeat`) on this machine now:
+    what one thread can stream while the others run their jobs."""
+    a = np.ones(mb * (1 << 20) // 4, np.float32)
+    b = np.empty_like(a)
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - t)
+    return 2 * a.nbytes / best / 1e9
 
 
 def run_torch_child(threads: int, frames: int, repeat: int, size: str = "tiny",
@@ -218,6 +266,13 @@ def main(argv: list[str] | None = None) -> int:
               f" (ncnn includes its streaming decode), talker step "
               f"{t['talker_step'] / r['talker_step']:.1f}x, predictor group "
               f"{t['predictor_group'] / r['predictor_group']:.1f}x")
+    for r in rows:
+        bound = (r["mb_talker_step"] + r["mb_predictor_group"]) / 1e3 / r["copy_gbps"]
+        print(f"ncnn {r['threads']} thread(s): weights read per frame {r['mb_talker_step']:.0f} MB "
+              f"(talker step) + {r['mb_predictor_group']:.0f} MB (predictor group), "
+              f"{r['mb_codec_chunk']:.0f} MB per codec chunk; numpy copy bandwidth "
+              f"{r['copy_gbps']:.1f} GB/s -> at least {bound * 1e3:.0f} ms per frame of "
+              f"generation, measured {(r['talker_step'] + r['predictor_group']) * 1e3:.0f} ms")
     if not with_torch:
         print("torch rows not run: " + ("--no-torch" if args.no_torch else
                                         "qwen-tts is not importable in this Python"))

@@ -28,7 +28,7 @@ from typing import Any
 
 from fixture_manifest import sha256
 
-from . import assemble, codec_decoder, modules, sources
+from . import assemble
 
 SIZE = "real"
 LEVELSUM_PREFIX = "ported_levelsum_"
@@ -39,14 +39,14 @@ class StaleFixture(RuntimeError):
 
 
 def needed() -> list[tuple[str, str]]:
-    """(module, variant) of every source graph the assembled pipeline reads, grouped by
-    source model (each built once, released before the next)."""
-    pairs = list(dict.fromkeys(assemble.SOURCES.values()))
-    order = list(modules.MODULES)
-    return sorted(pairs, key=lambda p: order.index(p[0]))
+    """(module, variant) of every source graph the assembled pipeline reads (in SOURCES'
+    order, where the modules of one source model are adjacent: each built once)."""
+    return list(dict.fromkeys(assemble.SOURCES.values()))
 
 
 def _spec(module: str, variant: str) -> Any:
+    from . import codec_decoder, modules
+
     if module == "codec_decoder" and variant.startswith(LEVELSUM_PREFIX):
         # build_all would trace every level-sum form and the raw exports: only this one
         return codec_decoder.build(SIZE, variant[len(LEVELSUM_PREFIX):], variant=variant)
@@ -67,7 +67,7 @@ def _fixture_sha(manifest: dict[str, Any], module: str, variant: str) -> tuple[s
 
 def export(work: Path, manifest: dict[str, Any], log: list[str]) -> dict[str, Path]:
     """`.bin` per `module.variant` (the `bins` argument of `assemble.assemble`)."""
-    from paramsurgery.repro.pnnx_export import export_with_pnnx
+    from paramsurgery.repro import pnnx_export
 
     work.mkdir(parents=True, exist_ok=True)
     bins: dict[str, Path] = {}
@@ -75,22 +75,24 @@ def export(work: Path, manifest: dict[str, Any], log: list[str]) -> dict[str, Pa
     for module, variant in needed():
         key = f"{module}.{variant}"
         rel, want = _fixture_sha(manifest, module, variant)
-        source = modules.MODULES[module][0]
+        # the fixture's seed is its source model's (sources.SEEDS): modules of one source
+        # share it
+        seed = assemble.export_record(manifest, module, variant, SIZE)["seed"]
         stamp_path = work / f"{key}.stamp.json"
         out = work / f"{key}.ncnn.bin"
-        stamp = {"fixture_param": rel, "sha256": want, "seed": sources.SEEDS[source]}
+        stamp = {"fixture_param": rel, "sha256": want, "seed": seed}
         if out.exists() and stamp_path.exists() and json.loads(stamp_path.read_text()) == stamp:
             bins[key] = out
             log.append(f"export {key}: reused {out} ({out.stat().st_size / 1e6:.0f} MB)")
             continue
-        if current not in (None, source):
-            sources.release(current)
-        current = source
+        if current not in (None, seed):
+            _release()      # the next source model: drop the previous one (~3.6 GB)
+        current = seed
         t0 = time.monotonic()
         spec = _spec(module, variant)
         scratch = work / f"scratch-{key}"
         shutil.rmtree(scratch, ignore_errors=True)
-        res = export_with_pnnx(spec.wrapper, spec.trace_inputs, scratch, key,
+        res = pnnx_export.export_with_pnnx(spec.wrapper, spec.trace_inputs, scratch, key,
                                example_inputs2=spec.trace_inputs2, fp16=False, optlevel=2)
         if not res.ok:
             raise RuntimeError(f"pnnx failed on {key} (exit {res.returncode}, signal "
@@ -107,5 +109,13 @@ def export(work: Path, manifest: dict[str, Any], log: list[str]) -> dict[str, Pa
         bins[key] = out
         log.append(f"export {key}: .param == fixtures/{rel}; .bin "
                    f"{out.stat().st_size / 1e6:.0f} MB in {time.monotonic() - t0:.0f} s")
-    sources.release()
+    _release()
     return bins
+
+
+def _release() -> None:
+    # torch-side modules are imported lazily: `needed()` serves the ncnn side, which may
+    # have no torch
+    from . import sources
+
+    sources.release()
