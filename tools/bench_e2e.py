@@ -265,7 +265,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"torch / ncnn at {r['threads']} thread(s): whole run {t['total'] / r['total']:.1f}x"
               f" (ncnn includes its streaming decode), talker step "
               f"{t['talker_step'] / r['talker_step']:.1f}x, predictor group "
-              f"{t['predictor_group'] / r['predictor_group']:.1f}x")
+              f"{t['predictor_group'] / r['predictor_group']:.1f}x, generation per frame "
+              f"(talker step + predictor group) "
+              f"{(t['talker_step'] + t['predictor_group']) / (r['talker_step'] + r['predictor_group']):.1f}x"
+              f"; codec: torch offline per frame / ncnn 1-frame chunk "
+              f"{t['codec_offline'] / r['codec_chunk']:.2f}x")
     for r in rows:
         bound = (r["mb_talker_step"] + r["mb_predictor_group"]) / 1e3 / r["copy_gbps"]
         print(f"ncnn {r['threads']} thread(s): weights read per frame {r['mb_talker_step']:.0f} MB "
