@@ -109,3 +109,34 @@ def test_fold_gqa_batch_axis_k_wrong_order_is_left(tmp_path):
     res = FoldGQA(traced=pnnx)(paramsurgery.load(MASKS / "gqa_batch_k.param"))
     assert not res.modified
     assert any("Tensor.expand 'Tensor.expand_k'" in s.reason for s in res.skipped)
+
+
+def test_phi3_dynamic_partial_rotary_refusal_names_the_concat_and_the_routes():
+    """Phi-3's dynamic export joins a RotaryEmbed of part of each head with the rest on 4-D
+    blobs that keep pnnx's batch axis: fold-gqa leaves its SDPAs, naming the Concat and the
+    routes fix does repair (the zoo's static phi3 export and --pair)."""
+    zoo = MASKS.parent / "zoo" / "phi3"
+    res = FoldGQA(traced=zoo / "embeds_sdpa_dynamic.pnnx.param")(
+        paramsurgery.load(zoo / "embeds_sdpa_dynamic.ncnn.param"))
+    assert not res.modified
+    assert any("Concat 'cat_2'" in n and "--pair" in n for n in res.notes), res.notes
+
+
+def test_fix_proves_a_rebuilt_mask_against_the_reference_by_default(tmp_path, capsys):
+    """A mask rebuilt from the run-time lengths changes what the graph computes at every
+    length: fix runs the result through ncnn against X.ref.npz next to the input without
+    --verify (GPT-2's dynamic export exited 0 at rel 0.25 while lower's arange fed its
+    position Embed float32 ids)."""
+    import shutil
+
+    from paramsurgery.cli import main
+
+    src = MASKS.parent / "zoo" / "gpt2"
+    for suffix in (".ncnn.param", ".ncnn.bin", ".pnnx.param", ".ref.npz", ".ref.io.json",
+                   "_ncnn.py"):
+        shutil.copy(src / f"embeds_sdpa_dynamic{suffix}", tmp_path)
+    param = tmp_path / "embeds_sdpa_dynamic.ncnn.param"
+    rc = main(["fix", str(param), "--bin", str(param.with_suffix(".bin")), "-o",
+               str(tmp_path / "f.param")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "verify against" in out and ": ok:" in out, out[-2000:]

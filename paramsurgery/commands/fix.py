@@ -135,9 +135,12 @@ def _verify(run: Run, staged: Outputs) -> Check | None:
     # a static export dynamized to the reference's length computes something new at that
     # length: proven against the reference whether --verify was given or not
     dynamized = any("length_spec" in r.data for r in _report(run).results)
-    if not (args.verify or dynamized):
-        return None
+    # a mask rebuilt from the run-time lengths (pnnx's dynamic export: causal-mask on the
+    # mask built in the graph) is proven against a reference next to the input by default
+    derived = any(r.data.get("length_derived") for r in _report(run).results)
     ref = args.reference or find_reference(args.param)
+    if not (args.verify or dynamized or (derived and ref is not None)):
+        return None
     if ref is None:
         raise ParamSurgeryError("--verify needs a torch reference: X.ref.npz next to the input "
                                 "or --reference REF.npz", file=args.param)
@@ -151,6 +154,14 @@ def _verify(run: Run, staged: Outputs) -> Check | None:
                                     f"through ncnn proves: give the weights (--bin)",
                                     file=args.param)
         return _verify_other_length(run, staged, os.fspath(ref))
+    if staged.bin is None and derived and not args.verify:
+        from paramsurgery.core.fs import companion
+
+        staged.bin = companion(args.param, (".param", ".bin"), (".param.bin", ".bin"))
+        if staged.bin is None:
+            raise ParamSurgeryError(f"a mask rebuilt from the run-time lengths is proven against "
+                                    f"{ref} through ncnn: give the weights (--bin)",
+                                    file=args.param)
     return verify_against_reference(staged.param, staged.bin, os.fspath(ref), graph=run.graph,
                                     pnnx=args.pnnx or None, source=args.param, tol=args.tol)
 

@@ -454,6 +454,8 @@ class CausalMaskPass(Pass, name="causal-mask", tag="causalmask", repair_order=15
             result.changes.append(rebuild(g, cm))
         for bm in built:
             result.changes.append(rebuild_built(g, bm))
+        if built:  # fix proves these against a reference next to the input by default
+            result.data["length_derived"] = [bm.triu.name for bm in built]
         result.modified = bool(proven or built)
         if not proven and not built:
             result.notes.append("no causal mask constant found" + (

@@ -139,6 +139,13 @@ def kv_layout(g: Graph, blob: str, shapes: "ShapeMap | None" = None) -> tuple[in
         hint = ""
         if p.type == "Input":
             hint = f"; its shape is not known: give --inputshape {cur}=[G,T,D]"
+        elif p.type == "Concat" and p.params.get(0, 0) == 3 and any(
+                (q := g.producer(b)) is not None and q.type == "RotaryEmbed" for b in p.inputs):
+            # Phi-3 / GPT-NeoX partial rotary (rotary_dim < head_dim, a RotaryEmbed of part of
+            # each head joined with the rest) on the 4-D blobs that keep pnnx's batch axis
+            # (dynamic export): no head split is read through it
+            raise MatchFailure(p, f"Concat {p.name!r} (partial rotary on pnnx's 4-D batch-axis "
+                                  f"blobs) is not walked: fix the static export or --pair instead")
         raise MatchFailure(p, f"cannot find how {blob!r} was split into heads: {p.type} {p.name!r} "
                          f"is in the way{hint}")
     raise MatchFailure(None, f"cannot find how {blob!r} was split into heads (path too long)")
@@ -470,8 +477,13 @@ class FoldGQA(Pass, name="fold-gqa", repair_order=10,
                 left[layer.type] = left.get(layer.type, 0) + 1
         if left:
             what = ", ".join(f"{t} x{n}" for t, n in sorted(left.items()))
+            # an SDPA left alone for a reason may leave its own expansion among them
+            why = next((s for s in result.skipped if not s.reason.startswith(
+                ("not selected", "excluded", "k and v are not expanded"))), None)
+            if why is not None:
+                result.notes.append(f"{why.layer} left alone: {why.reason}")
             result.notes.append(f"the graph still has layers ncnn cannot load: {what} "
-                                f"(not GQA constructs; fold-gqa leaves them)")
+                                f"(fold-gqa leaves them{'' if why is None else ' or left the SDPA'})")
         result.data["unloadable"] = left
 
     def _fold(self, g: Graph, e: KVExpansion) -> None:

@@ -220,7 +220,12 @@ def table_counts(g: Graph) -> list[TableCount]:
                 table.params.get(1, 0) or table.params.get(2, 0):
             continue
         values = table.weights[0].array().reshape(-1)
-        if values.size < 2 or not np.array_equal(values, np.arange(values.size, dtype=values.dtype)):
+        if values.size < 2:
+            continue
+        ids = values.view(np.int32) if values.dtype == np.float32 else values
+        # float positions, or int32 bit patterns (positions an Embed reads as ids)
+        if not (np.array_equal(values, np.arange(values.size, dtype=values.dtype)) or
+                np.array_equal(ids, np.arange(values.size, dtype=ids.dtype))):
             continue
         out.append(TableCount(crop, g.above_splits(crop.inputs[1]), str(crop.params.get(20))[1]))
     return out

@@ -80,11 +80,40 @@ def arange(s: Site) -> str:
                        f"depending on the blob's rank, which the traced shape does not fix")
     ref = arith.reader[sym]
     _needs_weights(s)
-    table = s.emit("MemoryData", [], {0: ARANGE_TABLE}, "table",
-                   {"data": np.arange(start, start + ARANGE_TABLE, dtype=np.float32)})
+    values = np.arange(start, start + ARANGE_TABLE, dtype=np.float32)
+    if _read_as_ids(s):  # an Embed reads its ids as int32: the table holds int32 bit patterns
+        values = np.arange(start, start + ARANGE_TABLE, dtype=np.int32).view(np.float32)
+    table = s.emit("MemoryData", [], {0: ARANGE_TABLE}, "table", {"data": values})
     limit = f"1{_LETTER[axis]}" if start == 0 else f"-(1{_LETTER[axis]},{start})"
     record_positions(s, s.layer.outputs[0], start, ref, axis)
     return s.emit("Crop", [table, ref], {19: "0", 20: limit, 21: "0"}, "arange")
+
+
+def _read_as_ids(s: Site) -> bool:
+    """True when every reader of the arange (through layout-only layers) is an Embed's ids
+    (GPT-2's `wpe(arange(T))` in a dynamic export): ncnn's Embed reads its bottom as int32,
+    so float32 positions would be read as huge ids. Declines when Embeds and other layers
+    both read it (one table cannot hold both)."""
+    work, embeds, others = list(s.layer.outputs), [], []
+    seen: set[str] = set()
+    while work:
+        b = work.pop()
+        if b in seen:
+            continue
+        seen.add(b)
+        for reader, slot in s.g.consumers(b):
+            if reader.type == "Embed" and slot == 0:
+                embeds.append(reader)
+            elif reader.type in _LAYOUT_ONLY and slot == 0 and reader.type not in (
+                    "Tensor.to", "Tensor.float", "Concat"):
+                work.extend(reader.outputs)
+            else:
+                others.append(reader)
+    if embeds and others:
+        raise MatchFailure.declined(f"its positions are read both as ids by Embed "
+                                    f"{embeds[0].name!r} (int32) and as values by "
+                                    f"{others[0].type} {others[0].name!r} (float32)")
+    return bool(embeds)
 
 
 def _needs_weights(s: Site) -> None:
