@@ -36,6 +36,7 @@ initial values, what to do at stream start and at flush, and samples per frame.
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY
 from typing import Any, Mapping
 
 import numpy as np
@@ -91,10 +92,12 @@ def parse_time_axis(spec: str | int | Mapping[str, Any] | None,
 class AddConvCache(Pass, name="add-conv-cache",
                    summary="streaming conv state: causal Conv1D / transposed-conv state blobs, in-graph "
                            "update, start graph and host manifest"):
-    def __init__(self, time_axis: str | int | Mapping[str, Any] | None = None, *,
-                 inputshape: Mapping[str, tuple] | None = None) -> None:
-        self.time_axis = time_axis
-        self.inputshape = dict(inputshape or {})  # pins the inputs' non-time extents
+    time_axis: str | int | Mapping[str, Any] | None = None
+    _: KW_ONLY
+    inputshape: Mapping[str, tuple] | None = None  # pins the inputs' non-time extents
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputshape", dict(self.inputshape or {}))
 
     def requires(self, g: Graph) -> None:
         taken = [b for b in g.inputs if b.startswith("conv_state_in_")]

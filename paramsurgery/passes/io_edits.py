@@ -19,6 +19,7 @@ onto one name, or an unknown blob is refused.
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY
 from typing import Mapping, Sequence
 
 from paramsurgery.core.errors import PassRefused
@@ -45,16 +46,19 @@ def kv_cache_inputs(g: Graph) -> list[str]:
 
 class MergeInputs(Pass, name="merge-inputs",
                   summary="merge graph inputs (e.g. per-layer kv-cache Inputs) into one multi-top Input"):
-    def __init__(self, inputs: Sequence[str] | None = None, *, layer_name: str = "kv_cache",
-                 kv_cache: bool = False) -> None:
-        if inputs is None and not kv_cache:
+    inputs: Sequence[str] | None = None
+    _: KW_ONLY
+    layer_name: str = "kv_cache"
+    kv_cache: bool = False
+
+    def __post_init__(self) -> None:
+        if self.inputs is None and not self.kv_cache:
             raise PassRefused("say which inputs: --inputs a,b,... or --kv-cache")
-        if inputs is not None and kv_cache:
+        if self.inputs is not None and self.kv_cache:
             raise PassRefused("give --inputs or --kv-cache, not both")
-        _token(layer_name, "layer name")
-        self.inputs = list(inputs) if inputs is not None else None
-        self.layer_name = layer_name
-        self.kv_cache = kv_cache
+        _token(self.layer_name, "layer name")
+        if self.inputs is not None:
+            object.__setattr__(self, "inputs", tuple(self.inputs))
 
     def run(self, g: Graph) -> PassResult:
         result = PassResult(g, False)

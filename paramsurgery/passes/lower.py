@@ -27,7 +27,7 @@ rule knows are listed as notes.
 from __future__ import annotations
 
 import os
-from typing import Iterable
+from dataclasses import KW_ONLY, field
 
 
 from paramsurgery.core.errors import PassRefused
@@ -79,13 +79,19 @@ class Lower(Pass, name="lower", repair_order=20,
         return cls(traced=ctx.traced, partial=True, traced_len=ctx.option("traced_len")) \
             if asked else None
 
-    def __init__(self, rules: Iterable[Rule] | None = None, *,
-                 traced: str | os.PathLike | None = None, partial: bool = False,
-                 traced_len: int | None = None) -> None:
-        self.rules = Rules(rules) if rules is not None else default_rules()
-        self.traced = os.fspath(traced) if traced is not None else None
-        self.partial = partial
-        self.traced_len = traced_len  # evidence for frozen_extent when X_ncnn.py is absent
+    rules: Rules = field(default_factory=default_rules)  # default: every rule
+    _: KW_ONLY
+    # pnnx's X.pnnx.param: still read by the pass, with the X_ncnn.py next to it
+    # (`trace_evidence`, lowering.Site)
+    traced: str | None = None
+    partial: bool = False
+    traced_len: int | None = None  # evidence for frozen_extent when X_ncnn.py is absent
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rules, Rules):  # any iterable of rules (the Python API)
+            object.__setattr__(self, "rules", Rules(self.rules))
+        if self.traced is not None:
+            object.__setattr__(self, "traced", os.fspath(self.traced))
 
     def run(self, g: Graph) -> PassResult:
         pnnx = None

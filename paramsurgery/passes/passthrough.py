@@ -26,6 +26,7 @@ unknown (no `.pnnx.param`), and a removal that would rename a graph input or out
 from __future__ import annotations
 
 import os
+from dataclasses import KW_ONLY
 from typing import Callable, Sequence
 
 from paramsurgery.core.errors import PassRefused
@@ -188,15 +189,18 @@ class RemovePassthrough(Pass, name="remove-passthrough", repair_order=30,
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "RemovePassthrough | None":
         return cls(LEFTOVERS, traced=ctx.traced, partial=True) if asked else None
 
-    def __init__(self, types: Sequence[str] = (), *, traced: str | os.PathLike | None = None,
-                 partial: bool = False) -> None:
-        unknown = [t for t in types if t not in CHECKS]
+    types: Sequence[str] = ()  # default: every type CHECKS knows
+    _: KW_ONLY
+    # pnnx's X.pnnx.param: still read by the pass, on the first candidate that needs it
+    traced: str | os.PathLike | None = None
+    partial: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in self.types if t not in CHECKS]
         if unknown:
             raise PassRefused(f"not a passthrough type: {', '.join(unknown)} (known: "
                               f"{', '.join(CHECKS)})")
-        self.types = tuple(types) or tuple(CHECKS)
-        self.traced = traced
-        self.partial = partial
+        object.__setattr__(self, "types", tuple(self.types) or tuple(CHECKS))
 
     def _structure(self, g: Graph, layer: Layer) -> str | None:
         """None when the layer has a passthrough shape, else why it is not a candidate."""
