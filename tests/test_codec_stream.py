@@ -16,6 +16,7 @@ sys.path.insert(0, str(REPO / "tools"))
 
 from paramsurgery import load  # noqa: E402
 from paramsurgery.core.errors import PassRefused  # noqa: E402
+from paramsurgery.passes.window_cache import add_window_cache  # noqa: E402
 
 from qwen3tts import assemble, codec_stream  # noqa: E402
 from qwen3tts.ncnn_pipeline import Generator  # noqa: E402
@@ -85,7 +86,7 @@ def test_a_native_kv_cache_is_refused(gen: Any) -> None:
     front = load(gen.pipe.codec_front.param, bin=gen.pipe.codec_front.bin)
     cached = AddKVCache()(front).graph
     with pytest.raises(PassRefused, match=r"sdpa_\d+: expected q, k, v, mask and no kv cache"):
-        codec_stream.add_window_cache(cached, 4)
+        add_window_cache(cached, 4)
 
 
 def test_the_check_tool_passes_and_can_fail(capsys: pytest.CaptureFixture[str]) -> None:

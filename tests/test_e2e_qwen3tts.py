@@ -145,7 +145,7 @@ def test_real_size_matches_torch_up_to_a_near_tie(capsys: pytest.CaptureFixture[
     assert rc == 0
     log = "\n".join(lines)
     # every net from the generator's own export, its graph the committed fixture's
-    assert len(re.findall(r"^  export \S+: (\.param == fixtures/|reused )", log, re.M)) == 10
+    assert len(re.findall(r"^\s*export \S+: (\.param == fixtures/|reused )", log, re.M)) == 10
     assert "add-kvcache: 28 SDPA layer(s)" in log and "add-kvcache: 5 SDPA layer(s)" in log
     assert "window cache 71 rows x 8 SDPA" in log
 

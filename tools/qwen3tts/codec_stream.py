@@ -14,9 +14,10 @@ backend-private layout: a cache cropped on the host (numpy round trip, or even `
 which changes the capacity) comes back wrong or NaN at the next step (measured on the tiny
 codec: rel 0.02 .. NaN), so the native cache can only grow, and attention cost would grow with
 it. Here each SDPA instead reads `Concat(window_k_in, k)` / `Concat(window_v_in, v)` (plain
-Mats, rotated keys), the concatenations are extra outputs, and the host keeps their last
-window-1 rows. The cache is always window-1 rows (zeros before the stream start, masked out),
-so every step graph input has a shape fixed by the chunk size alone.
+Mats, rotated keys; paramsurgery's `add-window-cache` pass), the concatenations are extra
+outputs, and the host keeps their last window-1 rows. The cache is always window-1 rows
+(zeros before the stream start, masked out), so every step graph input has a shape fixed by
+the chunk size alone.
 """
 
 from __future__ import annotations
@@ -31,17 +32,7 @@ import numpy as np
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
 from paramsurgery.passes.extract import extract_subgraph
-
-
-@dataclass
-class WindowSlot:
-    sdpa: str
-    k_in: str
-    v_in: str
-    k_out: str
-    v_out: str
-    k_src: str = ""               # the current keys / values the concatenations append
-    v_src: str = ""
+from paramsurgery.passes.window_cache import AddWindowCache, WindowSlot
 
 
 def _context(conv: Any) -> int:
@@ -58,48 +49,6 @@ def conv_span(front: Graph) -> tuple[str, str]:
     prod = front.producer(first.inputs[0])
     start = prod.inputs[0] if prod is not None and prod.type == "Padding" else first.inputs[0]
     return start, ctx[-1].outputs[0]
-
-
-def add_window_cache(g: Graph, window: int) -> list[WindowSlot]:
-    """Every SDPA reads its past keys/values from `window_{k,v}_in_i` (heads, window-1, d)
-    concatenated before the current ones; the concatenations are read out as
-    `window_{k,v}_out_i`. A mask Crop to the key length (HF's `mask[..., :kv]`) is re-pointed
-    at the concatenated keys."""
-    if window < 2:
-        raise PassRefused(f"window {window}: a window cache needs window >= 2")
-    slots: list[WindowSlot] = []
-    inputs = g.by_type("Input")
-    after = inputs[-1] if inputs else None
-    for i, sdpa in enumerate(g.by_type("SDPA")):
-        if len(sdpa.inputs) != 4 or int(sdpa.params.get(7, 0)):
-            raise PassRefused(f"{sdpa.name}: expected q, k, v, mask and no kv cache "
-                              f"({len(sdpa.inputs)} bottoms, 7={sdpa.params.get(7, 0)})",
-                              line=sdpa.source_line)
-        slot = WindowSlot(sdpa.name, f"window_k_in_{i}", f"window_v_in_{i}",
-                          f"window_k_out_{i}", f"window_v_out_{i}")
-        q, k, v, mask = sdpa.inputs
-        # the mask crop reads the current keys above the Split the SDPA's k comes from
-        k_top = g.above_splits(k)
-        for blob_in, blob_out, slot_index in ((slot.k_in, slot.k_out, 1),
-                                              (slot.v_in, slot.v_out, 2)):
-            name = g.unique_layer_name(blob_in)
-            after = g.add_layer("Input", name, [], [blob_in], after=after)
-            src = sdpa.inputs[slot_index]
-            if slot_index == 1:
-                slot.k_src = src
-            else:
-                slot.v_src = src
-            g.add_layer("Concat", g.unique_layer_name(f"window_concat_{blob_out}"),
-                        [blob_in, src], [blob_out], {0: 1}, before=sdpa)
-            g.set_input(sdpa, slot_index, blob_out)
-        crop = g.producer(mask)
-        if crop is not None and crop.type == "Crop" and len(crop.inputs) == 2 \
-                and g.above_splits(crop.inputs[1]) == k_top:
-            g.set_input(crop, 1, slot.k_out)
-        slots.append(slot)
-    g.toposort()
-    g.insert_splits()
-    return slots
 
 
 @dataclass
@@ -130,7 +79,8 @@ def build(front: Graph, window: int, work: Path,
     conv = extract_subgraph(front, [start], [end])
     rest = [i for i in front.inputs if i not in pre.inputs]
     attn = extract_subgraph(front, [end] + rest, list(front.outputs))
-    slots = add_window_cache(attn, window)
+    res = AddWindowCache(window=window)(attn)     # the library pass (its checks included)
+    attn, slots = res.graph, res.data["slots"]
     pp, pb = save(pre, work, "codec_pre", True)
     cp, cb = save(conv, work, "codec_preconv", True)
     stream = convert(cp, cb, str(work / "codec_preconv.stream"))
