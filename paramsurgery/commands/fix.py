@@ -140,7 +140,11 @@ def _verify(run: Run, staged: Outputs) -> Check | None:
     derived = any(r.data.get("length_derived") for r in _report(run).results)
     ref = args.reference or find_reference(args.param)
     if not (args.verify or dynamized or (derived and ref is not None)):
-        return None
+        # any other change, with a torch reference next to the input (or given) and the
+        # weights: run through ncnn against it before anything is written, asked or not
+        # (issue 24: a repair that computes something else is refused, exit 1, not written)
+        if ref is None or staged.bin is None or not run.result.modified:
+            return None
     if ref is None:
         raise ParamSurgeryError("--verify needs a torch reference: X.ref.npz next to the input "
                                 "or --reference REF.npz", file=args.param)

@@ -78,6 +78,21 @@ def relative_error(got: np.ndarray, want: np.ndarray) -> float:
     return worst / scale if scale > 0 else worst
 
 
+def _as_read(graph: Graph, blob: str, array: np.ndarray) -> np.ndarray:
+    """An integer reference input as the graph reads it: ncnn's Embed reads its bottom as
+    int32 (ids); every other layer reads float32, so integers another layer reads (positions
+    once `lower` removed HF's `.float()` cast: fix's "contract change") are fed as their
+    float32 values, not as int32 bit patterns."""
+    if array.dtype.kind not in "iu":
+        return array
+    from paramsurgery.patterns.match import readers_through_splits
+
+    readers = [r for r, _slot in readers_through_splits(graph, blob)[0]]
+    if readers and all(r.type != "Embed" for r in readers):
+        return array.astype(np.float32)
+    return array
+
+
 def verify_against_reference(param: str, bin: str | None, reference: str, *, graph: Graph,
                              pnnx: str | os.PathLike | None = None, source: str | None = None,
                              tol: float = 1e-4) -> ReferenceCheck:
@@ -101,7 +116,8 @@ def verify_against_reference(param: str, bin: str | None, reference: str, *, gra
     out_batch = {**script_out, **ref.output_batch}
     guessed = [s.blob for s in ref.inputs if s.guessed] + [b for b in values
                                                             if b not in out_batch]
-    feeds = {s.blob: Feed(s.make_array(), s.effective_batch_index()) for s in ref.inputs}
+    feeds = {s.blob: Feed(_as_read(graph, s.blob, s.make_array()), s.effective_batch_index())
+             for s in ref.inputs}
     fetches = [Fetch(b, out_batch.get(b, 0 if len(values[b].shape) >= 2 and
                                       values[b].shape[0] == 1 else NO_BATCH))
                for b in values]
