@@ -481,7 +481,7 @@ class FoldGQA(Pass, name="fold-gqa", repair_order=10,
             why = next((s for s in result.skipped if not s.reason.startswith(
                 ("not selected", "excluded", "k and v are not expanded"))), None)
             if why is not None:
-                result.notes.append(f"{why.layer} left alone: {why.reason}")
+                result.notes.append(f"fold-gqa cannot fold {why.layer}: {why.reason}")
             result.notes.append(f"the graph still has layers ncnn cannot load: {what} "
                                 f"(fold-gqa leaves them{'' if why is None else ' or left the SDPA'})")
         result.data["unloadable"] = left
