@@ -35,6 +35,7 @@ from typing import Any
 from paramsurgery import load
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
+from paramsurgery.passes.conv1d_as_2d import Conv1dAs2d
 from paramsurgery.passes.extract import extract_subgraph
 from paramsurgery.passes.fold_gqa import FoldGQA
 from paramsurgery.passes.fuse_codebooks import FuseCodebooks
@@ -252,12 +253,28 @@ def _fuse(part: str, g: Graph, work: Path, extra: dict[str, Any], log: list[str]
     return param, binp, res.graph
 
 
+def convs_as_2d(params: list[Path]) -> str:
+    """`conv1d-as-2d` on each codec graph, `.param` rewritten in place: the pass leaves the
+    weights' bytes as they are (1-D and 2-D layouts agree), so each graph keeps its `.bin`
+    (the stream's start graph shares its steady graph's)."""
+    counts = []
+    for param in params:
+        res = Conv1dAs2d()(load(param))
+        if res.modified:
+            save(res.graph, param)
+        counts.append(f"{param.stem} {len(res.changes)}")
+    return "codec: conv1d-as-2d (ncnn's 2-D conv kernels): " + ", ".join(counts) + " conv(s)"
+
+
 def assemble(size: str, variant: str, work: Path, bins: dict[str, Path] | None = None,
-             manifest: dict[str, Any] | None = None, raw_fallback: bool = False) -> Pipeline:
+             manifest: dict[str, Any] | None = None, raw_fallback: bool = False,
+             conv2d: bool = True) -> Pipeline:
     """Build every net of the pipeline into `work`. `bins` overrides the weights of source
     graphs by module.variant (real size: synth-bin files). `variant="raw"` uses the raw
     exports after `fix`; a module that cannot run raw raises RawNotReady unless
-    `raw_fallback`, which keeps its ported graph (and says so in the log)."""
+    `raw_fallback`, which keeps its ported graph (and says so in the log). `conv2d`: the
+    codec's 1-D convolutions as ncnn's 2-D ops afterwards (`conv1d-as-2d`: ncnn's 1-D x86
+    kernels are 2-13x slower on the real codec, tools/qwen3tts/profile_codec.py)."""
     from paramsurgery.streaming import convert
 
     manifest = manifest or json.loads((FIXTURES / "manifest.json").read_text())
@@ -337,6 +354,14 @@ def assemble(size: str, variant: str, work: Path, bins: dict[str, Path] | None =
         log.append(f"codec stream: not built ({codec.module}.{codec.variant} has no cos/sin "
                    f"inputs: its positions restart at every call, so cached keys could not be "
                    f"continued); chunks recompute the front over its left context")
+    if conv2d:
+        conv_params = [codec.param, Path(stream.param)] + \
+            ([Path(stream.start_param)] if stream.start_param else [])
+        if codec_parts is not None:
+            conv_params += [Path(codec_parts.conv["param"])] + \
+                ([Path(codec_parts.conv["start_param"])] if codec_parts.conv["start_param"]
+                 else [])
+        log.append(convs_as_2d(conv_params))
     return Pipeline(size, variant, parts, cut, front_part,
                     {"param": stream.param, "bin": stream.bin, "manifest": stream.manifest_path,
                      "start_param": stream.start_param}, log, codec_parts)
