@@ -21,6 +21,7 @@ changes nothing (the layer is already on that edge).
 from __future__ import annotations
 
 import difflib
+from dataclasses import KW_ONLY, field
 from typing import Sequence
 
 from paramsurgery.core.match import MatchFailure
@@ -45,9 +46,22 @@ def parse_target(text: str) -> tuple[str, int]:
 
 class InsertLayer(Pass, name="insert",
                   summary="insert a 1 -> 1 layer before a layer's bottom or after its top"):
-    def __init__(self, layer_type: str, layer_name: str, *, before: Sequence[str] = (),
-                 after: Sequence[str] = (), assignments: Sequence[str] = (),
-                 force: bool = False) -> None:
+    layer_type: str
+    layer_name: str
+    _: KW_ONLY
+    before: Sequence[str] = ()
+    after: Sequence[str] = ()
+    assignments: Sequence[str] = ()
+    force: bool = False
+    # derived in __post_init__: which side, the parsed LAYER[:SLOT] targets, the checked params
+    side: str = field(init=False, default="")
+    targets: tuple[tuple[str, int], ...] = field(init=False, default=())
+    # set by __post_init__ (never None after it)
+    _params: Params = field(init=False, default=None, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        before, after, layer_type, layer_name = (self.before, self.after, self.layer_type,
+                                                 self.layer_name)
         if bool(before) == bool(after):
             raise PassRefused("give --before LAYER[:SLOT]... or --after LAYER[:SLOT]...")
         if not is_ncnn_layer(layer_type):
@@ -60,15 +74,12 @@ class InsertLayer(Pass, name="insert",
         if len(targets) > 1 and "{layer}" not in layer_name and "{slot}" not in layer_name:
             raise PassRefused(f"{len(targets)} targets need {len(targets)} names: put {{layer}} "
                               f"(and/or {{slot}}) in --name")
-        self.layer_type = layer_type
-        self.layer_name = layer_name
-        self.side = "before" if before else "after"
-        self.targets = targets
-        self.assignments = list(assignments)
-        self.force = force
-        self._check_params()
+        object.__setattr__(self, "side", "before" if before else "after")
+        object.__setattr__(self, "targets", tuple(targets))
+        object.__setattr__(self, "assignments", tuple(self.assignments))
+        object.__setattr__(self, "_params", self._check_params())
 
-    def _check_params(self) -> None:
+    def _check_params(self) -> Params:
         """Params typed, no weights, accepted by ncnn's load_param (checked on a probe)."""
         from paramsurgery.formats.weights.schema import SchemaError, reads_for
 
@@ -90,7 +101,7 @@ class InsertLayer(Pass, name="insert",
             raise PassRefused(f"{self.layer_type} with these params reads weights from the .bin "
                               f"({what}); the .bin has no index, so inserting it would shift "
                               f"every later weight")
-        self._params = probe.params
+        return probe.params
 
     def _name(self, layer: str, slot: int) -> str:
         name = self.layer_name.replace("{layer}", layer).replace("{slot}", str(slot))

@@ -19,7 +19,7 @@ onto one name, or an unknown blob is refused.
 
 from __future__ import annotations
 
-from dataclasses import KW_ONLY
+from dataclasses import KW_ONLY, field
 from typing import Mapping, Sequence
 
 from paramsurgery.core.errors import PassRefused
@@ -136,8 +136,13 @@ def _before(g: Graph, layer: Layer) -> list[Layer]:
 
 class RenameBlobs(Pass, name="rename-blobs",
                   summary="rename blobs (explicit OLD=NEW, or every kv-cache blob to a naming convention)"):
-    def __init__(self, renames: Mapping[str, str] | Sequence[str] = (), *,
-                 cache_naming: str | None = None) -> None:
+    renames: Mapping[str, str] | Sequence[str] = ()  # {OLD: NEW} or "OLD=NEW" texts
+    _: KW_ONLY
+    cache_naming: str | None = None
+    pairs: tuple[tuple[str, str], ...] = field(init=False, default=())  # from `renames`
+
+    def __post_init__(self) -> None:
+        renames, cache_naming = self.renames, self.cache_naming
         if cache_naming is not None and cache_naming not in NAMINGS:
             raise PassRefused(f"unknown naming {cache_naming!r} (choose from "
                               f"{', '.join(NAMINGS)})")
@@ -154,8 +159,7 @@ class RenameBlobs(Pass, name="rename-blobs",
             _token(new, "blob name")
         if not pairs and cache_naming is None:
             raise PassRefused("nothing to rename: give OLD=NEW pairs or --cache-naming")
-        self.pairs = pairs
-        self.cache_naming = cache_naming
+        object.__setattr__(self, "pairs", tuple(pairs))
 
     def _mapping(self, g: Graph, result: PassResult) -> dict[str, str]:
         mapping: dict[str, str] = {}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import KW_ONLY
 from typing import Any, Sequence, cast
 
 from paramsurgery.core.match import MatchFailure
@@ -269,21 +270,23 @@ def _fmt_reads(reads: str | Sequence[tuple[str, int, str]] | None) -> str:
 class SetParam(Pass, name="set-param",
                summary="typed param overrides on layers picked by name or type (checked by ncnn's "
                        "load_param)"):
-    def __init__(self, assignments: Sequence[str] = (), *, layers: Sequence[str] = (),
-                 types: Sequence[str] = (), unset: Sequence[str] = (),
-                 where: Sequence[str] = (), force: bool = False) -> None:
-        if not layers and not types:
+    assignments: Sequence[str] = ()
+    _: KW_ONLY
+    layers: Sequence[str] = ()
+    types: Sequence[str] = ()
+    unset: Sequence[str] = ()
+    where: Sequence[str] = ()
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.layers and not self.types:
             raise PassRefused("say which layers: --layer NAME... or --type TYPE...")
-        if not assignments and not unset:
+        if not self.assignments and not self.unset:
             raise PassRefused("nothing to set: give ID=VALUE assignments or --unset ID")
-        for a in assignments:
+        for a in self.assignments:
             split_assignment(a)
-        self.assignments = list(assignments)
-        self.layers = list(layers)
-        self.types = list(types)
-        self.unset = list(unset)
-        self.where = list(where)
-        self.force = force
+        for key in ("assignments", "layers", "types", "unset", "where"):  # a list given: kept
+            object.__setattr__(self, key, tuple(getattr(self, key)))
 
     def _targets(self, g: Graph) -> list[Layer]:
         out: dict[int, Layer] = {}
