@@ -35,6 +35,7 @@ REPRO_EXPECTED = {
     ("size-after-transpose-folded", "bug"): ({"PS016"}, {"PS016"}),
     ("one-d-through-batch-axis", "bug"): ({"PS404"}, {"PS404"}),
     ("bool-mask-buffer", "bug"): ({"PS020", "PS004"}, {"PS020", "PS004"}),
+    ("ones-padding-mask", "bug"): ({"PS004"}, {"PS004"}),
 }
 # pnnx itself crashed: there is no graph to lint (pnnx-bugs.md case 6d)
 NO_GRAPH = {("dead-conv-output", "bug")}

@@ -131,7 +131,8 @@ def _inputs_hidden32(length: int, rng: np.random.Generator) -> Arrays:
 def _attn_module(kind: str):
     """q/k/v projections (hidden 32, 4 query heads, head_dim 8) then SDPA.
     kind: repeat_kv (HF expand+reshape, 2 kv heads), repeat_interleave (dim=-3),
-    is_causal (4 kv heads), mask (4 kv heads, additive mask input)."""
+    is_causal (4 kv heads), mask (4 kv heads, additive mask input, or none), ones_mask (4 kv
+    heads, HF's all-ones padding mask built in the graph)."""
     torch, nn, F = _tnn()
     kv_heads = 2 if kind in ("repeat_kv", "repeat_interleave") else 4
 
@@ -156,6 +157,10 @@ def _attn_module(kind: str):
                 v = v.repeat_interleave(4 // kv_heads, dim=-3)
             if kind == "is_causal":
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=8 ** -0.5)
+            if kind == "ones_mask":  # HF BERT called without attention_mask: all ones
+                m = torch.ones(b, t)[:, None, None, :].expand(b, 1, t, t)
+                inv = 1.0 - m
+                mask = inv.masked_fill(inv.to(torch.bool), torch.finfo(x.dtype).min)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=8 ** -0.5)
 
     return Attn()
@@ -892,6 +897,31 @@ CASES: tuple[ReproCase, ...] = (
              "(lint PS020), lower rewrites where(m, s, finfo.min) as min(s, (2m-1)*FLT_MAX)."),
         offending=(r"^MemoryData\s.*\b21=3\b", r"^torch\.where\s"),
         offending_text="MemoryData bias 0 1 3 0=16 1=16 2=1 21=3  ->  torch.where torch.where_9 3 1 11 9 10 12",
+        upstream=(),
+    ),
+    ReproCase(
+        id="ones-padding-mask", number="11",
+        title="HF's default all-ones padding mask built in the graph leaves torch.ones, "
+              "Tensor.expand, Tensor.to and Tensor.masked_fill",
+        construct="m = torch.ones(b, T)[:, None, None, :].expand(b, 1, T, T); "
+                  "(1 - m).masked_fill((1 - m).bool(), finfo.min) as SDPA's mask (BERT "
+                  "called without attention_mask)",
+        make_inputs=_inputs_hidden32, trace_lengths=(7, 5), run_length=9, seed=118,
+        input_names=("x (1,T,32) hidden states",),
+        variants=(
+            Variant("bug", "SDPA with the all-ones padding mask built from T in the graph",
+                    "load_fail", lambda: _attn_module("ones_mask")),
+            Variant("workaround", "no mask (the all-ones mask masks nothing: attn_mask=None)",
+                    "right", lambda: _attn_module("mask")),
+        ),
+        why=("torch.ones with a size from the dynamic T, the expand of it and the bool cast "
+             "have no ncnn conversion, and masked_fill has none either (ncnn has no select "
+             "layer); the mask is all zero at every length. paramsurgery fix refuses it naming "
+             "Tensor.expand (lower cannot prove the extent of the ones); the HF fix is to pass "
+             "no mask, or an additive float mask as an input."),
+        offending=(r"^torch\.ones\s", r"^Tensor\.expand\s", r"^Tensor\.masked_fill\s"),
+        offending_text="torch.ones torch.ones_0 1 1 a b  ->  Tensor.expand ...  ->  "
+                       "Tensor.masked_fill ...",
         upstream=(),
     ),
 )

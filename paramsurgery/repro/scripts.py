@@ -174,6 +174,11 @@ DETAILS: dict[str, str] = {
         "too). A mask built in the graph from the dynamic T (`torch.full(...).triu(1)`) "
         "leaves `torch.full` / `aten::triu`. Float additive masks (2-D to 4-D, per head) "
         "convert to one `SDPA ... 5=1` and are right."),
+    "ones-padding-mask": (
+        "HF's `_prepare_4d_attention_mask` on the default `torch.ones(b, T)` mask, traced with "
+        "a dynamic T: `torch.ones`, `Tensor.expand` and `Tensor.to(bool)` of sizes from T "
+        "stay as torch ops (pnnx converts neither), and `masked_fill` has no ncnn layer. The "
+        "mask is all zero at every length; the zoo's BERT `inputshape2` export has it."),
     "dead-conv-output": (
         "pnnx is killed by SIGSEGV right after printing `############# pass_level1`, before "
         "writing any file. A dead Conv2d or LayerNorm does the same; a dead Linear, a dead "
@@ -351,6 +356,15 @@ SCRIPTS: dict[str, CaseScript] = {
         workaround=_attn(4, '''        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=8 ** -0.5)
 ''', args="x, mask"),
         host="mask = torch.full((T, T), float('-inf')).triu(1)   # additive causal mask",
+    ),
+    "ones-padding-mask": CaseScript(
+        model=_attn(4, '''        m = torch.ones(b, t)[:, None, None, :].expand(b, 1, t, t)  # HF BERT, no attention_mask
+        inv = 1.0 - m
+        mask = inv.masked_fill(inv.to(torch.bool), torch.finfo(x.dtype).min)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=8 ** -0.5)
+'''),
+        workaround=_attn(4, '''        return F.scaled_dot_product_attention(q, k, v, scale=8 ** -0.5)   # no mask
+'''),
     ),
     "dead-conv-output": CaseScript(
         model='''class Model(nn.Module):
