@@ -121,7 +121,7 @@ def _make_pass(args: argparse.Namespace) -> PassLike:
     from paramsurgery.commands._common import inputshape_of
 
     return FuseCodebooks(mode="split" if args.split else "sum", embeds=args.embeds,
-                         input_name=args.input_name, name=args.name,
+                         input_name=args.input_name, layer_name=args.name,
                          inputshape=inputshape_of(args))
 
 

@@ -41,7 +41,7 @@ holding exactly the values ncnn loads. Every other layer keeps its weight bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
@@ -60,7 +60,7 @@ from paramsurgery.formats.codebooks import CodebookGroup, FusedManifest, Fusion
 from paramsurgery.analysis.shapes import infer_shapes
 
 if TYPE_CHECKING:
-    from paramsurgery.analysis.shapes import ShapeMap
+    pass
 
 LAYOUT_TYPES = ("Reshape", "Permute", "ExpandDims", "Squeeze", "Flatten")
 # ============================================================================ matching
@@ -146,19 +146,21 @@ def _dims_params(dims: list) -> dict:
 class FuseCodebooks(Pass, name="fuse-codebooks",
                     summary="N Embeds (one id input each) whose rows are summed -> one Embed over the "
                             "concatenated tables, offsets added by the caller (or split outputs)"):
-    def __init__(self, mode: str = "sum", embeds: Sequence[str] | str | None = None,
-                 input_name: str | None = None, name: str | None = None, *,
-                 inputshape: Mapping[str, tuple] | None = None) -> None:
-        if mode not in ("sum", "split"):
-            raise PassRefused(f"unknown mode {mode!r} (sum or split)")
+    mode: str = "sum"
+    embeds: Sequence[str] | None = None  # or "a,b,c"
+    input_name: str | None = None
+    layer_name: str | None = None  # the fused Embed's name (`--name`)
+    _: KW_ONLY
+    inputshape: Mapping[str, tuple] | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("sum", "split"):
+            raise PassRefused(f"unknown mode {self.mode!r} (sum or split)")
+        embeds = self.embeds
         if isinstance(embeds, str):
             embeds = [e.strip() for e in embeds.split(",") if e.strip()]
-        self.mode = mode
-        self.embeds = list(embeds) if embeds else None
-        self.input_name = input_name
-        self.layer_name = name
-        self.inputshape = dict(inputshape or {})
-        self.shapes: ShapeMap | None = None  # the shared analysis, once per run
+        object.__setattr__(self, "embeds", tuple(embeds) if embeds else None)
+        object.__setattr__(self, "inputshape", dict(self.inputshape or {}))
 
     # ------------------------------------------------------------------ sum matching
     def _match_sums(self, g: Graph, result: PassResult) -> list[_SumMatch]:
@@ -269,7 +271,7 @@ class FuseCodebooks(Pass, name="fuse-codebooks",
         n = len(concat.inputs)
         branches = [_branch(g, b, concat) for b in concat.inputs]
         if reshape is None:
-            return self._match_unit_stack(concat, red, branches, cat_axis, axis, keep)
+            return self._match_unit_stack(g, concat, red, branches, cat_axis, axis, keep)
         # pnnx's stack(parts, k).sum(k) with k the parts' outermost axis: Concat(0) joins
         # the parts' memory blocks, a Reshape makes N the outermost dim, Reduction sums it
         dims = reshape_dims(reshape)
@@ -300,7 +302,7 @@ class FuseCodebooks(Pass, name="fuse-codebooks",
         m.post_extra.append(("Reshape", _dims_params([int(t) for t in rest])))
         return m
 
-    def _match_unit_stack(self, concat: Layer, red: Layer, branches: list[_Branch],
+    def _match_unit_stack(self, g: Graph, concat: Layer, red: Layer, branches: list[_Branch],
                           cat_axis: int, axis: int, keep: int) -> _SumMatch:
         """Every term ends in a layer giving it extent 1 on the Concat axis (ExpandDims of
         that axis, or a Reshape with a literal 1 there); Reduction sums that axis."""
@@ -316,7 +318,8 @@ class FuseCodebooks(Pass, name="fuse-codebooks",
         if last0.type == "ExpandDims":
             # the stacked blob's rank (from the shape analysis) relates a negative Reduction
             # axis to the Concat axis
-            known = self.shapes.shape_of(concat.outputs[0]) if self.shapes is not None else None
+            # (the run's analysis: computed once per edit version, shared)
+            known = infer_shapes(g, inputshape=self.inputshape).shape_of(concat.outputs[0])
             rank = len(known) if known is not None else None
             if _ints(last0.params.get(3)) != [cat_axis]:
                 raise MatchFailure(last0, f"ExpandDims {last0.name!r} adds axis "
@@ -449,7 +452,9 @@ class FuseCodebooks(Pass, name="fuse-codebooks",
         result = PassResult(g, False)
         if not g.by_type("Embed"):
             raise PassRefused("the graph has no Embed layer")
-        self.shapes = infer_shapes(g, inputshape=self.inputshape)
+        # the shape analysis, once per run before any edit (the matchers read it: cached per
+        # edit version); a graph it cannot analyse is refused here, before matching
+        infer_shapes(g, inputshape=self.inputshape)
         fusions: list[Fusion] = []
         if self.mode == "sum":
             matches = self._match_sums(g, result)
