@@ -167,9 +167,13 @@ def inputs_for_cut(g: Graph, blobs: Sequence[str], *, name: Callable[[str], str]
 
 class Extract(Pass, name="extract",
               summary="cut the subgraph computing some blobs from others, with exactly its weights"):
-    def __init__(self, inputs: Sequence[str] | str | None, outputs: Sequence[str] | str) -> None:
-        self.inputs = _split_names(inputs)
-        self.outputs = _split_names(outputs) or []
+    inputs: Sequence[str] | None  # or "a,b"; None: the graph's own inputs
+    outputs: Sequence[str]  # or "a,b"
+
+    def __post_init__(self) -> None:
+        inputs = _split_names(self.inputs)
+        object.__setattr__(self, "inputs", tuple(inputs) if inputs is not None else None)
+        object.__setattr__(self, "outputs", tuple(_split_names(self.outputs) or ()))
 
     def __call__(self, g: Graph, *, in_place: bool = False) -> PassResult:
         from paramsurgery.core.collector import paused_gc
@@ -184,7 +188,6 @@ class Extract(Pass, name="extract",
             keep_pos = {pos[i] for i in plan.keep}
             before = validate(g)
             work = g if in_place else g.copy()
-            self.plan = plan
             result = self._apply(work, keep_pos, plan, len(g))
             result.graph = work
             result.pass_name = self.name
@@ -195,7 +198,6 @@ class Extract(Pass, name="extract",
         """Extract in place (no copy; `__call__` works on a copy)."""
         plan = plan_extract(g, self.inputs, self.outputs)
         pos = g.position()
-        self.plan = plan
         return self._apply(g, {pos[i] for i in plan.keep}, plan, len(g))
 
     # ------------------------------------------------------------------ the edit
