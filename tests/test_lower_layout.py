@@ -287,5 +287,5 @@ def test_dynamize_pair_extends_a_position_table(tmp_path) -> None:
     other[1, 0] += 1
     with pytest.raises(PassRefused, match="not the first rows of the paired table"):
         Dynamize(4, pair=_table_graph(tmp_path, 6, other, "c"), pair_len=6)(g)
-    with pytest.raises(PassRefused, match="the weights of both exports are needed"):
+    with pytest.raises(PassRefused, match="the paired export.s rows are needed to extend it: give --pair-bin"):
         Dynamize(4, pair=paramsurgery.loads(TABLE.format(T=6)), pair_len=6)(g)
