@@ -83,3 +83,20 @@ def test_pair_with_its_weights_crops_the_longer_table_at_run_time(tmp_path, caps
     want = fe.learned_pos_forward(x, w)
     assert got.shape == want.shape
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("family,route,layer", [
+    ("gpt2", "embeds_sdpa_static", "pnnx_fold_position_embeds.1"),  # learned table, 7 rows
+    ("vit", "x_sdpa_static", "conv_6"),                   # the patch count is not linear in T
+])
+def test_refusals_name_the_layer_and_the_export_that_fixes_it(tmp_path, capsys, family,
+                                                              route, layer):
+    """`fix` with the reference next to a static zoo export (T=11, 24 for ViT): refused,
+    naming the layer and pnnx's inputshape2= export (whose fix runs right: the zoo table)."""
+    z = REPO / "fixtures" / "zoo" / family
+    code = main(["fix", str(z / f"{route}.ncnn.param"), "--bin", str(z / f"{route}.ncnn.bin"),
+                 "-o", str(tmp_path / "f.param")])
+    err = capsys.readouterr().err
+    assert code == 2 and not (tmp_path / "f.param").exists()
+    assert repr(layer) in err or f" {layer}:" in err, err
+    assert "export with pnnx inputshape2=" in err, err

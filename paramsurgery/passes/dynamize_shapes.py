@@ -426,7 +426,9 @@ class ShapeDynamize:
             raise PassRefused(f"output {blob!r}: at T={t1} it {measured}, the reference "
                               f"{tuple(want)}: the shape analysis loses the length at {where}, "
                               f"so values after it cannot be proven length-derived; give "
-                              f"{self.fallback} (the same model traced at another length)",
+                              f"{self.fallback} (the same model traced at another length), "
+                              f"or export with pnnx inputshape2= (a second input shape: pnnx "
+                              f"then writes the length-dependent sizes itself)",
                               line=lost.source_line if lost else None)
 
     def _where_lost(self, g: Graph) -> Layer | None:
