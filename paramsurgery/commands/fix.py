@@ -148,7 +148,11 @@ def _verify(run: Run, staged: Outputs) -> Check | None:
     if ref is None:
         raise ParamSurgeryError("--verify needs a torch reference: X.ref.npz next to the input "
                                 "or --reference REF.npz", file=args.param)
-    if dynamized:
+    # a static export dynamized from a pair runs at the reference's length as well: its
+    # inputs are paired with the arrays like a single-trace dynamize's (pnnx's traced shapes
+    # are of the first trace's length)
+    resized = any(r.pass_name == "dynamize" and r.modified for r in _report(run).results)
+    if dynamized or (resized and not args.verify):
         if staged.bin is None:
             from paramsurgery.core.fs import companion
 

@@ -85,9 +85,21 @@ def _as_read(graph: Graph, blob: str, array: np.ndarray) -> np.ndarray:
     float32 values, not as int32 bit patterns."""
     if array.dtype.kind not in "iu":
         return array
-    from paramsurgery.patterns.match import readers_through_splits
-
-    readers = [r for r, _slot in readers_through_splits(graph, blob)[0]]
+    # through the layers that only move elements (ids sliced or reshaped before their Embed,
+    # e.g. the codec's codes), to the layers that read the values
+    moving = ("Split", "Reshape", "Slice", "Crop", "ExpandDims", "Squeeze", "Flatten",
+              "Permute", "Concat", "Tile")
+    work, seen, readers = [blob], set(), []
+    while work:
+        b = work.pop()
+        if b in seen:
+            continue
+        seen.add(b)
+        for c in graph.consumer_layers(b):
+            if c.type in moving:
+                work.extend(c.outputs)
+            else:
+                readers.append(c)
     if readers and all(r.type != "Embed" for r in readers):
         return array.astype(np.float32)
     return array

@@ -598,8 +598,9 @@ def replace_weight(layer: "Layer", role: str, values, **kw) -> "Layer":
 # ============================================================================ writing
 
 def check_layer(layer: "Layer") -> list[Read] | None:
-    """The layer's current reads, checked against the weights it holds."""
-    reads = layer_reads(layer)
+    """The layer's current reads, checked against the weights it holds (a bool MemoryData
+    writes back the bytes pnnx wrote, as it was read)."""
+    reads = _pnnx_bool_reads(layer) or layer_reads(layer)
     lw = layer.weights
     if reads is None:
         return None
