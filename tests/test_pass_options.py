@@ -77,3 +77,15 @@ def test_a_missing_required_option_is_usage_exit_2(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "usage: paramsurgery keep-precision" in err and "--layer" in err
+
+
+def test_a_number_option_is_parsed_by_argparse(capsys, tmp_path):
+    codec = ROOT / "fixtures" / "qwen3_tts" / "tiny" / "codec_decoder.ported.ncnn.param"
+    out = tmp_path / "w.param"
+    with pytest.raises(SystemExit) as exc:  # was exit 3: int('x') inside the pass
+        main(["add-window-cache", str(codec), "--window", "x", "-o", str(out)])
+    assert exc.value.code == 2
+    assert "argument --window: invalid int value: 'x'" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["add-window-cache", str(codec), "--window", "8", "-o", str(out)]) == 0
+    assert "window cache of 7 rows" in capsys.readouterr().out

@@ -40,6 +40,11 @@ def add_option_args(p: argparse.ArgumentParser, cls: type) -> None:
         if f.type in (bool, "bool"):
             kw["action"] = "store_false" if opt.negate else "store_true"
         else:
+            # a number field is parsed by argparse: bad text is its usage error (exit 2),
+            # and the pass receives the value with its declared type
+            number = {"int": int, "float": float}.get(getattr(f.type, "__name__", f.type))
+            if number is not None:
+                kw["type"] = number
             if opt.metavar:
                 kw["metavar"] = opt.metavar
             if opt.choices:

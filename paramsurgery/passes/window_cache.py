@@ -114,7 +114,7 @@ class AddWindowCache(Pass, name="add-window-cache", tag="wincache",
                               "the cache holds W-1 rows", required=True, metavar="W")
 
     def run(self, g: Graph) -> PassResult:
-        window = int(self.window)      # the command hands the flag's text
+        window = self.window
         result = PassResult(g, False)
         # what each SDPA read before (its line, k, v), for the report
         sdpas = {s.name: (s.source_line, s.inputs[1], s.inputs[2]) for s in g.by_type("SDPA")}
