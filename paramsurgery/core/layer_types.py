@@ -24,6 +24,12 @@ TYPE_INDEX: dict[str, int] = {name: i for i, name in enumerate(NCNN_LAYER_TYPES)
 CONVERTER_PREFIXES: tuple[str, ...] = ("pnnx.", "Tensor.", "torch.", "F.", "nn.", "aten::",
                                        "prim::")
 
+# ncnn layers that only move, copy or select elements (no arithmetic): a value seen through
+# them is one of the values above (an id stays an id, a 0/1 mask stays 0/1); a Crop's or
+# Reshape's second bottom gives only a shape
+ELEMENT_MOVING: tuple[str, ...] = ("Split", "Reshape", "ExpandDims", "Squeeze", "Flatten",
+                                   "Permute", "Crop", "Slice", "Concat", "Tile")
+
 
 def is_ncnn_layer(type_name: str) -> bool:
     return type_name in TYPE_INDEX

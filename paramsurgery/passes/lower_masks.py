@@ -38,6 +38,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from paramsurgery.core.layer_types import ELEMENT_MOVING
 from paramsurgery.core.match import MatchFailure
 from paramsurgery.core.ncnn import BinaryOpType, ReductionOpType, UnaryOpType
 from paramsurgery.analysis.shapes.affine import Affine as Sym
@@ -56,8 +57,6 @@ INTEGER_REDUCTIONS = (ReductionOpType.SUM, ReductionOpType.ASUM, ReductionOpType
                       ReductionOpType.PROD)
 EXACT_INT = 2 ** 24  # float32 holds every integer below this
 
-_LAYOUT = ("Split", "Reshape", "ExpandDims", "Squeeze", "Flatten", "Permute", "Crop",
-           "Slice", "Concat", "Tile")
 _CASTS = ("Tensor.to", "Tensor.long", "Tensor.int", "Tensor.float", "Tensor.double",
           "aten::to")
 COMPARISONS = {"torch.lt": "lt", "Tensor.lt": "lt", "torch.le": "le", "Tensor.le": "le",
@@ -125,7 +124,7 @@ def bounds(s: Site, blob: str) -> Bounds | None:
         value = folded_value(prod) if prod is not None and not is_folded(prod) else None
         if value is not None and value == round(value) and abs(value) < EXACT_INT:
             return (int(value), int(value))  # a one-element integer constant
-        if prod is None or prod.type not in _LAYOUT + _CASTS or not prod.inputs:
+        if prod is None or prod.type not in ELEMENT_MOVING + _CASTS or not prod.inputs:
             return None
         b = prod.inputs[0]
     return None
@@ -152,7 +151,7 @@ def integral(s: Site, blob: str) -> str | None:
         t = prod.type
         if t in ("Crop", "Reshape") and prod.inputs:
             work.append(prod.inputs[0])  # further bottoms only give the shape
-        elif t in _LAYOUT:
+        elif t in ELEMENT_MOVING:
             work.extend(prod.inputs)
         elif t == "MemoryData":
             if not prod.weights:
@@ -343,9 +342,6 @@ def masked_fill(s: Site) -> str:
                    f"pass the mask as an additive input")
 
 
-# the layers a 0/1 mask keeps its values through (only moved, copied or cropped)
-_VALUE_KEEPING = ("Split", "Crop", "Reshape", "ExpandDims", "Squeeze", "Flatten", "Permute",
-                  "Slice", "Tile")
 
 
 def zero_one(s: Site, blob: str) -> str | None:
@@ -363,7 +359,7 @@ def zero_one(s: Site, blob: str) -> str | None:
             return f"{b!r} is a graph input (its values are not known to be 0/1)"
         if prod.type in ("Crop", "Reshape") and prod.inputs:
             work.append(prod.inputs[0])  # further bottoms only give the shape
-        elif prod.type in _VALUE_KEEPING:
+        elif prod.type in ELEMENT_MOVING:
             work.extend(prod.inputs)
         elif prod.type == "MemoryData":
             if not prod.weights or not len(prod.weights):

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from paramsurgery.core.errors import ParamSurgeryError
+from paramsurgery.core.layer_types import ELEMENT_MOVING
 from paramsurgery.formats.pnnx_reference import io_sidefile
 from paramsurgery.ir.graph import Graph
 from paramsurgery.runtime.child import NO_BATCH, Feed, Fetch, RunOptions, run_isolated
@@ -87,8 +88,6 @@ def _as_read(graph: Graph, blob: str, array: np.ndarray) -> np.ndarray:
         return array
     # through the layers that only move elements (ids sliced or reshaped before their Embed,
     # e.g. the codec's codes), to the layers that read the values
-    moving = ("Split", "Reshape", "Slice", "Crop", "ExpandDims", "Squeeze", "Flatten",
-              "Permute", "Concat", "Tile")
     work, seen, readers = [blob], set(), []
     while work:
         b = work.pop()
@@ -96,7 +95,7 @@ def _as_read(graph: Graph, blob: str, array: np.ndarray) -> np.ndarray:
             continue
         seen.add(b)
         for c in graph.consumer_layers(b):
-            if c.type in moving:
+            if c.type in ELEMENT_MOVING:
                 work.extend(c.outputs)
             else:
                 readers.append(c)
