@@ -333,8 +333,13 @@ def _mask_readers(g: Graph, blob: str, rank: int, key: str | None,
     `key`: the key blob a crop on the way cropped it to (its SDPA must read that key)."""
     out: list[Layer] = []
     work = [(blob, rank, key)]
+    seen: set[tuple[str, int, str | None]] = set()  # each blob once (a cycle ends the walk)
     while work:
-        b, r, k = work.pop()
+        item = work.pop()
+        if item in seen:
+            continue
+        seen.add(item)
+        b, r, k = item
         readers = g.consumers(b)
         if not readers:
             raise MatchFailure(g.producer(b), f"the mask blob {b!r} is a graph output")

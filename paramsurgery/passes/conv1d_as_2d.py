@@ -26,6 +26,7 @@ from __future__ import annotations
 from paramsurgery.core.changes import Change
 from paramsurgery.core.match import MatchFailure
 from paramsurgery.ir.graph import Graph
+from paramsurgery.ir.layer import Layer
 from paramsurgery.passes.base import Pass, PassResult
 
 TWO_D = {"Convolution1D": "Convolution", "Deconvolution1D": "Deconvolution",
@@ -35,29 +36,25 @@ TWO_D = {"Convolution1D": "Convolution", "Deconvolution1D": "Deconvolution",
 H_PARAMS = {11: 1, 12: 1, 13: 1, 14: 0, 16: 0}
 
 
-def _in_channels(layer) -> int | None:  # type: ignore[no-untyped-def]
+def _in_channels(layer: Layer) -> int | None:
     p = layer.params
-    out, k, size = int(p.get(0, 0)), int(p.get(1, 1)), int(p.get(6, 0))
-    groups = int(p.get(7, 1)) if layer.type == "ConvolutionDepthWise1D" else 1
+    out, k, size = p.get_int(0, 0), p.get_int(1, 1), p.get_int(6, 0)
+    groups = p.get_int(7, 1) if layer.type == "ConvolutionDepthWise1D" else 1
     if out <= 0 or k <= 0 or size <= 0 or size % (out * k):
         return None
     per_group = size // (out * k)        # (out, in / groups, k) weights
     return per_group * groups
 
 
-def _int_param(layer, key: int) -> int:  # type: ignore[no-untyped-def]
-    return int(layer.params.get(key, 0))
-
-
-def _why_not(layer) -> str | None:  # type: ignore[no-untyped-def]
+def _why_not(layer: Layer) -> str | None:
     p = layer.params
     if len(layer.inputs) != 1 or len(layer.outputs) != 1:
         return f"{len(layer.inputs)} bottoms / {len(layer.outputs)} tops (dynamic weights?)"
-    if int(p.get(19, 0)) or int(p.get(28, 0)):
+    if p.get_int(19, 0) or p.get_int(28, 0):
         return "dynamic weights"
-    if int(p.get(8, 0)):
+    if p.get_int(8, 0):
         return "int8 scales (8=)"
-    if layer.type == "Deconvolution1D" and int(p.get(20, 0)):
+    if layer.type == "Deconvolution1D" and p.get_int(20, 0):
         return "a fixed output size (20=)"
     if _in_channels(layer) is None:
         return "input channels not readable from 0=, 1=, 6= (and 7=)"
@@ -80,7 +77,7 @@ class Conv1dAs2d(Pass, name="conv1d-as-2d", tag="conv2d",
                     result.skipped.append(MatchFailure(layer.name, why, line=layer.source_line))
         for layer in todo:
             p = layer.params
-            cin, cout = _in_channels(layer), _int_param(layer, 0)
+            cin, cout = _in_channels(layer), p.get_int(0, 0)
             src, dst, name, line = layer.inputs[0], layer.outputs[0], layer.name, \
                 layer.source_line
             params = dict(p.items())
