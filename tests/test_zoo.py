@@ -109,6 +109,10 @@ _DYNAMIC = {
 for _f, _routes in _DYNAMIC.items():
     for _r in _routes:
         WORKS |= {(_f, _r, "fix"), (_f, _r, "kvcache")}
+# BERT's dynamic export: the default all-ones padding mask built in the graph is proven 0 at
+# every length and dropped from the SDPAs, token_type_ids[:, :T].expand(1, T) is the identity
+# (lower: passes/zero_mask.py, lower_masks._cropped_extent); an encoder: no kv cell
+WORKS |= {("bert", "embeds_sdpa_dynamic", "fix")}
 
 # the one default-CI export per family (the smallest route that exercises fix)
 DEFAULT_ROUTE = {f: "embeds_sdpa_static" if "embeds_sdpa_static" in INDEX["families"][f]["routes"]
@@ -176,7 +180,8 @@ def test_raw_export_runs_at_its_traced_length(family: str) -> None:
 # dynamic export is the default run's pnnx-dynamic route (the others: -m slow)
 _DEFAULT_CELLS = [_mark(f, DEFAULT_ROUTE[f], "fix") for f in FAMILIES] + \
     [_mark("gpt2", "kv_sdpa_dynamic", "fix"), _mark("gemma", "embeds_sdpa_pair", "fix"),
-     _mark("llama", "embeds_sdpa_dynamic", "fix"), _mark("gpt2", "embeds_sdpa_dynamic", "fix")]
+     _mark("llama", "embeds_sdpa_dynamic", "fix"), _mark("gpt2", "embeds_sdpa_dynamic", "fix"),
+     _mark("bert", "embeds_sdpa_dynamic", "fix")]
 
 
 @pytest.mark.parametrize("family,route", _DEFAULT_CELLS)

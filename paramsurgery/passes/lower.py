@@ -42,6 +42,7 @@ from paramsurgery.passes.lowering import Rule, Rules, Site, BASE_RULES
 from paramsurgery.passes.lower_layout import LAYOUT_RULES
 from paramsurgery.passes.lower_masks import MASK_RULES
 from paramsurgery.passes.lower_values import VALUE_RULES
+from paramsurgery.passes.zero_mask import drop_zero_masks
 
 _DEFAULT: list[Rules] = []
 
@@ -107,6 +108,11 @@ class Lower(Pass, name="lower", repair_order=20,
         existing = {layer.id for layer in g}  # what the pass adds may share tables
         if pnnx is not None:
             lowered += self._thaw(g, pnnx, shared, result)
+        zero = drop_zero_masks(g, pnnx)  # before the rules: what built the mask goes unread
+        if zero:
+            result.changes.extend(zero)
+            result.modified = True
+            lowered += len(zero)
         for layer in list(g):
             if layer.graph is not g:
                 continue  # removed by an earlier rewrite (a pruned constant)

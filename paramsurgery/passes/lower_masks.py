@@ -451,11 +451,46 @@ def _input_extents(s: Site, blob: str, traced: tuple) -> list:
     out: list = [n for n in traced]
     if None in out:
         rec = s.shared.get("extents", {}).get(s.g.above_splits(blob))
+        dyn = [d for d, n in enumerate(traced) if n is None]
+        if rec is None and len(dyn) == 1:
+            rec = _cropped_extent(s, blob, dyn[0] - len(traced))
+            if rec is not None:
+                out[dyn[0]] = rec
+                return out
         if rec is None or len(traced) != 1:
             raise MatchFailure.declined("the input has a dynamic dim whose extent is not known (only "
                            "a lowered arange's is)")
         out = [rec]
     return out
+
+
+def _cropped_extent(s: Site, blob: str, axis: int) -> object | None:
+    """E when `blob` is a static table of extent L >= 2 along ncnn `axis` cropped from 0 to
+    a run-time extent E (pnnx's `table[:, :x.size(1)]`: `Crop table x 20="1h"`): the crop
+    holds min(L, E) there, which is E wherever torch's expand of that dim to E runs (a dim
+    of size L != 1 is never broadcast: torch refuses E > L)."""
+    from paramsurgery.analysis.shapes.exprs import eval_shape_expr
+
+    prod = s.g.producer(s.g.above_splits(blob))
+    if prod is None or prod.type != "Crop" or len(prod.inputs) != 2:
+        return None
+    p = prod.params
+    starts, ends, axes = p.get(19), p.get(20), p.get(21)
+    if not isinstance(ends, str) or str(starts) not in ("0", "None") or not isinstance(axes, str):
+        return None
+    sm = shape_map(s)
+    data, ref = sm.known(s.g.above_splits(prod.inputs[0])), \
+        sm.known(s.g.above_splits(prod.inputs[1]))
+    if data is None or ref is None:
+        return None
+    got_ends, got_axes = eval_shape_expr(ends, [data, ref]), eval_shape_expr(axes, [data, ref])
+    if got_ends is None or got_axes is None or len(got_ends) != 1 or got_axes != [axis % len(data)] \
+            and got_axes != [axis]:
+        return None
+    L, e = data[axis], got_ends[0]
+    if not isinstance(L, int) or L < 2 or isinstance(e, int):
+        return None
+    return e
 
 
 # expand(x, [1, ..., E]) with E the input's own extent = x (ncnn drops the unit dims)
