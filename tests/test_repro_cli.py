@@ -85,7 +85,7 @@ def test_list_covers_every_fixture_case(capsys) -> None:  # noqa: ANN001
         assert case.construct in text
     assert "none found (never reported)" in text      # cases with no upstream issue
     assert "pnnx/pnnx#228" in text and "Tencent/ncnn#6387" in text
-    assert "18 cases; statuses recorded in fixtures/repros for 18" in text
+    assert "21 cases; statuses recorded in fixtures/repros for 21" in text
 
 
 # --------------------------------------------------------------------------- issue

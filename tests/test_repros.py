@@ -60,9 +60,12 @@ def test_catalogue_is_well_formed() -> None:
     # every case of pnnx-bugs.md §1/§2 is covered, and the ones found repairing the raw
     # Qwen3-TTS exports (8: speaker encoder's folded length, 9: 1-D tensors through n), and
     # the zoo's GPT-2 eager export (10: a bool constant's load type) and BERT's dynamic export
-    # (11: the default all-ones padding mask built in the graph)
+    # (11: the default all-ones padding mask built in the graph), and the upstream causes of the
+    # zoo's refused cells: static exports folding a learned position table (12: GPT-2, BERT,
+    # Whisper) or an interpolated grid (13: ViT), and the tied lm_head (14: GPT-2, Gemma)
     assert set(numbers) == {"1", "2a", "2b", "2c", "2d", "2e", "3", "4", "5",
-                            "6a", "6b", "6c", "6d", "7", "8", "9", "10", "11"}
+                            "6a", "6b", "6c", "6d", "7", "8", "9", "10", "11",
+                            "12", "13", "14"}
     for case in C.CASES:
         names = [v.name for v in case.variants]
         assert names[0] == "bug" and "workaround" in names, case.id

@@ -382,6 +382,81 @@ def _bool_mask_module(kind: str):
     return Masked()
 
 
+# --------------------------------------------------------------------------- cases 12-14
+
+def _inputs_hidden8(length: int, rng: np.random.Generator) -> Arrays:
+    return [_normal(rng, 1, length, 8)]
+
+
+def _position_table_module(kind: str):
+    """A learned position table of 16 rows added to the hidden states, then a Linear:
+    GPT-2's `wpe(arange(T))` ("arange") or Whisper's / a cropped table's `weight[:T]`
+    ("slice"): the same values."""
+    torch, nn, F = _tnn()
+
+    class Positions(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wpe = nn.Embedding(16, 8)
+            self.proj = nn.Linear(8, 8)
+
+        def forward(self, x):
+            t = x.shape[1]
+            if kind == "arange":
+                p = self.wpe(torch.arange(t))
+            else:
+                p = self.wpe.weight[:t]
+            return self.proj(x + p)
+
+    return Positions()
+
+
+def _inputs_image(length: int, rng: np.random.Generator) -> Arrays:
+    return [_normal(rng, 1, 3, length, length)]
+
+
+def _interpolated_table_module():
+    """ViT's patch embedding with its position grid interpolated to the patch grid
+    (`interpolate_pos_encoding`): a 4x4 grid of 8 channels, bicubic, added to the patches."""
+    torch, nn, F = _tnn()
+
+    class Patches(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.patch = nn.Conv2d(3, 8, 4, stride=4)
+            self.pos = nn.Parameter(torch.randn(1, 8, 4, 4))
+
+        def forward(self, x):
+            e = self.patch(x)                                   # (1, 8, H/4, W/4)
+            p = F.interpolate(self.pos, size=(e.shape[2], e.shape[3]), mode="bicubic",
+                              align_corners=False)
+            return (e + p).flatten(2).transpose(1, 2)
+
+    return Patches()
+
+
+def _tied_head_module(tied: bool):
+    """An lm_head whose weight is the token embedding's (GPT-2, Gemma: tie_word_embeddings),
+    after a LayerNorm; untied: the same values as a parameter of its own."""
+    torch, nn, F = _tnn()
+
+    class Head(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(32, 8)
+            self.head = nn.Linear(8, 32, bias=False)
+            self.norm = nn.LayerNorm(8)
+            if tied:
+                self.head.weight = self.emb.weight
+            else:
+                self.head.weight = nn.Parameter(self.emb.weight.detach().clone())
+
+        def forward(self, x):
+            return self.head(self.norm(x))
+
+    return Head()
+
+
 # --------------------------------------------------------------------------- case 4
 
 def _stack_sum_module(kind: str):
@@ -922,6 +997,104 @@ CASES: tuple[ReproCase, ...] = (
         offending=(r"^torch\.ones\s", r"^Tensor\.expand\s", r"^Tensor\.masked_fill\s"),
         offending_text="torch.ones torch.ones_0 1 1 a b  ->  Tensor.expand ...  ->  "
                        "Tensor.masked_fill ...",
+        upstream=(),
+    ),
+    ReproCase(
+        id="folded-position-table", number="12",
+        title="a static export folds a learned position table to the traced rows "
+              "(MemoryData 1=T): no rows for another length",
+        construct="proj(x + wpe(torch.arange(T))) (GPT-2's learned positions; BERT's "
+                  "position_ids[:, :T]; Whisper's embed_positions.weight[:T])",
+        make_inputs=_inputs_hidden8, trace_lengths=(7,), run_length=9, seed=119,
+        input_names=("x (1,T,8) hidden states",),
+        variants=(
+            Variant("bug", "wpe(arange(T)) added to x, static export at T=7, run at T=9",
+                    "wrong", lambda: _position_table_module("arange")),
+            Variant("slice", "wpe.weight[:T] (the same rows), static export at T=7, run at T=9",
+                    "wrong", lambda: _position_table_module("slice")),
+            Variant("dynamic", "wpe(arange(T)) exported with inputshape2= (T=7 and 5), run at "
+                    "T=9", "load_fail", lambda: _position_table_module("arange"),
+                    trace_lengths=(7, 5)),
+            Variant("workaround", "wpe.weight[:T] exported with inputshape2= (T=7 and 5): the "
+                    "whole table and a Crop to the length", "right",
+                    lambda: _position_table_module("slice"), trace_lengths=(7, 5)),
+        ),
+        why=("A static trace evaluates `wpe(arange(T))` (or `weight[:T]`) at the traced T and "
+             "pnnx folds the result into a constant: MemoryData pnnx_fold_* 0=8 1=7, the first "
+             "7 rows only; the 16-row table is gone from the file, so no rewrite of the graph "
+             "can give row 7 or later. With inputshape2= pnnx keeps the table: `weight[:T]` "
+             "becomes MemoryData wpe 1=16 + Crop to the input's length (right at every length "
+             "up to 16); `wpe(arange(T))` becomes torch.arange + Embed, and torch.arange has "
+             "no ncnn layer (paramsurgery lower writes it as a table). What would fix it "
+             "upstream: fold `table[arange(T)]` into `MemoryData table + Crop to T` in a "
+             "static export too (as the dynamic export does for `weight[:T]`), or keep the "
+             "Embed. paramsurgery fix (dynamize) crops the folded rows at run time, exact up "
+             "to the traced length, and refuses a longer reference naming the table."),
+        offending=(r"^MemoryData\s+pnnx_fold_\S+\s.*\b1=7\b", r"^torch\.arange\s"),
+        offending_text="MemoryData pnnx_fold_21 0 1 1 0=8 1=7   (the traced rows; static)  "
+                       "/  torch.arange torch.arange_1 1 1 a b   (inputshape2)",
+        upstream=(),
+        notes=("The zoo's GPT-2 (`pnnx_fold_position_embeds.1`), BERT (`pnnx_fold_63`) and "
+               "Whisper encoder (`pnnx_fold_57`) static exports: fix refuses a reference at "
+               "T=11 naming the table; a --pair traced at T=10 gives rows 0..9, exact for "
+               "lengths up to 10."),
+    ),
+    ReproCase(
+        id="folded-interpolated-table", number="13",
+        title="a static export folds a position grid interpolated to the traced image size: "
+              "other sizes need other values",
+        construct="patch(x) + F.interpolate(pos, size=patch(x).shape[2:], mode='bicubic') "
+                  "(ViT's interpolate_pos_encoding)",
+        make_inputs=_inputs_image, trace_lengths=(12,), run_length=20, seed=120,
+        input_names=("x (1,3,N,N) image, N = the length",),
+        variants=(
+            Variant("bug", "static export at 12x12 (a 3x3 patch grid), run at 20x20", "wrong",
+                    _interpolated_table_module),
+            Variant("workaround", "the same model exported with inputshape2= (12x12 and 8x8): "
+                    "the 4x4 grid and an Interp sized by the patch grid", "right",
+                    _interpolated_table_module, trace_lengths=(12, 8)),
+        ),
+        why=("A static trace computes the interpolated grid at the traced size and pnnx folds "
+             "it (MemoryData pnnx_fold_* 0=3 1=3 2=8): at another image size every position "
+             "has another interpolated value, not a row of this one, so neither a crop nor a "
+             "second static export (its grid is not this one's first rows) extends it. With "
+             "inputshape2= pnnx keeps the learned grid and writes Interp with the size of the "
+             "patch grid as a second input: right at every size. What would fix it upstream: "
+             "keep `F.interpolate` of a parameter with a size read from an input as Interp in "
+             "a static export too."),
+        offending=(r"^MemoryData\s+pnnx_fold_\S+\s.*\b0=3\b.*\b1=3\b",),
+        offending_text="MemoryData pnnx_fold_p.1 0 1 2 0=3 1=3 2=8   (the grid at the traced size)",
+        upstream=(),
+        notes=("The zoo's ViT static export (`pnnx_fold_83`, 1=26: 25 patches and the CLS "
+               "row): fix refuses it naming the table; its inputshape2= export fixes right."),
+    ),
+    ReproCase(
+        id="tied-linear", number="14",
+        title="a tied lm_head (its weight the embedding's) becomes a 2-input Linear: ncnn "
+              "InnerProduct over the table + BinaryOp, and a TypeError in pnnx's torch export",
+        construct="head(norm(x)) with head.weight = emb.weight (tie_word_embeddings: GPT-2, "
+                  "Gemma)",
+        make_inputs=_inputs_hidden8, trace_lengths=(7, 5), run_length=9, seed=121,
+        input_names=("x (1,T,8) hidden states",),
+        variants=(
+            Variant("bug", "Linear(8, 32) whose weight is the Embedding(32, 8)'s", "wrong",
+                    lambda: _tied_head_module(True)),
+            Variant("workaround", "the head's weight a copy of the embedding's (untied before "
+                    "tracing)", "right", lambda: _tied_head_module(False)),
+        ),
+        why=("TorchScript reads the shared parameter once, as the embedding's attribute, and "
+             "pnnx writes the head as `nn.Linear model.head 2 1 table x y` (the weight as a "
+             "first input). Its ncnn conversion makes the table the data: MemoryData emb + "
+             "InnerProduct over the table (a (32, 32) product) + BinaryOp bias_N adding the "
+             "hidden states as if they were a bias; its torch export (model_pnnx.py) calls "
+             "`self.head(v_table, v_x)` and raises `TypeError: Linear.forward() takes 2 "
+             "positional arguments but 3 were given`. What would fix it upstream: read a "
+             "Linear's weight from an attribute input as its weight (a Gemm / InnerProduct "
+             "of x by that table). paramsurgery fix repairs the ncnn graph (fix-tied-linear, "
+             "lint PS401); compare --pnnx covers the blobs before the head."),
+        offending=(r"^BinaryOp\s+bias_\d+\s",),
+        offending_text="MemoryData emb 0 1 t 0=8 1=32 -> InnerProduct linear_1 1 1 t a 0=32 "
+                       "2=256 -> BinaryOp bias_2 2 1 a h out0 0=0",
         upstream=(),
     ),
 )

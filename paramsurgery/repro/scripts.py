@@ -94,6 +94,40 @@ _LEVELS_INIT = '''class Model(nn.Module):
 '''
 
 
+_POSITIONS_INIT = '''class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wpe = nn.Embedding(16, 8)             # a learned position table of 16 rows
+        self.proj = nn.Linear(8, 8)
+
+'''
+
+_PATCHES = '''class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 8, 4, stride=4)
+        self.pos = nn.Parameter(torch.randn(1, 8, 4, 4))   # a learned 4x4 position grid
+
+    def forward(self, x):                       # x (1, 3, N, N); exported static at 12x12
+        e = self.patch(x)                       # (1, 8, N/4, N/4)
+        p = F.interpolate(self.pos, size=(e.shape[2], e.shape[3]), mode="bicubic",
+                          align_corners=False)  # ViT's interpolate_pos_encoding
+        return (e + p).flatten(2).transpose(1, 2)
+'''
+
+_HEAD = '''class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(32, 8)
+        self.head = nn.Linear(8, 32, bias=False)
+        self.norm = nn.LayerNorm(8)
+        {tie}
+
+    def forward(self, x):                       # x (1, T, 8) hidden states
+        return self.head(self.norm(x))
+'''
+
+
 # Source pointers refer to Tencent/ncnn tools/pnnx/src at a4d2ea1d4 (2026-07-22), as in the
 # catalogue notes (pnnx-bugs.md).
 DETAILS: dict[str, str] = {
@@ -215,6 +249,32 @@ DETAILS: dict[str, str] = {
         "(`src/modelbin.cpp`: \"ModelBin load type 3 not implemented\"), so MemoryData's "
         "load_model fails. Any bool constant pnnx folds does the same (GPT-2's eager `bias`, "
         "`causal_mask` of a static export). A float constant (the additive mask) is fine."),
+    "folded-position-table": (
+        "A static export (one `inputshape=`) is constant-folded after tracing: "
+        "`wpe(arange(T))`, `weight[:T]`, BERT's `position_ids[:, :T]` all become one "
+        "`pnnx.Attribute pnnx_fold_*` of T rows, written as `MemoryData 1=T`; the table's other "
+        "rows are not in the .bin. The same slice exported with `inputshape2=` keeps "
+        "`MemoryData wpe 1=16` and a 2-input `Crop 20=\"1h\"` to the input's length (right at "
+        "every length up to 16); `wpe(arange(T))` keeps `torch.arange` (no ncnn layer: "
+        "load_fail). ncnn adds the 7 rows to 9 without an error (BinaryOp broadcasting): "
+        "the output has the right shape and wrong values. The zoo's GPT-2, BERT and Whisper "
+        "encoder static exports have it."),
+    "folded-interpolated-table": (
+        "ViT's `interpolate_pos_encoding` interpolates the learned grid (bicubic) to the "
+        "patch grid of the input; a static trace folds the result (`MemoryData pnnx_fold_* "
+        "0=3 1=3 2=8`). Its values at another image size are a different interpolation, so no "
+        "crop, pad or second static export gives them. With `inputshape2=` pnnx writes "
+        "`MemoryData pos` + `Interp 2 1 pos e 9=\"1w,1h\"` (the output size from the patch "
+        "grid): right at every size (max abs err 6.4e-06 vs torch at 20x20)."),
+    "tied-linear": (
+        "With `lm_head.weight = embed.weight` the TorchScript graph reads the parameter once "
+        "(`prim::GetAttr` of the embedding) and passes it to the head's `aten::linear`; pnnx "
+        "writes `nn.Linear model.head 2 1 table x y` (weight as the first input). The ncnn "
+        "writer turns it into `InnerProduct` over the table with the stored weight (a (32, "
+        "32) product) and `BinaryOp bias_N` adding x: ncnn's output at T=9 is (144, 32), torch's "
+        "(1, 9, 32); pnnx's own torch export calls `self.head(v_1, v_2)` and raises "
+        "`TypeError: Linear.forward() takes 2 positional arguments but 3 were given`. Untying "
+        "(a copy of the weight) converts to one Gemm and is right."),
 }
 
 
@@ -465,6 +525,25 @@ SCRIPTS: dict[str, CaseScript] = {
         t = x.shape[-1]
         return (s + self.neg[:, :, :t, :t]).softmax(-1)
 ''',
+    ),
+    "folded-position-table": CaseScript(
+        model=_POSITIONS_INIT + '''    def forward(self, x):                    # x (1, T, 8); exported static at T=7
+        t = x.shape[1]
+        return self.proj(x + self.wpe(torch.arange(t)))   # GPT-2's learned positions
+''',
+        workaround=_POSITIONS_INIT + '''    def forward(self, x):                    # exported with inputshape2= (T=7 and 5)
+        t = x.shape[1]
+        return self.proj(x + self.wpe.weight[:t])          # the same rows, cropped
+''',
+    ),
+    "folded-interpolated-table": CaseScript(
+        model=_PATCHES, workaround=_PATCHES,
+        host="# the workaround is the export: the same model with inputshape2= (12x12 and 8x8)",
+    ),
+    "tied-linear": CaseScript(
+        model=_HEAD.format(tie="self.head.weight = self.emb.weight            # tied"),
+        workaround=_HEAD.format(
+            tie="self.head.weight = nn.Parameter(self.emb.weight.detach().clone())  # untied"),
     ),
 }
 
