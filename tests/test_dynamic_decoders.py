@@ -111,15 +111,19 @@ def test_fold_gqa_batch_axis_k_wrong_order_is_left(tmp_path):
     assert any("Tensor.expand 'Tensor.expand_k'" in s.reason for s in res.skipped)
 
 
-def test_phi3_dynamic_partial_rotary_refusal_names_the_concat_and_the_routes():
-    """Phi-3's dynamic export joins a RotaryEmbed of part of each head with the rest on 4-D
-    blobs that keep pnnx's batch axis: fold-gqa leaves its SDPAs, naming the Concat and the
-    routes fix does repair (the zoo's static phi3 export and --pair)."""
+def test_phi3_dynamic_partial_rotary_with_its_parts_swapped_is_left_naming_the_concat():
+    """Phi-3's dynamic export joins a RotaryEmbed of part of each head with the rest on
+    blobs that keep pnnx's batch axis; fold-gqa walks that Concat (tests/test_unbatch_heads.py)
+    only when it puts one Slice's parts back in their order: swapped, it leaves the SDPA,
+    naming the Concat."""
     zoo = MASKS.parent / "zoo" / "phi3"
-    res = FoldGQA(traced=zoo / "embeds_sdpa_dynamic.pnnx.param")(
-        paramsurgery.load(zoo / "embeds_sdpa_dynamic.ncnn.param"))
-    assert not res.modified
-    assert any("Concat 'cat_2'" in n and "--pair" in n for n in res.notes), res.notes
+    g = paramsurgery.load(zoo / "embeds_sdpa_dynamic.ncnn.param")
+    cat = g.layer("cat_2")
+    g.set_inputs(cat, list(reversed(cat.inputs)))
+    res = FoldGQA(traced=zoo / "embeds_sdpa_dynamic.pnnx.param")(g)
+    why = {s.layer: s.reason for s in res.skipped}
+    assert "Concat 'cat_2'" in why["sdpa_53"] and "other order" in why["sdpa_53"], why
+    assert "sdpa_54" not in why  # the other layer's SDPA is folded
 
 
 def test_fix_proves_a_rebuilt_mask_against_the_reference_by_default(tmp_path, capsys):

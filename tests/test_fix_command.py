@@ -194,7 +194,7 @@ def test_fix_plan_comes_from_the_pass_declarations():
                            "Tensor.contiguous Tensor.contiguous_1 1 1 a b\n"
                            "ReLU relu 1 1 b out0\n", "m.param")
     order = [p.name for p in repairs()]
-    assert order[:5] == ["fix-bool-table", "fold-gqa", "causal-mask", "lower",
+    assert order[:6] == ["fix-bool-table", "fold-gqa", "unbatch-heads", "causal-mask", "lower",
                          "remove-passthrough"]
     assert {"fix-slice", "fix-reduction", "dynamize"} <= set(order)
     assert [repair_for(layer) for layer in g] == [None, "lower", "remove-passthrough", None]

@@ -95,7 +95,9 @@ for _f, _routes in _CACHED.items():
 # pnnx's dynamic export (`inputshape2`) of the RoPE decoders: fix rebuilds the causal mask
 # built in the graph (causal-mask, values from X.pnnx.param), folds repeat_kv with the batch
 # axis kept on k (fold-gqa) and lowers the arange positions; add-kvcache counts those from
-# the past (kvcache_positions.widen_table). Phi-3's partial-rotary 4-D q/k are still refused.
+# the past (kvcache_positions.widen_table). Phi-3 and GPT-NeoX (fused QKV, partial rotary) keep
+# the heads in ncnn's batch axis: unbatch-heads (and fold-gqa for the k/v it folds) rewrites
+# them to [D, T, H] (patterns/batch_heads.py); causal-mask follows NeoX's crop to the 4-D k.
 _DYNAMIC = {
     "llama": ("embeds_sdpa_dynamic", "embeds_eager_dynamic", "ids_sdpa_dynamic"),
     "qwen2": ("embeds_sdpa_dynamic", "embeds_eager_dynamic"),
@@ -105,6 +107,8 @@ _DYNAMIC = {
     # learned positions `wpe(arange(T))`: lower's arange table holds int32 ids for the Embed
     # (float32 positions read as ids: fix exited 0 with rel 0.25 before, now proven by default)
     "gpt2": ("embeds_sdpa_dynamic",),
+    "phi3": ("embeds_sdpa_dynamic", "embeds_eager_dynamic"),
+    "gpt_neox": ("embeds_sdpa_dynamic", "embeds_eager_dynamic"),
 }
 for _f, _routes in _DYNAMIC.items():
     for _r in _routes:
@@ -177,11 +181,12 @@ def test_raw_export_runs_at_its_traced_length(family: str) -> None:
 # its kv form is the default run's fix → add-kvcache → cached decode for that family
 # gemma's --pair: the tied lm_head repaired in the pair without the pair's .bin (the zoo
 # keeps none), so --pair proves the lengths of a tied-head export (fix-tied-linear); llama's
-# dynamic export is the default run's pnnx-dynamic route (the others: -m slow)
+# dynamic export is the default run's pnnx-dynamic route (the others: -m slow), and phi3's the one
+# with the heads in ncnn's batch axis (fused QKV, partial rotary: unbatch-heads + fold-gqa)
 _DEFAULT_CELLS = [_mark(f, DEFAULT_ROUTE[f], "fix") for f in FAMILIES] + \
     [_mark("gpt2", "kv_sdpa_dynamic", "fix"), _mark("gemma", "embeds_sdpa_pair", "fix"),
      _mark("llama", "embeds_sdpa_dynamic", "fix"), _mark("gpt2", "embeds_sdpa_dynamic", "fix"),
-     _mark("bert", "embeds_sdpa_dynamic", "fix")]
+     _mark("bert", "embeds_sdpa_dynamic", "fix"), _mark("phi3", "embeds_sdpa_dynamic", "fix")]
 
 
 @pytest.mark.parametrize("family,route", _DEFAULT_CELLS)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
+from paramsurgery.core.match import MatchFailure
 from paramsurgery.core.ncnn import BinaryOpType, EltwiseOpType
 from paramsurgery.core.layer_params import LAYER_PARAMS, param_info
 from paramsurgery.core.layer_types import is_converter_leftover, is_ncnn_layer
@@ -367,7 +368,8 @@ def batch_reshape_runtime(ctx: "LintContext") -> Iterator[Hit]:
 
 
 @rule("PS010", "rope-input-rank", WARNING,
-      "RotaryEmbed fed straight from a graph input (4-D without a batch axis rotates one head)")
+      "RotaryEmbed fed straight from a graph input, or SDPA heads left in ncnn's batch axis "
+      "(4-D without a batch axis rotates one head)", also=(ERROR,))
 def rope_input_rank(ctx: "LintContext") -> Iterator[Hit]:
     """`RotaryEmbed` rotates a 3-D `[w=head_dim, h=seq, c=heads]` blob. When pnnx infers no
     batch axis (no SDPA downstream; every input `batch_index=233`), a torch `(1, H, T, D)`
@@ -376,6 +378,7 @@ def rope_input_rank(ctx: "LintContext") -> Iterator[Hit]:
     only see that the rotated blob is a graph input; a run (PS405) checks the rank.
     Fix: give the tables as `(1, T, D)` and make sure pnnx infers a batch axis, or write
     RoPE with half tables (not fused)."""
+    yield from _heads_in_batch_axis(ctx)
     for layer in ctx.graph.by_type("RotaryEmbed"):
         if not layer.inputs:
             continue
@@ -384,6 +387,31 @@ def rope_input_rank(ctx: "LintContext") -> Iterator[Hit]:
             yield Hit(layer, f"RotaryEmbed {layer.name!r} rotates graph input "
                              f"{layer.inputs[0]!r} directly: fed 4-D (torch (1, H, T, D) "
                              f"with batch_index=233) it rotates only the first head")
+
+
+def _heads_in_batch_axis(ctx: "LintContext") -> Iterator[Hit]:
+    """pnnx's dynamic export of a fused QKV keeps the heads in ncnn's batch axis
+    (`patterns/batch_heads.py`): RotaryEmbed on the 4-D head split rotates one head, and an
+    SDPA reading a batched head computes over the wrong axes. An error (`unbatch-heads`
+    rewrites them to [D, T, H] when it proves the layout)."""
+    from paramsurgery.patterns.batch_heads import plan_heads
+
+    g = ctx.graph
+    for sdpa in g.by_type("SDPA"):
+        for slot in range(min(3, len(sdpa.inputs))):
+            try:
+                plan = plan_heads(g, sdpa.inputs[slot], {sdpa.id})
+            except MatchFailure as exc:
+                yield Hit(sdpa, f"SDPA {sdpa.name!r} reads its {'qkv'[slot]} heads from ncnn's "
+                                f"batch axis (pnnx's dynamic export) and the rewrite is not "
+                                f"proven: {exc.reason}", severity=ERROR)
+                continue
+            if plan is not None:
+                yield Hit(sdpa, f"SDPA {sdpa.name!r} reads its {'qkv'[slot]} heads "
+                                f"({plan.heads} of {plan.head_dim}, {plan.form}) in pnnx's "
+                                f"batch-axis form: RotaryEmbed on it rotates one head, SDPA "
+                                f"computes over the wrong axes", severity=ERROR,
+                          fix_pass="unbatch-heads")
 
 
 # =========================================================================== params

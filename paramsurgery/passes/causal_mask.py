@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from paramsurgery.analysis.shape_expr import reshape_dims
 from paramsurgery.core.match import MatchFailure
+from paramsurgery.core.ncnn import NO_BATCH
 from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
@@ -369,7 +371,7 @@ def _mask_readers(g: Graph, blob: str, rank: int, key: str | None,
                 work.append((layer.outputs[0], r, g.above_splits(layer.inputs[1])))
             elif layer.type == "SDPA" and slot == 3 and layer.params.get(5, 0) == 1 and \
                     not layer.params.get(7, 0):
-                if k is not None and g.above_splits(layer.inputs[1]) != k:
+                if k is not None and k not in _key_views(g, layer.inputs[1]):
                     raise MatchFailure(layer, f"SDPA {layer.name!r} reads the mask cropped to the "
                                               f"length of {k!r}, not of its own key")
                 if layer not in out:
@@ -378,6 +380,23 @@ def _mask_readers(g: Graph, blob: str, rank: int, key: str | None,
                 raise MatchFailure(layer, f"the mask is read by {layer.type} {layer.name!r} "
                                           f"(bottom {slot}): only an SDPA's mask input (5=1, "
                                           f"no cache) is rebuilt from the run-time lengths")
+    return out
+
+
+def _key_views(g: Graph, key: str) -> list[str]:
+    """The blobs an SDPA's key is a view of with the same length h: through Splits and
+    Reshapes that keep h (`6="D,0h,H"`, no batch axis: the SDPA's [D, T, H] of a 4-D
+    [D, T, H, 1] key, which HF's mask crop reads: GPT-NeoX's dynamic export)."""
+    out = [g.above_splits(key)]
+    for _ in range(8):
+        p = g.producer(out[-1])
+        if p is None or p.type != "Reshape" or not p.inputs or \
+                p.params.get(12, NO_BATCH) != NO_BATCH or p.params.get(13, NO_BATCH) != NO_BATCH:
+            break
+        dims = reshape_dims(p)
+        if not dims or len(dims) < 2 or dims[1] != "0h":
+            break
+        out.append(g.above_splits(p.inputs[0]))
     return out
 
 

@@ -19,6 +19,11 @@ Expansion forms recognised (ncnn axes outermost-first, K/V as `[w=D, h=T, c=G]`)
 - `Concat 0=1` of rep copies + `Reshape [D, T, rep, G]` + `Reshape [D, T, H]`: pnnx's
   conversion of `torch.stack([k] * rep, 2).reshape(...)`.
 
+Under a dynamic export the kv heads may be in pnnx's batch-axis form (T in ncnn's batch:
+the repeat_kv on k after a 4-D RotaryEmbed, Phi-3's partial-rotary Concat, a batched v behind
+pnnx's batch-to-dim `Tensor.reshape`); the fold then writes them as [D, T, G] with
+`unbatch-heads`' proven rewrite (`patterns/batch_heads.py`).
+
 Each is the repeat_interleave order (head j = kv head j // rep), which is what SDPA's GQA
 computes; the pass proves it from the graph: the new axis sits right after the head axis,
 only it is repeated, and the final Reshape keeps `w = D` and `h = T` (so it merges exactly
@@ -45,6 +50,8 @@ from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
 from paramsurgery.passes.base import Pass, PassResult, RepairContext, check_selection
 from paramsurgery.core.match import MatchFailure
+from paramsurgery.passes.unbatch_heads import apply_heads
+from paramsurgery.patterns.batch_heads import HeadsPlan, plan_heads
 from paramsurgery.patterns.match import above_splits, readers_through_splits
 from paramsurgery.analysis.shape_expr import int_or_none, reshape_dims
 from paramsurgery.analysis.shapes import infer_shapes
@@ -70,9 +77,9 @@ class KVExpansion:
     head_dim: int = 0
     kv_heads: int = 0
     heads: int = 0  # H = kv_heads * rep
-    # the kv-head blob keeps pnnx's batch axis of 1 (4-D [D, T, G, 1]): SDPA reads it
-    # through a Reshape to [D, T, G] (pnnx's dynamic export of HF's repeat_kv on k)
-    batch_axis: bool = False
+    # the kv heads are in pnnx's batch-axis form (dynamic export): rewritten to [D, T, G]
+    # with the expansion removed (patterns/batch_heads.py)
+    heads_plan: HeadsPlan | None = None
 
 
 NOT_EXPANDED = "not-expanded"  # MatchFailure.kind: SDPA reads k/v as they come (maybe kv heads)
@@ -95,6 +102,9 @@ def kv_layout(g: Graph, blob: str, shapes: "ShapeMap | None" = None) -> tuple[in
     if known is not None and len(known) == 3 and isinstance(known[0], int) and \
             isinstance(known[2], int):
         return known[2], known[0]
+    heads_plan = plan_heads(g, blob, check_readers=False)
+    if heads_plan is not None:  # heads in pnnx's batch-axis form (dynamic export)
+        return heads_plan.head_dim, heads_plan.heads
     cur, swapped, passed = blob, False, []
     for _ in range(64):
         p = g.producer(cur)
@@ -139,13 +149,6 @@ def kv_layout(g: Graph, blob: str, shapes: "ShapeMap | None" = None) -> tuple[in
         hint = ""
         if p.type == "Input":
             hint = f"; its shape is not known: give --inputshape {cur}=[G,T,D]"
-        elif p.type == "Concat" and p.params.get(0, 0) == 3 and any(
-                (q := g.producer(b)) is not None and q.type == "RotaryEmbed" for b in p.inputs):
-            # Phi-3 / GPT-NeoX partial rotary (rotary_dim < head_dim, a RotaryEmbed of part of
-            # each head joined with the rest) on the 4-D blobs that keep pnnx's batch axis
-            # (dynamic export): no head split is read through it
-            raise MatchFailure(p, f"Concat {p.name!r} (partial rotary on pnnx's 4-D batch-axis "
-                                  f"blobs) is not walked: fix the static export or --pair instead")
         raise MatchFailure(p, f"cannot find how {blob!r} was split into heads: {p.type} {p.name!r} "
                          f"is in the way{hint}")
     raise MatchFailure(None, f"cannot find how {blob!r} was split into heads (path too long)")
@@ -303,9 +306,17 @@ class FoldGQA(Pass, name="fold-gqa", repair_order=10,
         if sizes is not None and sizes.type == "pnnx.Expression" and \
                 g.consumer_layers(src.inputs[1]) == [src]:
             layers.append(sizes)
-        exp = g.producer(src.inputs[0])
+        into = src.inputs[0]
+        b2d = g.producer(into)
+        if b2d is not None and b2d.type == "Tensor.reshape" and len(b2d.inputs) == 1 and \
+                pnnx.op_by_name(b2d.name) is None and len(g.consumers(into)) == 1:
+            # pnnx's own batch-to-dim step (`*_ncnnbatch2dim_*`, not in its IR): the expand's
+            # input is the unsqueezed v still in ncnn's batch axis; removed with the expansion
+            layers.append(b2d)
+            into = b2d.inputs[0]
+        exp = g.producer(into)
         if exp is None or exp.type != "ExpandDims" or _ints(exp.params.get(3)) != [2] or \
-                len(g.consumers(src.inputs[0])) != 1:
+                len(g.consumers(into)) != 1:
             what = f"{exp.type} {exp.name!r}" if exp is not None else "nothing"
             raise MatchFailure(src, f"{side}: the expanded tensor comes from {what}, not from "
                                     f"ExpandDims adding torch's axis 2 (-23303=1,2)")
@@ -316,45 +327,8 @@ class FoldGQA(Pass, name="fold-gqa", repair_order=10,
             raise MatchFailure(exp, f"{side}: {root!r} is split into {gk} heads of {dk}, pnnx's "
                                     f"trace has {groups} of {d}")
         e = self._finish(g, sdpa, slot, "expand", root, expanded, layers, d, groups, heads)
-        e.batch_axis = self._batch_split(g, root, layers) is not None
+        e.heads_plan = plan_heads(g, root, {sdpa.id} | {x.id for x in e.layers})
         return e
-
-    @staticmethod
-    def _batch_split(g: Graph, root: str, removed: list[Layer]) -> Layer | None:
-        """The head-split `Reshape` [D, T, G, 1] above `root` when it kept pnnx's batch axis
-        and every layer between it and `root` is on the path (Split / RotaryEmbed / norm
-        data input) and `root` is read only by the expansion: folding then writes the split
-        3-D ([D, T, G], what RotaryEmbed and SDPA take: a 4-D blob makes RotaryEmbed rotate
-        one head only). None when there is no such split; MatchFailure when another layer
-        reads the 4-D blobs (it would see another shape)."""
-        path: list[Layer] = []
-        cur = root
-        split = None
-        for _ in range(64):
-            p = g.producer(cur)
-            if p is None:
-                return None
-            if p.type == "Reshape":
-                dims = reshape_dims(p)
-                if not dims or len(dims) != 4 or int_or_none(dims[3]) != 1:
-                    return None
-                split = p
-                break
-            if p.type not in PASS_THROUGH_LAYOUT or not p.inputs:
-                return None
-            path.append(p)
-            cur = p.inputs[0]
-        if split is None:
-            return None
-        allowed = {x.id for x in path} | {x.id for x in removed}
-        blobs = [split.outputs[0]] + [x.outputs[0] for x in path if x.type != "Split"]
-        for b in blobs:
-            for reader, slot in readers_through_splits(g, b)[0]:
-                if reader.id not in allowed or (reader.type == "RotaryEmbed" and slot != 0):
-                    raise MatchFailure(reader, f"{reader.type} {reader.name!r} also reads the "
-                                               f"4-D kv blob {b!r} (pnnx's batch axis kept): "
-                                               f"it would see [D, T, G] after the fold")
-        return split
 
     def _check_merge(self, r2: Layer, d: int, groups: int, rep: int | None, side: str) -> int:
         """The final Reshape must map [D, T, rep, G] to [D, T, G*rep]; returns H."""
@@ -487,18 +461,13 @@ class FoldGQA(Pass, name="fold-gqa", repair_order=10,
         result.data["unloadable"] = left
 
     def _fold(self, g: Graph, e: KVExpansion) -> None:
-        if e.batch_axis:  # the head split [D, T, G, 1] writes [D, T, G] (pnnx's unit batch c
-            split = self._batch_split(g, e.root, e.layers)  # dropped; the same elements)
-            assert split is not None
-            dims = reshape_dims(split) or []
-            if isinstance(split.params.get(6), str):
-                split.set(6, ",".join(dims[:3]))
-            else:  # 0/1/11/2 = w, h, d, c: d becomes c
-                split.set(2, split.params.get(11))
-                split.set(11, -233)
         for layer, slot in e.readers:
             g.set_input(layer, slot, e.root)
         g.remove_dead([x for x in e.layers if x.graph is g])
+        if e.heads_plan is not None:  # [D, T, G] out of pnnx's batch-axis form
+            out = apply_heads(g, e.heads_plan, e.readers, f"{e.sdpa.name}_{'kv'[e.slot - 1]}")
+            if out != e.root:
+                _resplit(g, out)
         _resplit(g, e.root)
 
 
