@@ -48,6 +48,10 @@ AXIS_PARAM = {"w": 0, "h": 1, "d": 11, "c": 2}
 SLICE_OPS = ("Tensor.slice",)
 
 
+# why a paired table cannot extend this one (its traced rows are not the pair's first rows)
+NOT_A_PREFIX = "its rows are not the first rows of the paired table"
+
+
 @dataclass
 class _Site:
     layer: Layer
@@ -600,7 +604,7 @@ class Dynamize(Pass, name="dynamize", repair_order=60,
         """The refusal of a table: one read element-wise with a blob whose same axis is the
         length (a learned position table, GPT-2's `wpe`, BERT's) names its reader and what
         exports let it through; any other constant is to become an input."""
-        from paramsurgery.passes.learned_tables import UPSTREAM
+        from paramsurgery.passes.learned_tables import UPSTREAM, UPSTREAM_INTERPOLATED
 
         letter = RESHAPE_DIMS.get(ss[0].pid) if len(ss) == 1 else None
         ref = self._table_reference(g, layer, letter) if letter is not None else None
@@ -608,9 +612,10 @@ class Dynamize(Pass, name="dynamize", repair_order=60,
         if ref is None:
             return (f"{head} is a constant traced at one length (a mask or table); make it "
                     f"an input ({why})")
+        upstream = UPSTREAM_INTERPOLATED if why.startswith(NOT_A_PREFIX) else UPSTREAM
         return (f"{head}, a table traced at one length added to {ref!r} (a position table, "
                 f"learned or interpolated), is not proven right at other lengths: {why}; "
-                f"{UPSTREAM}")
+                f"{upstream}")
 
     def _table_plan(self, g: Graph, layer: Layer, ss: list[_Site]) -> str | None:
         """None when `layer` is a position-indexed table the pair proves extendable: one
@@ -637,6 +642,9 @@ class Dynamize(Pass, name="dynamize", repair_order=60,
         short = layer.weights[0].array().reshape(-1).reshape(shape_a)
         if uniform_rows(short, ax):
             return self._keep_table(g, layer, None, ax, letter)
+        needed = self._rows_needed(g, s.value)
+        if needed is not None and needed > s.other:
+            return self._pair_too_short(needed, s.other)
         if other.weights is None or not len(other.weights):
             where = f" next to {self.pair_path}" if self.pair_path else " next to the pair"
             return (f"the paired export's rows are needed to extend it: give --pair-bin "
@@ -648,8 +656,32 @@ class Dynamize(Pass, name="dynamize", repair_order=60,
         other_shape = b.reshape(shape_b)
         head = np.take(other_shape, range(s.value), axis=ax)
         if not np.array_equal(head, short):
-            return "its rows are not the first rows of the paired table (not position-indexed)"
+            return f"{NOT_A_PREFIX} (not position-indexed: interpolated to the traced size)"
         return self._keep_table(g, layer, other, ax, letter)
+
+    def _rows_needed(self, g: Graph, rows: int) -> int | None:
+        """The rows a table of `rows` rows at the traced length needs at the length of the
+        reference next to the input (rows scale with the input's length: Whisper's conv stem
+        halves it); None without a reference or when it is not one length changed."""
+        from paramsurgery.passes.dynamize_shapes import length_change, traced_input_shapes
+
+        if self.reference is None or self.traced is None:
+            return None
+        ins = traced_input_shapes(self.traced, g)
+        change = None if ins is None else length_change([s for s, _ in ins], self.reference[0])
+        if change is None or (rows * change[1]) % change[0]:
+            return None
+        return rows * change[1] // change[0]
+
+    @staticmethod
+    def _pair_too_short(needed: int, rows: int) -> str:
+        """Why a paired table shorter than the reference needs cannot be proven (the caller
+        adds the upstream fix)."""
+        return (f"at the length of the reference next to the input it needs {needed} rows, "
+                f"the paired export has {rows}: no row {rows} is in either file, so the pair "
+                f"serves lengths up to {rows} only (provable with its weights, --pair-bin, "
+                f"against a --reference at an untraced length up to {rows}); the reference's "
+                f"length needs a pair traced to give {needed} rows or more in place of this one")
 
     def _keep_table(self, g: Graph, layer: Layer, other: Layer | None, ax: int,
                     letter: str) -> str | None:

@@ -78,6 +78,24 @@ def length_change(traced: Sequence[tuple | None], ref: Sequence[tuple]) -> tuple
     return diffs.pop() if len(diffs) == 1 else None
 
 
+def _folded_tables_note(g: Graph) -> str:
+    """The tables pnnx folded at the traced length that an element-wise BinaryOp adds (a
+    position table, learned or interpolated): --pair extends one only when its rows are the
+    pair's first rows; named with the repro cases of pnnx's fold."""
+    from paramsurgery.patterns.match import readers_through_splits
+
+    names = [m.name for m in g.by_type("MemoryData") if m.name.startswith("pnnx_fold_") and
+             sum(1 for pid in (0, 1, 11, 2) if m.params.get_int(pid, 0) > 1) >= 2 and
+             (rs := readers_through_splits(g, m.outputs[0])[0]) and
+             all(r.type == "BinaryOp" for r, _ in rs)]
+    if not names:
+        return ""
+    return (f"; pnnx also folded {', '.join(names[:3])} at the traced length (a position "
+            f"table: --pair extends it only when its rows are the pair's first rows, and "
+            f"inputshape2= keeps it whole; pnnx's fold: paramsurgery repro issue "
+            f"folded-position-table, folded-interpolated-table)")
+
+
 def spec_from_reference(g: Graph, traced_inputs: Sequence[tuple[tuple, int | None]],
                         ref_inputs: Sequence[tuple], ref_outputs: Sequence[tuple],
                         source: str) -> LengthSpec | None:
@@ -428,7 +446,8 @@ class ShapeDynamize:
                               f"so values after it cannot be proven length-derived; give "
                               f"{self.fallback} (the same model traced at another length), "
                               f"or export with pnnx inputshape2= (a second input shape: pnnx "
-                              f"then writes the length-dependent sizes itself)",
+                              f"then writes the length-dependent sizes itself)"
+                              + _folded_tables_note(g),
                               line=lost.source_line if lost else None)
 
     def _where_lost(self, g: Graph) -> Layer | None:

@@ -33,7 +33,14 @@ from paramsurgery.ir.layer import Layer
 # whole table (`nn.Embedding` of the positions: an ncnn Embed over an arange), e.g. the zoo's
 # GPT-2 and BERT `inputshape2` exports
 UPSTREAM = ("or export with pnnx inputshape2= (a second input shape: pnnx then keeps the "
-            "whole table, an Embed of the positions, instead of folding the traced rows)")
+            "whole table, an Embed of the positions, instead of folding the traced rows; "
+            "pnnx's fold: paramsurgery repro issue folded-position-table)")
+# a table whose rows are not a prefix of the paired one's (ViT's grid interpolated to the
+# patch grid): no crop or pair extends it; pnnx's dynamic export keeps the Interp
+UPSTREAM_INTERPOLATED = ("export with pnnx inputshape2= (a second input shape: pnnx then keeps "
+                         "the learned grid and interpolates it at run time, an Interp sized "
+                         "by the input, instead of folding the traced values; pnnx's fold: "
+                         "paramsurgery repro issue folded-interpolated-table)")
 
 def zero_masks(g: Graph, traced_len: int) -> list[tuple[Layer, list[Layer], list[Layer]]]:
     """Additive attention masks pnnx folded at the traced length that are all 0 (BERT's

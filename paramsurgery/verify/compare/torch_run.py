@@ -54,8 +54,39 @@ def run_torch(script: str, inputs: Mapping[str, Feed], dtypes: list[str | None],
         if proc.timed_out:
             return "timeout", f"the torch run was stopped after {timeout:.0f} s"
     if not proc.ok:
-        return blame(proc.stderr or "", script), proc.tail(3, " / ") or proc.how()
+        status = blame(proc.stderr or "", script)
+        if status == "pnnx":
+            return status, pnnx_failure(proc.stderr or "", script)
+        return status, proc.tail(3, " / ") or proc.how()
     return "ok", ""
+
+
+# pnnx script failures whose cause is known: (the exception text, what pnnx wrote, the
+# repro case of the catalogue that shows it: `paramsurgery repro issue ID`)
+KNOWN_PNNX_FAILURES = (
+    (re.compile(r"Linear\.forward\(\) takes 2 positional arguments"),
+     "pnnx writes a tied Linear (its weight another layer's table, a tied lm_head) as a "
+     "2-input nn.Linear; lint PS017, repaired in the ncnn graph by fix-tied-linear",
+     "tied-linear"),
+)
+
+
+def pnnx_failure(stderr: str, script: str) -> str:
+    """A failure inside pnnx's script, said as pnnx's: the script's line that raised (the
+    innermost frame in it), the exception, and the known cause with its repro case."""
+    script_abs = os.path.abspath(script)
+    lines = stderr.splitlines()
+    where = ""
+    for i, ln in enumerate(lines):
+        m = _FRAME_LINE.match(ln)
+        if m and os.path.abspath(m.group(1)) == script_abs:
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            where = f"line {m.group(2)}" + (f" `{code}`" if code else "") + ": "
+    error = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+    for pattern, cause, case in KNOWN_PNNX_FAILURES:
+        if pattern.search(error):
+            return f"{where}{error}; {cause} (pnnx's bug: paramsurgery repro issue {case})"
+    return where + error
 
 
 def raise_for_setup(status: str, message: str, script: str, command: str) -> None:
@@ -73,6 +104,7 @@ def raise_for_setup(status: str, message: str, script: str, command: str) -> Non
 
 # the traceback line of a Python frame: `  File "/path/x.py", line 12, in f`
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
+_FRAME_LINE = re.compile(r'^\s*File "([^"]+)", line (\d+)')
 
 
 def blame(stderr: str, script: str) -> str:
