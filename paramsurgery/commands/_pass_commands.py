@@ -42,7 +42,10 @@ def add_option_args(p: argparse.ArgumentParser, cls: type) -> None:
         else:
             # a number field is parsed by argparse: bad text is its usage error (exit 2),
             # and the pass receives the value with its declared type
-            number = {"int": int, "float": float}.get(getattr(f.type, "__name__", f.type))
+            declared = getattr(f.type, "__name__", f.type)  # "int", or "int | None"
+            if isinstance(declared, str) and declared.endswith(" | None"):
+                declared = declared[:-len(" | None")]
+            number = {"int": int, "float": float}.get(declared)
             if number is not None:
                 kw["type"] = number
             if opt.metavar:
@@ -64,6 +67,12 @@ def pass_from_args(cls: type, args: argparse.Namespace) -> Any:
     if getattr(cls, "needs_weights", False) and not getattr(args, "bin", None):
         raise ParamSurgeryError(f"{cls.name} needs the weights (--bin model.bin)",  # type: ignore[attr-defined]
                                 file=args.param)
+    return cls(**option_values(cls, args))
+
+
+def option_values(cls: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The values of the pass's option fields given by the flags (a field whose flag is
+    absent is left out: its own default), for a command that adds inputs of its own."""
     values: dict[str, Any] = {}
     for f, opt in options_of(cls):
         value = getattr(args, f.name, None)
@@ -76,4 +85,4 @@ def pass_from_args(cls: type, args: argparse.Namespace) -> Any:
         if value is None and f.default is not dataclasses.MISSING:
             continue  # the field's own default
         values[f.name] = value
-    return cls(**values)
+    return values

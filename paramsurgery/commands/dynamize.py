@@ -13,21 +13,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("dynamize", help="rewrite the traced length of a static export (Crop "
                        "ends, Reshape dims, Gemm 7=) so the graph runs at any length")
     add_pass_args(p, "dynamic")
-    p.add_argument("--traced-len", type=int, metavar="T",
-                   help="the length the graph was traced at")
+    from paramsurgery.commands._pass_commands import add_option_args
+    from paramsurgery.passes.dynamize import Dynamize
+
+    add_option_args(p, Dynamize)  # --traced-len --pair-len --axis --reshape-axes --layers
     p.add_argument("--pair", metavar="OTHER_PARAM",
                    help="the same model exported at another length: every differing value is "
                         "length-derived")
-    p.add_argument("--pair-len", type=int, metavar="T2",
-                   help="the length OTHER_PARAM was traced at (for the a + b·T report; "
-                        "inferred from the .pnnx.param inputs when possible)")
-    p.add_argument("--axis", type=int, metavar="DIM",
-                   help="torch dim of the inputs that carries the length, counted from the end "
-                        "(-1 = last); default: the one input dim equal to T")
-    p.add_argument("--reshape-axes", nargs="+", choices=("w", "h", "d", "c"), metavar="AXIS",
-                   help="only rewrite Reshape dims on these ncnn axes (w h d c)")
-    p.add_argument("--layers", nargs="+", metavar="NAME[:PARAM]",
-                   help="only rewrite these layers (and params); resolves ambiguous occurrences")
     p.add_argument("--reference", metavar="REF_NPZ",
                    help="one trace: a reference whose inputs are the traced ones at another "
                         "length (`in0`… or `input_*` arrays); the traced length becomes a "
@@ -44,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from paramsurgery.commands._pass_commands import option_values
     from paramsurgery.core.errors import ParamSurgeryError
     from paramsurgery.formats.pnnx_traced import companion_pnnx
     from paramsurgery.passes.dynamize import Dynamize
@@ -79,10 +72,9 @@ def run(args: argparse.Namespace) -> int:
     pair = load(args.pair, bin=args.pair_bin) if args.pair else None
     # the pair's pnnx IR: --pair-pnnx, else the one next to it
     pair_traced = args.pair_pnnx or (companion_pnnx(args.pair) if args.pair else None)
-    p = Dynamize(args.traced_len, pair=pair, reference=reference, pair_len=args.pair_len, axis=args.axis,
-                 reshape_axes=args.reshape_axes, layers=args.layers,
-                 traced=load_traced(traced), inputshape=shapes,
-                 pair_traced=load_traced(pair_traced),
-                 # named in messages when read without weights (as before the move)
-                 pair_path=None if args.pair_bin else args.pair)
+    p = Dynamize(
+        **option_values(Dynamize, args), pair=pair, reference=reference,
+        traced=load_traced(traced), inputshape=shapes, pair_traced=load_traced(pair_traced),
+        # named in messages when read without weights (as before the move)
+        pair_path=None if args.pair_bin else args.pair)
     return run_param_pass(args, p, "dynamic")

@@ -187,6 +187,24 @@ class RepairContext:
         return load(param, bin=bin)
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """A pass input `fix` supplies when the pass runs rather than when it is planned (e.g.
+    dynamize's pair, repaired like the input by the passes that run before it). The pass
+    manager resolves it (`resolved`); the pass itself only ever receives the value."""
+
+    get: "Callable[[], Any]"
+
+
+def resolved(p: "Pass") -> "Pass":
+    """`p` with each `Deferred` field replaced by its value (`p` itself when it has none)."""
+    if not dataclasses.is_dataclass(p):
+        return p
+    late: dict[str, Any] = {f.name: value.get() for f in dataclasses.fields(p)
+                            if isinstance(value := getattr(p, f.name), Deferred)}
+    return dataclasses.replace(p, **late) if late else p  # type: ignore[type-var]
+
+
 _UNSET: Any = object()  # a class keyword not given (None is a value: `tag=None`)
 
 

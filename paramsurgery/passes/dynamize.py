@@ -22,9 +22,9 @@ reported: layer, param, before → after.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
@@ -36,7 +36,9 @@ from paramsurgery.core.values import Kind, int_list
 from paramsurgery.formats import pnnx_traced as _traced
 from paramsurgery.passes.causal_mask import CausalMask, memory_shape, prove_causal, rebuild
 from paramsurgery.passes.dynamize_shapes import computed_table, int_params
-from paramsurgery.passes.base import (TRACED_LEN, FixInput, Pass, PassResult, RepairContext)
+from paramsurgery.passes.base import (TRACED_LEN, Deferred, FixInput, Pass, PassResult,
+                                      RepairContext)
+from paramsurgery.passes.options import internal, loaded_ops, option
 from paramsurgery.core.changes import Change
 from paramsurgery.analysis.shapes import infer_shapes
 
@@ -112,7 +114,8 @@ class Dynamize(Pass, name="dynamize", repair_order=60,
                                   "(X.pnnx.param)")
             return None
         pair_traced = ctx.ops_at(ctx.option("pair_pnnx") or _traced.companion_pnnx(pair_path))
-        pair = (lambda: cls._fix_pair(ctx, pair_path)) if pair_path is not None else None
+        pair = Deferred(lambda: cls._fix_pair(ctx, pair_path)) if pair_path is not None \
+            else None
         return cls(traced_len, pair=pair, traced=ctx.traced_ops, reference=reference,
                    pair_traced=pair_traced)
 
@@ -128,42 +131,77 @@ class Dynamize(Pass, name="dynamize", repair_order=60,
         pnnx = os.fspath(pnnx) if pnnx is not None else None
         return ctx.load_other(os.fspath(path), bin_path, pnnx)
 
-    def __init__(self, traced_len: int | None = None, *,
-                 pair: "Graph | Callable[[], Graph] | None" = None,
-                 pair_len: int | None = None, axis: int | None = None,
-                 reshape_axes: Sequence[str] | None = None,
-                 layers: Sequence[str] | None = None,
-                 traced: Sequence[_traced.PnnxOp] | None = None,
-                 pair_traced: Sequence[_traced.PnnxOp] | None = None,
-                 pair_path: str | os.PathLike | None = None,
-                 inputshape: Mapping[str, tuple] | None = None,
-                 spec: "LengthSpec | None" = None,
-                 reference: tuple[list, list, str] | None = None) -> None:
-        if traced_len is None and pair is None and spec is None and reference is None:
+    traced_len: int | None = option(default=None, metavar="T",
+                                    help="the length the graph was traced at")
+    _: KW_ONLY
+    # the same model exported at another length: the loaded graph (the command loads it;
+    # `fix` hands a `Deferred`, resolved by the pass manager when the pass runs, so the pair
+    # is repaired like the input by the passes before this one)
+    pair: "Graph | Deferred | None" = internal(default=None)
+    pair_len: int | None = option(
+        default=None, metavar="T2",
+        help="the length OTHER_PARAM was traced at (for the a + b·T report; inferred from "
+             "the .pnnx.param inputs when possible)")
+    axis: int | None = option(
+        default=None, metavar="DIM",
+        help="torch dim of the inputs that carries the length, counted from the end (-1 = "
+             "last); default: the one input dim equal to T")
+    reshape_axes: tuple[str, ...] = option(
+        default=(), many=True, choices=("w", "h", "d", "c"), metavar="AXIS",
+        help="only rewrite Reshape dims on these ncnn axes (w h d c)")
+    layers: tuple[str, ...] = option(
+        default=(), many=True, metavar="NAME[:PARAM]",
+        help="only rewrite these layers (and params); resolves ambiguous occurrences")
+    traced: "Sequence[_traced.PnnxOp] | None" = internal(default=None)  # pnnx's ops of the input
+    pair_traced: "Sequence[_traced.PnnxOp] | None" = internal(default=None)  # and of the pair
+    pair_path: str | None = internal(default=None)  # names the pair in messages only
+    inputshape: "Mapping[str, tuple] | None" = internal(default=None)  # the traced input shapes
+    spec: "LengthSpec | None" = internal(default=None)  # one static trace, its length a symbol
+    reference: tuple[list, list, str] | None = internal(default=None)  # (inputs, outputs, path) elsewhere
+
+    def __post_init__(self) -> None:
+        if self.traced_len is None and self.pair is None and self.spec is None and \
+                self.reference is None:
             raise PassRefused("dynamize needs --traced-len T or --pair OTHER.param")
-        self.spec = spec  # one static trace, its length a symbol (dynamize_shapes.py)
-        self.reference = reference  # (input shapes, output shapes, path) at another length
-        self.T = traced_len
-        # files are read by the command or `fix` (the pass gets graphs and pnnx's ops);
-        # `pair_path` only names the pair in messages
-        for what, value in (("pair", pair), ("traced", traced), ("pair_traced", pair_traced)):
-            if isinstance(value, (str, os.PathLike)):
+        # files are read by the command or `fix` (the pass gets graphs and pnnx's ops)
+        for what in ("pair", "traced", "pair_traced"):
+            if isinstance(getattr(self, what), (str, os.PathLike)):
                 raise TypeError(f"Dynamize({what}=...): give the loaded graph / pnnx's ops "
                                 f"(formats.io.load, formats.pnnx_traced.load_traced), not a "
                                 f"path: a pass reads no file")
-        self.pair_path = pair_path
-        self._pair_loader: Callable[[], Graph] | None = None
-        if callable(pair) and not isinstance(pair, Graph):
-            self._pair_loader = pair
-            pair = None
-        self.pair = pair
-        self.T2 = pair_len
-        self.axis = axis
-        self.reshape_axes = set(reshape_axes) if reshape_axes else None
+        for what in ("traced", "pair_traced"):
+            object.__setattr__(self, what, loaded_ops(f"Dynamize({what}=...)",
+                                                      getattr(self, what)))
+        object.__setattr__(self, "reshape_axes", tuple(self.reshape_axes or ()))
+        object.__setattr__(self, "layers", tuple(self.layers or ()))
+        if self.pair_path is not None:
+            object.__setattr__(self, "pair_path", os.fspath(self.pair_path))
+
+    def run(self, g: Graph) -> PassResult:
+        if isinstance(self.pair, Deferred):
+            raise TypeError("Dynamize(pair=Deferred(...)): the pass manager resolves it "
+                            "(passes.base.resolved) before the pass runs")
+        return _Run(self).run(g)
+
+
+class _Run:
+    """One run of `Dynamize`: its options, the lengths inferred from the traces, and what
+    the run learns as it goes (shapes, tables, RoPE roles), all discarded after it."""
+
+    def __init__(self, opts: Dynamize) -> None:
+        assert not isinstance(opts.pair, Deferred)  # resolved before the run (Dynamize.run)
+        self.spec = opts.spec
+        self.reference = opts.reference
+        self.T = opts.traced_len
+        self.T2 = opts.pair_len
+        self.pair: Graph | None = opts.pair
+        self.pair_path = opts.pair_path
+        self.axis = opts.axis
+        self.reshape_axes = set(opts.reshape_axes) if opts.reshape_axes else None
         self.layer_filter: dict[str, set[int] | None] | None = None
-        if layers:
+        if opts.layers:
             self.layer_filter = {}
-            for selector in layers:
+            for selector in opts.layers:
                 name, _, pid = selector.partition(":")
                 if pid:
                     self.layer_filter.setdefault(name, set())
@@ -172,12 +210,13 @@ class Dynamize(Pass, name="dynamize", repair_order=60,
                         cur.add(int(pid))
                 else:
                     self.layer_filter[name] = None
-        self.traced = list(traced) if traced is not None else None
-        self.pair_traced = list(pair_traced) if pair_traced is not None else None
-        self.inputshape = dict(inputshape or {})  # the traced input shapes (--inputshape)
+        self.traced = list(opts.traced) if opts.traced is not None else None
+        self.pair_traced = list(opts.pair_traced) if opts.pair_traced is not None else None
+        self.inputshape = dict(opts.inputshape or {})
         self._shapes: tuple | None = None  # (traced ShapeMap, symbolic ShapeMap), once per run
         self._tables: dict[int, tuple] = {}  # id -> (paired layer, None: uniform rows; axis, letter, ref)
         self._roles: dict[int, tuple] = {}  # RoPE table id -> (rope, slot, θ)
+        self._slice_index_cache: tuple | None = None
 
     # ------------------------------------------------------------------ helpers
     def _selected(self, layer: Layer, pid: int) -> bool:
@@ -291,7 +330,7 @@ class Dynamize(Pass, name="dynamize", repair_order=60,
         """(start, end) → {(torch dim from the end, traced extent)} of every traced slice,
         also under (None, end), (start, None) and (None, None) for partial queries: built
         once per run, so matching each Crop is a lookup, not a scan of the traced IR."""
-        cached = getattr(self, "_slice_index_cache", None)
+        cached = self._slice_index_cache
         if cached is not None and cached[0] is ops:
             return cached[1]
         index: dict[tuple[int | None, int | None], set[tuple[int, int]]] = {}
@@ -368,9 +407,6 @@ class Dynamize(Pass, name="dynamize", repair_order=60,
 
     # ------------------------------------------------------------------ run
     def run(self, g: Graph) -> PassResult:
-        if self._pair_loader is not None:  # fix: the pair after the repairs that ran before
-            self.pair = self._pair_loader()
-            self._pair_loader = None
         spec = self.spec
         if spec is None and self.reference is not None and self.traced is not None:
             from paramsurgery.passes.dynamize_shapes import spec_from_reference, traced_input_shapes

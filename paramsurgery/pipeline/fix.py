@@ -14,7 +14,8 @@ from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.core.findings import ERROR, WARNING, Finding
 from paramsurgery.formats.pnnx_param import PnnxGraph, read_pnnx_param
 from paramsurgery.ir.graph import Graph
-from paramsurgery.passes.base import FixInput, Pass, PassResult, RepairContext, repairs
+from paramsurgery.passes.base import (FixInput, Pass, PassResult, RepairContext, repairs,
+                                      resolved)
 from paramsurgery.pipeline.manager import PassManager
 
 
@@ -220,7 +221,7 @@ def _repaired_like(applied: list[type[Pass]], param: str, bin: str | None,
         if pass_ is None:
             continue
         try:
-            other = pass_(other).graph
+            other = resolved(pass_)(other).graph
         except ParamSurgeryError as exc:
             raise PassRefused(f"{param}: {cls.name} does not repair it like the input: "
                               f"{exc.message}") from None

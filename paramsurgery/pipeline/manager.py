@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
-from paramsurgery.passes.base import Pass, PassResult
+from paramsurgery.passes.base import Pass, PassResult, resolved
 
 
 class PassManager:
@@ -24,8 +24,8 @@ class PassManager:
         self.refusals = []
         current = g
         for p in self.passes:
-            try:
-                res = p(current)
+            try:  # an input given as `Deferred` is read now, after the passes before it
+                res = resolved(p)(current)
             except PassRefused as exc:
                 failures.append((p.name, exc.message))
                 self.refusals.append(exc)
