@@ -88,7 +88,7 @@ def test_fold_gqa_batch_axis_k_right_at_every_length(tmp_path, t):
     """torch: k, v = proj.view(T, 2, 8).transpose(0, 1), repeat_interleave(2) to 4 heads;
     ncnn runs the folded graph (SDPA's own GQA on 2 kv heads)."""
     g = paramsurgery.load(MASKS / "gqa_batch_k.param")
-    res = FoldGQA(traced=MASKS / "gqa_batch_k.pnnx.param")(g)
+    res = FoldGQA(traced=read_pnnx_param(MASKS / "gqa_batch_k.pnnx.param"))(g)
     assert res.modified and res.data["folded"][0]["kv_heads"] == 2
     rng = np.random.default_rng(t)
     q = rng.standard_normal((4, t, 8)).astype(np.float32)
@@ -106,7 +106,7 @@ def test_fold_gqa_batch_axis_k_wrong_order_is_left(tmp_path):
     pnnx.write_text((MASKS / "gqa_batch_k.pnnx.param").read_text().replace(
         "#3=(1,2,2,?,8)f32 #4", "#3=(1,4,1,?,8)f32 #4").replace(
         "#1=(1,2,1,?,8)f32 #3=(1,2,2,?,8)f32", "#1=(1,2,1,?,8)f32 #3=(1,4,1,?,8)f32"))
-    res = FoldGQA(traced=pnnx)(paramsurgery.load(MASKS / "gqa_batch_k.param"))
+    res = FoldGQA(traced=read_pnnx_param(pnnx))(paramsurgery.load(MASKS / "gqa_batch_k.param"))
     assert not res.modified
     assert any("Tensor.expand 'Tensor.expand_k'" in s.reason for s in res.skipped)
 
@@ -120,7 +120,7 @@ def test_phi3_dynamic_partial_rotary_with_its_parts_swapped_is_left_naming_the_c
     g = paramsurgery.load(zoo / "embeds_sdpa_dynamic.ncnn.param")
     cat = g.layer("cat_2")
     g.set_inputs(cat, list(reversed(cat.inputs)))
-    res = FoldGQA(traced=zoo / "embeds_sdpa_dynamic.pnnx.param")(g)
+    res = FoldGQA(traced=read_pnnx_param(zoo / "embeds_sdpa_dynamic.pnnx.param"))(g)
     why = {s.layer: s.reason for s in res.skipped}
     assert "Concat 'cat_2'" in why["sdpa_53"] and "other order" in why["sdpa_53"], why
     assert "sdpa_54" not in why  # the other layer's SDPA is folded

@@ -12,6 +12,7 @@ import pytest
 
 import paramsurgery as ps
 from paramsurgery.lint import lint_graph
+from paramsurgery.formats.pnnx_param import read_pnnx_param
 from paramsurgery.passes.fold_gqa import FoldGQA
 from paramsurgery.passes.unbatch_heads import UnbatchHeads
 
@@ -50,7 +51,7 @@ def test_neox_heads_out_of_the_batch_axis_golden() -> None:
 def test_phi3_fold_gqa_walks_the_partial_rotary_concat_golden() -> None:
     base = ZOO / "phi3" / "embeds_sdpa_dynamic"
     g = ps.load(f"{base}.ncnn.param")
-    res = FoldGQA(traced=f"{base}.pnnx.param")(g)
+    res = FoldGQA(traced=read_pnnx_param(f"{base}.pnnx.param"))(g)
     assert [c.format() for c in res.changes] == [
         "line 59: sdpa_53: k/v expand expansion removed: 4 -> 2 kv heads (head_dim 8, rep 2)",
         "line 101: sdpa_54: k/v expand expansion removed: 4 -> 2 kv heads (head_dim 8, rep 2)"]

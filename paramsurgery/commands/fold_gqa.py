@@ -86,8 +86,12 @@ def _make_pass(args: argparse.Namespace) -> PassLike:
     from paramsurgery.passes.fold_gqa import FoldGQA
     from paramsurgery.commands._common import inputshape_of
 
-    return FoldGQA(only=args.only, skip=args.skip, inputshape=inputshape_of(args),
-                   traced=traced_path(args))
+    from paramsurgery.formats.pnnx_param import read_pnnx_param
+
+    traced = traced_path(args)
+    return FoldGQA(only=frozenset(args.only or ()), skip=frozenset(args.skip or ()),
+                   inputshape=inputshape_of(args),
+                   traced=read_pnnx_param(traced) if traced is not None else None)
 
 
 def _prepare(args: argparse.Namespace, g: Graph) -> None:

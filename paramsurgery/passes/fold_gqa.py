@@ -49,6 +49,7 @@ from paramsurgery.ir.graph import Graph
 from paramsurgery.ir.layer import Layer
 from paramsurgery.core.changes import Change
 from paramsurgery.passes.base import Pass, PassResult, RepairContext, check_selection
+from paramsurgery.passes.options import internal, option
 from paramsurgery.core.match import MatchFailure
 from paramsurgery.passes.unbatch_heads import apply_heads
 from paramsurgery.patterns.batch_heads import HeadsPlan, plan_heads
@@ -157,35 +158,21 @@ def kv_layout(g: Graph, blob: str, shapes: "ShapeMap | None" = None) -> tuple[in
 _BLOB_REF = re.compile(r"(?<![\w.])(\d+)([whdcn])")
 
 
-# repair_order 10: the repeat_kv leftovers go before lower sees them
-class FoldGQA(Pass, name="fold-gqa", repair_order=10,
-              summary="remove the K/V head expansion (ExpandDims+Tile+Reshape, repeat_kv leftovers, stack) "
-                      "before SDPA: SDPA does grouped-query attention natively"):
-    def __init__(self, only: list[str] | None = None, skip: list[str] | None = None, *,
-                 inputshape: "Mapping[str, tuple] | None" = None,
-                 traced: str | os.PathLike | None = None) -> None:
-        self.only = set(only or ())
-        self.skip = set(skip or ())
-        self.inputshape = dict(inputshape or {})
-        self.traced = os.fspath(traced) if traced is not None else None  # X.pnnx.param
-        self.shapes: ShapeMap | None = None
-        self._pnnx: "PnnxGraph | None" = None
+class _Matcher:
+    """One run's matching state: the shapes computed once for `kv_layout` and pnnx's IR
+    (for the `Tensor.*` leftovers, whose shapes pnnx keeps only there)."""
 
-    @classmethod
-    def for_fix(cls, ctx: RepairContext, asked: bool) -> "FoldGQA | None":
-        return cls(traced=ctx.traced) if asked else None
+    def __init__(self, shapes: "ShapeMap | None", pnnx: "PnnxGraph | None") -> None:
+        self.shapes = shapes
+        self.pnnx = pnnx
+        self.traced = pnnx.path if pnnx is not None and pnnx.path else "X.pnnx.param"
 
     def _traced(self, at: Layer) -> "PnnxGraph":
-        """pnnx's IR (read once), or MatchFailure naming the flag: a `Tensor.*` leftover keeps
-        its shapes only there."""
-        if self._pnnx is None:
-            if self.traced is None:
-                raise MatchFailure(at, f"{at.type} {at.name!r} keeps its shape only in pnnx's "
-                                       f"X.pnnx.param: give --pnnx (or keep it next to the input)")
-            from paramsurgery.formats.pnnx_param import read_pnnx_param
-
-            self._pnnx = read_pnnx_param(self.traced)
-        return self._pnnx
+        """pnnx's IR, or MatchFailure naming the flag."""
+        if self.pnnx is None:
+            raise MatchFailure(at, f"{at.type} {at.name!r} keeps its shape only in pnnx's "
+                                   f"X.pnnx.param: give --pnnx (or keep it next to the input)")
+        return self.pnnx
 
     # ------------------------------------------------------------------ matching
     def match(self, g: Graph, sdpa: Layer, slot: int) -> KVExpansion:
@@ -374,12 +361,42 @@ class FoldGQA(Pass, name="fold-gqa", repair_order=10,
         return KVExpansion(sdpa, slot, form, root, expanded, layers + splits, readers, d,
                            groups, heads)
 
+# repair_order 10: the repeat_kv leftovers go before lower sees them
+class FoldGQA(Pass, name="fold-gqa", repair_order=10,
+              summary="remove the K/V head expansion (ExpandDims+Tile+Reshape, repeat_kv leftovers, stack) "
+                      "before SDPA: SDPA does grouped-query attention natively"):
+    only: frozenset[str] = option(default=frozenset(), many=True, metavar="NAME",
+                                  help="only these SDPA layers")
+    skip: frozenset[str] = option(default=frozenset(), many=True, metavar="NAME",
+                                  help="leave these SDPA layers alone")
+    # the shapes of graph inputs (`--inputshape`): kv_layout reads D and G from them
+    inputshape: "Mapping[str, tuple] | None" = internal(default=None)
+    # pnnx's IR (`formats.pnnx_param.read_pnnx_param`, read by the command or `fix`): the
+    # traced shapes of the repeat_kv leftovers of a dynamic export
+    traced: "PnnxGraph | None" = internal(default=None)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "only", frozenset(self.only or ()))
+        object.__setattr__(self, "skip", frozenset(self.skip or ()))
+        object.__setattr__(self, "inputshape", dict(self.inputshape or {}))
+        if isinstance(self.traced, (str, os.PathLike)):
+            raise TypeError("fold-gqa: give pnnx's IR (formats.pnnx_param.read_pnnx_param(path)), "
+                            "not a path: a pass reads no file")
+
+    @classmethod
+    def for_fix(cls, ctx: RepairContext, asked: bool) -> "FoldGQA | None":
+        if not asked:
+            return None
+        from paramsurgery.formats.pnnx_param import read_pnnx_param
+
+        return cls(traced=read_pnnx_param(ctx.traced) if ctx.traced is not None else None)
+
     # ------------------------------------------------------------------ run
     def run(self, g: Graph) -> PassResult:
         sdpas = g.by_type("SDPA")
         check_selection(sdpas, self.only | self.skip, "SDPA")
         result = PassResult(g, False)
-        self.shapes = infer_shapes(g, inputshape=self.inputshape)  # once per run, for kv_layout
+        m = _Matcher(infer_shapes(g, inputshape=self.inputshape), self.traced)  # once per run
         todo: list[tuple[Layer, KVExpansion, KVExpansion]] = []
         already = 0
         for sdpa in sdpas:
@@ -395,8 +412,8 @@ class FoldGQA(Pass, name="fold-gqa", repair_order=10,
                                                       f"needed)", line=sdpa.source_line))
                 continue
             try:
-                k = self.match(g, sdpa, 1)
-                v = self.match(g, sdpa, 2)
+                k = m.match(g, sdpa, 1)
+                v = m.match(g, sdpa, 2)
             except MatchFailure as exc:
                 reason = exc.reason
                 if exc.kind == NOT_EXPANDED and self._both_plain(g, sdpa):
