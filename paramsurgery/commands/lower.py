@@ -37,6 +37,10 @@ def run(args: argparse.Namespace) -> int:
         for r in rules:
             print(f"{r.name:12} {', '.join(r.types):40} {r.doc}")
         return 0
+    from paramsurgery.formats.pnnx_param import pnnx_graph
+
     traced = traced_path(args)
-    return run_located(args, lambda: Lower(rules, traced=traced, partial=args.partial,
-                                           traced_len=args.traced_len), "lowered")
+    # pnnx's IR parsed here, after the input (the pass receives the graph, reads no file)
+    return run_located(args, lambda: Lower(rules, traced=pnnx_graph(traced),
+                                           partial=args.partial, traced_len=args.traced_len),
+                       "lowered")

@@ -243,6 +243,14 @@ def read_pnnx_param(source: str | os.PathLike | bytes, name: str | None = None) 
     return _parse(text, path)
 
 
+def pnnx_graph(source: "PnnxGraph | str | os.PathLike | None") -> PnnxGraph | None:
+    """pnnx's IR as a pass receives it: the graph already parsed (`fix` parses it once per
+    run, the commands once per command) handed on as is; a path (the Python API) read."""
+    if source is None or isinstance(source, PnnxGraph):
+        return source
+    return read_pnnx_param(source)
+
+
 def _parse(text: str, path: str | None) -> PnnxGraph:
     lines = text.splitlines()
 

@@ -39,6 +39,7 @@ from paramsurgery.passes.options import internal, option
 if TYPE_CHECKING:
 
     from paramsurgery.ir.layer import Layer
+    from paramsurgery.formats.pnnx_param import PnnxGraph
     from paramsurgery.formats.pnnx_traced import PnnxOp
 
 PASSES: dict[str, type["Pass"]] = {}
@@ -165,11 +166,17 @@ class RepairContext:
         return self.options.get(name)
 
     @cached_property
-    def traced_ops(self) -> "list[PnnxOp] | None":
-        """pnnx's ops, parsed once for every pass that reads them."""
-        from paramsurgery.formats.pnnx_traced import load_traced
+    def pnnx(self) -> "PnnxGraph | None":
+        """pnnx's IR (`traced`), parsed once per `fix` run: every pass and lint round that
+        reads it receives this one graph (none of them edits it)."""
+        from paramsurgery.formats.pnnx_param import read_pnnx_param
 
-        return load_traced(self.traced)
+        return read_pnnx_param(self.traced) if self.traced is not None else None
+
+    @property
+    def traced_ops(self) -> "list[PnnxOp] | None":
+        """pnnx's ops, of the one parsed graph (`pnnx`)."""
+        return self.pnnx.ops if self.pnnx is not None else None
 
     def ops_at(self, path: "str | os.PathLike | None") -> "list[PnnxOp] | None":
         """pnnx's ops of another file (e.g. a `--pair`'s IR): read here, for the pass."""

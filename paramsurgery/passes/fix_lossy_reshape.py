@@ -19,7 +19,8 @@ import os
 from paramsurgery.core.changes import Change
 from paramsurgery.core.errors import PassRefused
 from paramsurgery.ir.graph import Graph
-from paramsurgery.formats.pnnx_param import find_pnnx_param
+from paramsurgery.formats.pnnx_param import (PnnxGraph, find_pnnx_param, pnnx_graph,
+                                             read_pnnx_param)
 from paramsurgery.passes.base import Pass, PassResult, RepairContext
 from paramsurgery.passes.options import internal, option
 from paramsurgery.patterns.lossy_reshape import find_lossy_reshapes, traced_inputshape
@@ -27,11 +28,19 @@ from paramsurgery.patterns.lossy_reshape import find_lossy_reshapes, traced_inpu
 RESHAPE_AXES = {0: "w", 1: "h", 11: "d", 2: "c"}
 
 
+def _pnnx_beside(param: str) -> PnnxGraph | None:
+    """pnnx's IR next to the input, parsed (None when pnnx wrote none there)."""
+    found = find_pnnx_param(param)
+    return read_pnnx_param(found) if found is not None else None
+
+
 class FixLossyReshape(Pass, name="fix-lossy-reshape", tag="reshape", repair_order=46,
                       summary="a static Reshape that drops elements at the traced shapes (pnnx's broadcast "
                               "helper with 1 for a dynamic dim) -> that dim inferred (-1)"):
-    traced: str | os.PathLike | None = option(
-        default=None, flag="--pnnx", metavar="PNNX_PARAM", beside_input=find_pnnx_param,
+    # pnnx's IR, parsed by the command (`load`) or `fix` (a path given by the Python API is read)
+    traced: "PnnxGraph | str | os.PathLike | None" = option(
+        default=None, flag="--pnnx", metavar="PNNX_PARAM", load=read_pnnx_param,
+        beside_input=_pnnx_beside,
         help="pnnx's X.pnnx.param (default: next to the input; its X_ncnn.py gives the traced "
              "input shapes)")
     # the traced shapes, when known
@@ -39,20 +48,20 @@ class FixLossyReshape(Pass, name="fix-lossy-reshape", tag="reshape", repair_orde
 
     @classmethod
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "FixLossyReshape | None":
-        return cls(ctx.traced) if asked else None
+        return cls(ctx.pnnx) if asked else None
 
     def run(self, g: Graph) -> PassResult:
-        from paramsurgery.formats.pnnx_param import read_pnnx_param
-
         result = PassResult(g, False)
         shapes = self.inputshape
         if shapes is None:
             if self.traced is None:
                 raise PassRefused("the traced input shapes are needed: pnnx's X.pnnx.param next "
                                   "to the input (with its X_ncnn.py), or --pnnx")
-            shapes = traced_inputshape(read_pnnx_param(self.traced), self.traced, g)
+            pnnx = pnnx_graph(self.traced)
+            assert pnnx is not None
+            shapes = traced_inputshape(pnnx, pnnx.path, g)
             if shapes is None:
-                raise PassRefused(f"{self.traced}: the traced input shapes are not recorded "
+                raise PassRefused(f"{pnnx.path}: the traced input shapes are not recorded "
                                   f"(keep pnnx's X_ncnn.py next to it)")
         sites = find_lossy_reshapes(g, shapes)
         bad = [s for s in sites if s.pid is None]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import KW_ONLY, field
+from typing import TYPE_CHECKING
 
 
 from paramsurgery.core.errors import PassRefused
@@ -43,6 +44,9 @@ from paramsurgery.passes.lower_layout import LAYOUT_RULES
 from paramsurgery.passes.lower_masks import MASK_RULES
 from paramsurgery.passes.lower_values import VALUE_RULES
 from paramsurgery.passes.zero_mask import drop_zero_masks
+
+if TYPE_CHECKING:
+    from paramsurgery.formats.pnnx_param import PnnxGraph
 
 _DEFAULT: list[Rules] = []
 
@@ -77,29 +81,26 @@ class Lower(Pass, name="lower", repair_order=20,
 
     @classmethod
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "Lower | None":
-        return cls(traced=ctx.traced, partial=True, traced_len=ctx.option("traced_len")) \
+        return cls(traced=ctx.pnnx, partial=True, traced_len=ctx.option("traced_len")) \
             if asked else None
 
     rules: Rules = field(default_factory=default_rules)  # default: every rule
     _: KW_ONLY
-    # pnnx's X.pnnx.param: still read by the pass, with the X_ncnn.py next to it
-    # (`trace_evidence`, lowering.Site)
-    traced: str | None = None
+    # pnnx's IR (X.pnnx.param, parsed by the command or `fix`; a path is read), with the
+    # X_ncnn.py next to it (`trace_evidence`, lowering.Site)
+    traced: "PnnxGraph | str | os.PathLike | None" = None
     partial: bool = False
     traced_len: int | None = None  # evidence for frozen_extent when X_ncnn.py is absent
 
     def __post_init__(self) -> None:
         if not isinstance(self.rules, Rules):  # any iterable of rules (the Python API)
             object.__setattr__(self, "rules", Rules(self.rules))
-        if self.traced is not None:
-            object.__setattr__(self, "traced", os.fspath(self.traced))
 
     def run(self, g: Graph) -> PassResult:
-        pnnx = None
-        if self.traced is not None:
-            from paramsurgery.formats.pnnx_param import read_pnnx_param
+        from paramsurgery.formats.pnnx_param import pnnx_graph
 
-            pnnx = read_pnnx_param(self.traced)
+        pnnx = pnnx_graph(self.traced)
+        traced_path = pnnx.path if pnnx is not None else None
         result = PassResult(g, False)
         declined: list[tuple[Layer, Rule, str]] = []
         unknown: dict[str, list[str]] = {}
@@ -121,7 +122,7 @@ class Lower(Pass, name="lower", repair_order=20,
                 if is_converter_leftover(layer.type) and layer.type != "pnnx.Expression":
                     unknown.setdefault(layer.type, []).append(layer.name)
                 continue
-            site = Site(g, layer, pnnx, self.traced, shared=shared)
+            site = Site(g, layer, pnnx, traced_path, shared=shared)
             try:
                 if len(layer.outputs) != 1:
                     raise MatchFailure.declined(f"has {len(layer.outputs)} tops")
@@ -161,13 +162,13 @@ class Lower(Pass, name="lower", repair_order=20,
             g.insert_splits()  # rules may read a blob another layer reads (an extent's tensor)
         return result
 
-    def _thaw(self, g: Graph, pnnx: object, shared: dict, result: PassResult) -> int:
+    def _thaw(self, g: Graph, pnnx: "PnnxGraph", shared: dict, result: PassResult) -> int:
         """Constants pnnx folded at the first trace that are the traced length: computed
         from the input instead (`frozen_extent`), before any rule reads them."""
         from paramsurgery.analysis.frozen_extent import thaw, trace_evidence
         from paramsurgery.passes.lower_values import ARANGE_TABLE
 
-        ev = trace_evidence(pnnx, self.traced, self.traced_len)
+        ev = trace_evidence(pnnx, pnnx.path, self.traced_len)
         shared["evidence"] = ev
         changes, kept = thaw(g, pnnx, ev, shared.setdefault("facts", {}), ARANGE_TABLE)
         shared["folds_kept"] = kept  # why: named when a rule meets one of them

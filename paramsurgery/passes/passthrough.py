@@ -78,16 +78,18 @@ def cast_verdict(din: str | None, dout: str | None) -> str:
 
 
 class _Ctx:
-    def __init__(self, traced: str | os.PathLike | None) -> None:
-        self.traced_path = os.fspath(traced) if traced is not None else None
+    def __init__(self, traced: "PnnxGraph | str | os.PathLike | None") -> None:
+        self.traced = traced
         self._pnnx: PnnxGraph | None = None
 
     @property
     def pnnx(self) -> "PnnxGraph | None":
-        if self._pnnx is None and self.traced_path is not None:
-            from paramsurgery.formats.pnnx_param import read_pnnx_param
+        """pnnx's IR as given (parsed by the command or `fix`), a path read on the first
+        candidate that needs it."""
+        if self._pnnx is None and self.traced is not None:
+            from paramsurgery.formats.pnnx_param import pnnx_graph
 
-            self._pnnx = read_pnnx_param(self.traced_path)
+            self._pnnx = pnnx_graph(self.traced)
         return self._pnnx
 
     def op(self, layer: Layer, why: str) -> "Op":
@@ -95,10 +97,10 @@ class _Ctx:
         if self.pnnx is None:
             raise MatchFailure(layer, f"{why} only in pnnx's IR, which pnnx drops from the ncnn "
                                  f"graph: give X.pnnx.param (--pnnx)")
-        for op in self.pnnx.ops:
-            if op.name == layer.name:
-                return op
-        raise MatchFailure(layer, f"{why} only in pnnx's IR, and {self.traced_path} has no op "
+        op = self.pnnx.op_by_name(layer.name)  # indexed once, not a scan per leftover
+        if op is not None:
+            return op
+        raise MatchFailure(layer, f"{why} only in pnnx's IR, and {self.pnnx.path} has no op "
                              f"named {layer.name!r}")
 
 
@@ -187,12 +189,13 @@ class RemovePassthrough(Pass, name="remove-passthrough", repair_order=30,
 
     @classmethod
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "RemovePassthrough | None":
-        return cls(LEFTOVERS, traced=ctx.traced, partial=True) if asked else None
+        return cls(LEFTOVERS, traced=ctx.pnnx, partial=True) if asked else None
 
     types: Sequence[str] = ()  # default: every type CHECKS knows
     _: KW_ONLY
-    # pnnx's X.pnnx.param: still read by the pass, on the first candidate that needs it
-    traced: str | os.PathLike | None = None
+    # pnnx's IR (X.pnnx.param, parsed by the command or `fix`; a path is read on the first
+    # candidate that needs it)
+    traced: "PnnxGraph | str | os.PathLike | None" = None
     partial: bool = False
 
     def __post_init__(self) -> None:

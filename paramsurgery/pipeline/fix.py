@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.core.findings import ERROR, WARNING, Finding
-from paramsurgery.formats.pnnx_param import PnnxGraph, read_pnnx_param
+from paramsurgery.formats.pnnx_param import PnnxGraph
 from paramsurgery.ir.graph import Graph
 from paramsurgery.passes.base import (FixInput, Pass, PassResult, RepairContext, repairs,
                                       resolved)
@@ -103,8 +103,8 @@ def fix_graph(g: Graph, *, traced: str | os.PathLike | None = None,
                         param=_path(param), bin=_path(bin), reference=_path(reference),
                         options=given,
                         repaired_like=lambda p, b, t: _repaired_like(applied, p, b, t))
-    # pnnx's IR, read once for every lint round (lint only reads it)
-    pnnx_ir = read_pnnx_param(ctx.traced) if ctx.traced is not None else None
+    # pnnx's IR, read once for every lint round and every pass (both only read it)
+    pnnx_ir = ctx.pnnx
     before = lint_findings(g, pnnx_ir)
     found = before
     current = g
