@@ -433,7 +433,9 @@ class CausalMaskPass(Pass, name="causal-mask", tag="causalmask", repair_order=15
                              "graph from the input's length (torch.full/triu of a dynamic export; values "
                              "from X.pnnx.param) → the mask built from the reading SDPA's run-time "
                              "query/key lengths"):
-    traced: str | os.PathLike | None = option(
+    # pnnx's IR: a path (the command's --pnnx, read only when a mask is built in the graph)
+    # or the graph `fix` parsed once for the run
+    traced: "PnnxGraph | str | os.PathLike | None" = option(
         default=None, flag="--pnnx", metavar="PNNX_PARAM", beside_input=find_pnnx_param,
         help="pnnx's X.pnnx.param (default: next to the input): the fill value and diagonal "
              "of a mask built in the graph")
@@ -444,7 +446,7 @@ class CausalMaskPass(Pass, name="causal-mask", tag="causalmask", repair_order=15
 
     @classmethod
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "CausalMaskPass | None":
-        return cls(ctx.traced) if asked else None
+        return cls(ctx.pnnx) if asked else None
 
     def run(self, g: Graph) -> PassResult:
         result = PassResult(g, False)
@@ -463,9 +465,9 @@ class CausalMaskPass(Pass, name="causal-mask", tag="causalmask", repair_order=15
         built = []
         trius = [t for t in g if t.type in TRIU_TYPES]
         if trius:
-            from paramsurgery.formats.pnnx_param import read_pnnx_param
+            from paramsurgery.formats.pnnx_param import pnnx_graph
 
-            pnnx = read_pnnx_param(self.traced) if self.traced is not None else None
+            pnnx = pnnx_graph(self.traced)
             for t in trius:
                 try:
                     built.append(prove_built(g, t, pnnx))

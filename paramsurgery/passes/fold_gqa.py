@@ -385,11 +385,7 @@ class FoldGQA(Pass, name="fold-gqa", repair_order=10,
 
     @classmethod
     def for_fix(cls, ctx: RepairContext, asked: bool) -> "FoldGQA | None":
-        if not asked:
-            return None
-        from paramsurgery.formats.pnnx_param import read_pnnx_param
-
-        return cls(traced=read_pnnx_param(ctx.traced) if ctx.traced is not None else None)
+        return cls(traced=ctx.pnnx) if asked else None  # the run's one parsed IR
 
     # ------------------------------------------------------------------ run
     def run(self, g: Graph) -> PassResult:
