@@ -28,7 +28,7 @@ def register_pass_commands(sub: argparse._SubParsersAction, taken: Container[str
         add_option_args(p, cls)
 
         def run(args: argparse.Namespace, cls: type[Pass] = cls, tag: str = cls.tag) -> int:
-            return run_param_pass(args, pass_from_args(cls, args), tag)
+            return run_param_pass(args, tag, lambda: pass_from_args(cls, args))
 
         p.set_defaults(run=run)
 

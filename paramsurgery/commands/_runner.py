@@ -1,7 +1,9 @@
 """One runner for the commands that write graphs: load → pass → verify → write → report.
 
-A command declares what differs (a `GraphCommand`: its pass, where it writes, its check,
-its extra files and report lines); the runner does the rest the same way for all:
+A command is a subclass of `GraphCommand` that overrides what differs (its pass, where it
+writes, its check, its extra files and report lines; a command that is one pass and nothing
+else is a `PassCommand`, run by `run_param_pass`); the base runs the rest the same way for
+all:
 
 - input: `args.param`, and `args.bin` when given: the weights are loaded and checked
   against the graph first (a mismatch names the layer);
@@ -84,44 +86,70 @@ class Run:
         return self.result.graph
 
 
-@dataclass
 class GraphCommand:
-    """The declaration of a graph-writing command.
+    """The base of a graph-writing command: a subclass sets its `tag` and `make_pass`, and
+    overrides the few steps it needs; `__call__` runs them in the same order for all.
 
-    `make_pass(args)`: the pass to run. `tag`: the default output is `<input>.<tag>.param`.
-    `prefix`: `-o` is a prefix (`PREFIX.param`, `PREFIX.bin`, and `PREFIX<suffix>` for each
-    of `extra`, role → suffix); else a `.param` path, its `.bin` next to it.
-    `bin_note`: say what happened to the weights. `verify(run, staged)`: check the staged
-    candidate (None: no check asked); `refusal`: what a failed check means.
-    `extra_writers(run)`: role → writer of the extra files. `json(run)` / `text(run)`: the
-    report's command-specific fields / lines (after the pass's own report).
-    `before_write(run)`: a last refusal (raise) or fix-up once the outputs are known."""
+    Declared as class attributes: `tag` (the default output is `<input>.<tag>.param`);
+    `prefix` (`-o` is a prefix: `PREFIX.param`, `PREFIX.bin`, and `PREFIX<suffix>` for each
+    of `extra`, role → suffix; else a `.param` path, its `.bin` next to it); `bin_note` (say
+    what happened to the weights); `bin_required`; `verify_needs_bin` (`--verify` runs the
+    weights: refuse it without them); `refusal` (what a failed check means) and
+    `raise_on_failed_check` (a failed check is a VerificationError, exit 2, not exit 1)."""
 
-    tag: str
-    make_pass: Callable[[argparse.Namespace], PassLike]
+    tag: str = ""
     prefix: bool = False
-    extra: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, str] = {}
     bin_note: bool = False
-    verify: Callable[[Run, Outputs], Check | None] | None = None
-    refusal: str = "the result is not proven equal to the input"
-    extra_writers: Callable[[Run], dict[str, Writer]] | None = None
-    json: Callable[[Run], dict[str, Any]] | None = None
-    text: Callable[[Run], list[str]] | None = None
-    before_write: Callable[[Run], None] | None = None
     bin_required: bool = False
-    default_prefix: Callable[[str], str] | None = None  # prefix commands: default -o
-    prepare: Callable[[argparse.Namespace, "Graph"], None] | None = None  # check inputs vs graph
-    verify_needs_bin: bool = True  # --verify runs the weights: refuse it without them
-    raise_on_failed_check: bool = False  # a failed check: VerificationError (exit 2), not 1
-    summary: Callable[[Run], list[str]] | None = None  # instead of the pass's own report
-    exit_code: Callable[[Run], int] | None = None  # default 0 once written
-    # `file:line: message` lines for stderr whatever the format (a refused repair)
-    diagnostics: Callable[[Run], list[str]] | None = None
-    # before verifying: (exit code, why) to write nothing and end with that code (the
-    # report is still printed), or None
-    refuse: Callable[[Run], tuple[int, str] | None] | None = None
-    # after the check: why nothing needs writing (printed instead of "wrote"), or None
-    skip_write: Callable[[Run], str | None] | None = None
+    verify_needs_bin: bool = True
+    raise_on_failed_check: bool = False
+    refusal: str = "the result is not proven equal to the input"
+
+    # ------------------------------------------------------------ what a subclass declares
+    def make_pass(self, args: argparse.Namespace) -> PassLike:
+        """The pass to run."""
+        raise NotImplementedError
+
+    def prepare(self, args: argparse.Namespace, g: "Graph") -> None:
+        """Check the inputs against the loaded graph (raise), before the pass runs."""
+
+    def before_write(self, run: Run) -> None:
+        """A last refusal (raise) or fix-up once the outputs are known."""
+
+    def refuse(self, run: Run) -> tuple[int, str] | None:
+        """Before verifying: (exit code, why) to write nothing and end with that code (the
+        report is still printed), or None."""
+        return None
+
+    def checks(self, run: Run) -> bool:
+        """Whether the candidate files are staged and handed to `verify`: `--verify` was
+        given (a command that checks by default says so here)."""
+        return bool(getattr(run.args, "verify", False))
+
+    def verify(self, run: Run, staged: Outputs) -> Check | None:
+        """Check the staged candidate files (None: nothing to check)."""
+        return None
+
+    def extra_writers(self, run: Run) -> dict[str, Writer]:
+        """Role → writer of the extra files."""
+        return {}
+
+    def summary(self, run: Run) -> list[str]:
+        """The report's first lines (also printed, on stderr, before a failed check)."""
+        return [run.result.format(getattr(run.args, "explain", False))]
+
+    def text(self, run: Run) -> list[str]:
+        """The report's command-specific lines, after the summary."""
+        return []
+
+    def json(self, run: Run) -> dict[str, Any]:
+        """The report's command-specific JSON fields."""
+        return {}
+
+    def default_prefix(self, param: str) -> str:
+        """Prefix commands: `-o`'s default."""
+        return _stem(derived_output(param, self.tag))
 
     def __call__(self, args: argparse.Namespace) -> int:
         try:
@@ -153,8 +181,7 @@ class GraphCommand:
             if args.output in (None, "-") and (is_stdin(args.param) or args.output == "-"):
                 raise ParamSurgeryError("this command writes several files: give -o PREFIX",
                                         file=args.param)
-            prefix = args.output or (self.default_prefix(args.param) if self.default_prefix
-                                     else _stem(derived_output(args.param, self.tag)))
+            prefix = args.output or self.default_prefix(args.param)
             if prefix.endswith(".param"):
                 prefix = prefix[: -len(".param")]
             out = Outputs(prefix + ".param", prefix + ".bin" if bin_in else None,
@@ -188,31 +215,29 @@ class GraphCommand:
 
         if out.param == "-":  # stdout carries the graph: the report and progress go to stderr
             progress.redirect(sys.stderr)
-        if self.verify is not None and getattr(args, "verify", False):
+        if getattr(args, "verify", False):
             progress.plan(f"{getattr(args, 'command', None) or self.tag}: {args.param} -> "
                           f"{out.param}: rewriting, then proving the result through ncnn "
                           f"before anything is written", aside=True)
         source = load(args.param, bin=bin_in) if bin_in else load(args.param)
-        if self.prepare is not None:
-            self.prepare(args, source)
+        self.prepare(args, source)
         result = self.make_pass(args)(source)
         run = Run(args, source, result, out,
                   weights_changed=bool(bin_in) and weights_changed(source, result.graph))
-        if self.before_write is not None:
-            self.before_write(run)
-        refusal = self.refuse(run) if self.refuse is not None else None
+        self.before_write(run)
+        refusal = self.refuse(run)
         if refusal is not None:
             code, why = refusal
-            self._report(run, written=False)
+            self.report(run, written=False)
             print(f"{args.param}: refusing to write {out.param}: {why}", file=sys.stderr)
             return code
         writers = self._writers(run)
-        if self.verify is not None:
+        if self.checks(run):
             with tempfile.TemporaryDirectory(prefix=f"paramsurgery-{self.tag}-") as tmp:
                 staged = _staged(run, writers, tmp)
                 run.check = self.verify(run, staged)
         if run.check is not None and not run.check.ok:
-            for line in self._summary(run):
+            for line in self.summary(run):
                 print(line, file=sys.stderr)
             print(run.check.format(), file=sys.stderr)
             if self.raise_on_failed_check:
@@ -222,10 +247,8 @@ class GraphCommand:
             print(f"{args.param}: refusing to write {out.param}: {self.refusal}",
                   file=sys.stderr)
             return 1
-        skip = self.skip_write(run) if self.skip_write is not None else None
-        if skip is None:
-            self._write(run, writers)
-        return self._report(run, written=skip is None, note=skip)
+        skip = self.write(run, writers)
+        return self.report(run, written=skip is None, note=skip)
 
     def _writers(self, run: Run) -> dict[str, Writer]:
         """Role → writer of every file this run may write (`param`, `bin`, extras)."""
@@ -240,17 +263,18 @@ class GraphCommand:
             from paramsurgery.formats.weights import write_weights
 
             writers["bin"] = lambda fh: write_weights(run.graph, fh)
-        if self.extra_writers is not None:
-            writers.update(self.extra_writers(run))
+        writers.update(self.extra_writers(run))
         return writers
 
-    def _write(self, run: Run, writers: dict[str, Writer]) -> None:
+    def write(self, run: Run, writers: dict[str, Writer]) -> str | None:
+        """Write every output (renamed into place together); or say why nothing needs
+        writing (printed instead of "wrote")."""
         from paramsurgery.core.fs import atomic_write_many
 
         args, out = run.args, run.out
         if out.param == "-":
             writers["param"](sys.stdout.buffer)
-            return
+            return None
         unchanged = not run.result.modified and out.param == args.param
         paths = {**out.extra, "param": out.param}
         if "names" in writers:
@@ -269,13 +293,12 @@ class GraphCommand:
             run.bin_note = f"weights: unchanged; {out.bin} is a {how} of {args.bin}"
         elif "bin" in writers and out.bin:
             run.bin_note = f"weights: rewritten to {out.bin}"
+        return None
 
-    def _report(self, run: Run, *, written: bool = True, note: str | None = None) -> int:
-        """Print the report; `written`: the outputs were written (else `note`, when given,
-        says why not, in place of the "wrote" line)."""
+    def report(self, run: Run, *, written: bool = True, note: str | None = None) -> int:
+        """Print the report and return the exit code (0); `written`: the outputs were
+        written (else `note`, when given, says why not, in place of the "wrote" line)."""
         args, result, out = run.args, run.result, run.out
-        for line in self.diagnostics(run) if self.diagnostics is not None else []:
-            print(line, file=sys.stderr)
         if args.format == "json":
             data: dict[str, Any] = {"pass": result.pass_name,
                                     "output": out.param,
@@ -286,15 +309,12 @@ class GraphCommand:
                                     "contract_changes": result.contract_changes}
             if run.check is not None and hasattr(run.check, "to_json"):
                 data["verify"] = run.check.to_json()
-            if self.json is not None:
-                data.update(self.json(run))
+            data.update(self.json(run))
             data["files"] = self._files(run, written)
             print_json(data, stream=sys.stderr if out.param == "-" else None)
-            return self.exit_code(run) if self.exit_code is not None else 0
+            return 0
         stream = sys.stderr if out.param == "-" else sys.stdout
-        for line in self._summary(run):
-            print(line, file=stream)
-        for line in self.text(run) if self.text is not None else []:
+        for line in self.summary(run) + self.text(run):
             print(line, file=stream)
         if run.check is not None:
             from paramsurgery.core import progress
@@ -311,7 +331,7 @@ class GraphCommand:
             files = [p for p in out.all() if changed or p != out.param]
             print("wrote " + ", ".join(files) if changed else f"{out.param} unchanged",
                   file=stream)
-        return self.exit_code(run) if self.exit_code is not None else 0
+        return 0
 
     def _files(self, run: Run, written: bool = True) -> list[dict[str, Any]]:
         """Every file read or written, with its role (the JSON `files` list); outputs that
@@ -327,11 +347,6 @@ class GraphCommand:
             files.append({"file": out.bin, "role": "output weights"})
         files += [{"file": path, "role": role} for role, path in out.extra.items()]
         return files
-
-    def _summary(self, run: Run) -> list[str]:
-        if self.summary is not None:
-            return self.summary(run)
-        return [run.result.format(getattr(run.args, "explain", False))]
 
 
 def weights_changed(before: "Graph", after: "Graph") -> bool:
@@ -414,16 +429,48 @@ def add_verify_args(p: argparse.ArgumentParser, what: str, *, tol: float) -> Non
                    help=f"--verify: relative tolerance (default {tol:g})")
 
 
-def run_param_pass(args: argparse.Namespace, pass_obj: Any, tag: str,
-                   verify: Any = None) -> int:
-    """Load, run one pass (on a copy), write the result atomically, print the report.
-    Exit 0 when the pass ran (changed or not); a refusal raises PassRefused (exit 2).
-    `verify(result)`, when given and the pass changed something, returns a report with
-    `.ok`, `.format()` and `.to_json()`; a failed proof writes nothing (VerificationError).
-    (The shared runner, `_runner.GraphCommand`, with nothing but the pass declared.)"""
-    def check(run: Any, staged: Any) -> Any:
-        return verify(run.result) if verify is not None and run.result.modified else None
+def prove_equivalent(args: argparse.Namespace, staged: Outputs, reference: str,
+                     reference_bin: str | None) -> Any:
+    """The staged candidate against `reference` through ncnn, on inputs from `--inputshape`
+    (each symbol at every `--lengths` value) or `--inputs` (`verify.equivalence`)."""
+    from paramsurgery.commands._common import inputshape_of
+    from paramsurgery.verify.equivalence import verify_equivalent
 
-    return GraphCommand(tag, lambda _args: pass_obj, verify=check if verify else None,
-                        refusal="the rewrite could not be proven; nothing written",
-                        raise_on_failed_check=True, verify_needs_bin=False)(args)
+    shapes = inputshape_of(args)
+    lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+    syms = {sym for s in shapes.values() for d in s for sym in getattr(d, "symbols", ())}
+    return verify_equivalent(staged.param, reference, bin=staged.bin, reference_bin=reference_bin,
+                             inputshape=shapes, values={sym: lengths for sym in syms},
+                             inputs=args.inputs, tol=args.tol, seed=args.seed)
+
+
+class PassCommand(GraphCommand):
+    """A command that is one pass and nothing else (the passes' own commands, the hand
+    patches, the single repairs): `make()` builds the pass, inside the runner, so a
+    refusal while building it is located at the input. `prove(result)`, when given and
+    the pass changed something, returns a report with `.ok`, `.format()` and
+    `.to_json()`; a failed proof writes nothing (VerificationError)."""
+
+    refusal = "the rewrite could not be proven; nothing written"
+    raise_on_failed_check = True
+    verify_needs_bin = False
+
+    def __init__(self, tag: str, make: Callable[[], PassLike],
+                 prove: Callable[["PassResult"], Check] | None = None) -> None:
+        self.tag, self._make, self._prove = tag, make, prove
+
+    def make_pass(self, args: argparse.Namespace) -> PassLike:
+        return self._make()
+
+    def verify(self, run: Run, staged: Outputs) -> Check | None:
+        if self._prove is None or not run.result.modified:
+            return None
+        return self._prove(run.result)
+
+
+def run_param_pass(args: argparse.Namespace, tag: str, make: Callable[[], PassLike],
+                   prove: Callable[["PassResult"], Check] | None = None) -> int:
+    """Load, run the pass `make()` builds (on a copy), write the result atomically, print
+    the report (`PassCommand`). Exit 0 when the pass ran (changed or not); a refusal raises
+    PassRefused (exit 2)."""
+    return PassCommand(tag, make, prove)(args)

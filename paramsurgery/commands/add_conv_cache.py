@@ -48,88 +48,85 @@ def default_output(param: str) -> str:
     return base + ".stream"
 
 
-def _make_pass(args: argparse.Namespace) -> PassLike:
-    from paramsurgery.passes.conv_cache import AddConvCache
+class AddConvCacheCommand(GraphCommand):
+    tag, prefix, bin_required = "stream", True, True
+    extra = {"json": ".json", "start": ".start.param"}
+    refusal = "the streamed output differs from the offline output"
 
-    from paramsurgery.commands._common import inputshape_of
+    def default_prefix(self, param: str) -> str:
+        return default_output(param)
 
-    return AddConvCache(args.time_axis, inputshape=inputshape_of(args) or None)
+    def make_pass(self, args: argparse.Namespace) -> PassLike:
+        from paramsurgery.passes.conv_cache import AddConvCache
+
+        from paramsurgery.commands._common import inputshape_of
+
+        return AddConvCache(args.time_axis, inputshape=inputshape_of(args) or None)
+
+    def before_write(self, run: Run) -> None:
+        """The start graph exists only when the stream has start trims; the manifest names
+        the files as written."""
+        from paramsurgery.streaming import stream_manifest
+
+        out, args = run.out, run.args
+        if run.result.data["start_graph"] is None:
+            del out.extra["start"]
+        assert out.bin is not None  # the .bin is a required argument
+        run.result.data["host_manifest"] = stream_manifest(run.result, out.param, out.bin,
+                                                           out.extra.get("start"), args.param,
+                                                           args.bin)
+
+    def extra_writers(self, run: Run) -> dict[str, Writer]:
+        manifest = (json.dumps(run.result.data["host_manifest"], indent=2) + "\n").encode()
+        writers: dict[str, Writer] = {"json": lambda fh: fh.write(manifest)}
+        start = run.result.data["start_graph"]
+        if start is not None:
+            writers["start"] = lambda fh: fh.write(dump_bytes(start))
+        return writers
+
+    def verify(self, run: Run, staged: Outputs) -> Check | None:
+        """Streams random frames through a conversion of the input and compares with running
+        the input once on all frames."""
+        from paramsurgery.streaming import check_stream
+
+        args = run.args
+        with tempfile.TemporaryDirectory(prefix="paramsurgery-cc-") as tmp:
+            check, _ = check_stream(args.param, args.bin, parse_chunks(args.chunks),
+                                    tol=args.tol, time_axis=args.time_axis, workdir=tmp)
+        return check
+
+    def json(self, run: Run) -> dict:
+        check, man = run.check, run.result.data["host_manifest"]
+        return {"outputs": run.out.all(),
+                "manifest": {k: v for k, v in man.items() if not k.startswith("_")},
+                "verify": None if check is None else {
+                    "ok": check.ok, "max_abs": check.max_abs, "rel": check.rel,
+                    "chunks": [c.__dict__ for c in check.chunks]}}
+
+    def summary(self, run: Run) -> list[str]:
+        man, result = run.result.data["host_manifest"], run.result
+        states = man["states"]
+        lines = [f"add-conv-cache: {len(states)} state blob(s), "
+                 f"{sum(s['samples'] * s['channels'] for s in states)} floats of state"]
+        if run.args.explain:
+            lines.append(result.format(True))
+        else:
+            lines += [f"  {s['in']} -> {s['out']}: {s['kind']} {s['layer']}, numpy "
+                      f"{tuple(s['numpy_shape'])}, init {s['init']['fill']:g}" for s in states]
+            lines += [f"  note: {n}" for n in result.notes]
+        lines += [f"  input {i['name']}: frames along numpy axis {i['numpy_axis']} of "
+                  f"{_shape(i['numpy_shape'])}" for i in man["inputs"]]
+        lines += [f"  output {o['name']}: {o['samples_per_frame']} samples per frame along numpy "
+                  f"axis {o['numpy_axis']}" + (f", minus {o['start_trim']} at the stream start"
+                                               if o["start_trim"] else "") for o in man["outputs"]]
+        if man["stream_start"]["graph"] == "start_param":
+            lines.append(f"  stream start: buffer {man['stream_start']['buffer_frames']} "
+                         f"frame(s), run {os.path.basename(man['start_param'])} once, then "
+                         f"{os.path.basename(man['param'])}")
+        return lines
 
 
-def _before_write(run: Run) -> None:
-    """The start graph exists only when the stream has start trims; the manifest names the
-    files as written."""
-    from paramsurgery.streaming import stream_manifest
-
-    out, args = run.out, run.args
-    if run.result.data["start_graph"] is None:
-        del out.extra["start"]
-    assert out.bin is not None  # the .bin is a required argument
-    run.result.data["host_manifest"] = stream_manifest(run.result, out.param, out.bin,
-                                                       out.extra.get("start"), args.param,
-                                                       args.bin)
-
-
-def _extra_writers(run: Run) -> dict[str, Writer]:
-    manifest = (json.dumps(run.result.data["host_manifest"], indent=2) + "\n").encode()
-    writers: dict[str, Writer] = {"json": lambda fh: fh.write(manifest)}
-    start = run.result.data["start_graph"]
-    if start is not None:
-        writers["start"] = lambda fh: fh.write(dump_bytes(start))
-    return writers
-
-
-def _verify(run: Run, staged: Outputs) -> Check | None:
-    """Streams random frames through a conversion of the input and compares with running
-    the input once on all frames."""
-    from paramsurgery.streaming import check_stream
-
-    args = run.args
-    if not args.verify:
-        return None
-    with tempfile.TemporaryDirectory(prefix="paramsurgery-cc-") as tmp:
-        check, _ = check_stream(args.param, args.bin, parse_chunks(args.chunks), tol=args.tol,
-                                time_axis=args.time_axis, workdir=tmp)
-    return check
-
-
-def _json(run: Run) -> dict:
-    check, man = run.check, run.result.data["host_manifest"]
-    return {"outputs": run.out.all(),
-            "manifest": {k: v for k, v in man.items() if not k.startswith("_")},
-            "verify": None if check is None else {
-                "ok": check.ok, "max_abs": check.max_abs, "rel": check.rel,
-                "chunks": [c.__dict__ for c in check.chunks]}}
-
-
-def _summary(run: Run) -> list[str]:
-    man, result = run.result.data["host_manifest"], run.result
-    states = man["states"]
-    lines = [f"add-conv-cache: {len(states)} state blob(s), "
-             f"{sum(s['samples'] * s['channels'] for s in states)} floats of state"]
-    if run.args.explain:
-        lines.append(result.format(True))
-    else:
-        lines += [f"  {s['in']} -> {s['out']}: {s['kind']} {s['layer']}, numpy "
-                  f"{tuple(s['numpy_shape'])}, init {s['init']['fill']:g}" for s in states]
-        lines += [f"  note: {n}" for n in result.notes]
-    lines += [f"  input {i['name']}: frames along numpy axis {i['numpy_axis']} of "
-              f"{_shape(i['numpy_shape'])}" for i in man["inputs"]]
-    lines += [f"  output {o['name']}: {o['samples_per_frame']} samples per frame along numpy "
-              f"axis {o['numpy_axis']}" + (f", minus {o['start_trim']} at the stream start"
-                                           if o["start_trim"] else "") for o in man["outputs"]]
-    if man["stream_start"]["graph"] == "start_param":
-        lines.append(f"  stream start: buffer {man['stream_start']['buffer_frames']} frame(s), "
-                     f"run {os.path.basename(man['start_param'])} once, then "
-                     f"{os.path.basename(man['param'])}")
-    return lines
-
-
-run = GraphCommand("stream", _make_pass, prefix=True, default_prefix=default_output,
-                   extra={"json": ".json", "start": ".start.param"}, bin_required=True,
-                   before_write=_before_write, extra_writers=_extra_writers, verify=_verify,
-                   refusal="the streamed output differs from the offline output",
-                   summary=_summary, json=_json)
+run = AddConvCacheCommand()
 
 
 def _shape(shape: list) -> str:

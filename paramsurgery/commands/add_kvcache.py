@@ -31,27 +31,42 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.finish(p, explain="say why layers were left alone")
 
 
-def _verify(run: Run, staged: Outputs) -> Check | None:
-    args = run.args
-    if not args.verify:
-        return None
-    from paramsurgery.verify.kvcache import verify_kvcache
-    from paramsurgery.commands._common import inputshape_of
-    from paramsurgery.commands.verify_kvcache import decoder_io_from_args
+class AddKVCacheCommand(GraphCommand):
+    tag, bin_note, refusal = "kvcache", True, "kv-cache parity failed"
 
-    return verify_kvcache(staged.param, staged.bin, n=args.n, m=args.m, tol=args.tol,
-                          io=decoder_io_from_args(args), seed=args.seed,
-                          reference_param=args.param,
-                          inputshape=inputshape_of(args) or None, inputs=args.inputs)
+    def make_pass(self, args: argparse.Namespace) -> PassLike:
+        from paramsurgery.commands._pass_commands import pass_from_args
+        from paramsurgery.passes.kvcache import AddKVCache
 
+        return pass_from_args(AddKVCache, args)
 
-def _json(run: Run) -> dict:
-    new, parity = run.graph, run.check
-    return {"header": {"before": [len(run.source), run.source.blob_count()],
-                       "after": [len(new), new.blob_count()]},
-            "changes": _machine_changes(run),
-            "cache": [s.__dict__ for s in run.result.data.get("slots", [])],
-            "parity": None if parity is None else parity.to_json()}
+    def verify(self, run: Run, staged: Outputs) -> Check | None:
+        from paramsurgery.verify.kvcache import verify_kvcache
+        from paramsurgery.commands._common import inputshape_of
+        from paramsurgery.commands.verify_kvcache import decoder_io_from_args
+
+        args = run.args
+        return verify_kvcache(staged.param, staged.bin, n=args.n, m=args.m, tol=args.tol,
+                              io=decoder_io_from_args(args), seed=args.seed,
+                              reference_param=args.param,
+                              inputshape=inputshape_of(args) or None, inputs=args.inputs)
+
+    def json(self, run: Run) -> dict:
+        new, parity = run.graph, run.check
+        return {"header": {"before": [len(run.source), run.source.blob_count()],
+                           "after": [len(new), new.blob_count()]},
+                "changes": _machine_changes(run),
+                "cache": [s.__dict__ for s in run.result.data.get("slots", [])],
+                "parity": None if parity is None else parity.to_json()}
+
+    def text(self, run: Run) -> list[str]:
+        new, old = run.graph, run.source
+        lines = [f"header: {len(old)} {old.blob_count()} -> {len(new)} {new.blob_count()}"]
+        if run.result.modified and not run.args.verify:
+            # exit 0 without the parity run: say so (the cache is proven only by --verify)
+            lines.append("not proven: the cached decode was not run through ncnn (--verify "
+                         "checks prefill + single steps against a full prefill; needs --bin)")
+        return lines
 
 
 def _machine_changes(run: Run) -> list[dict]:
@@ -70,22 +85,4 @@ def _machine_changes(run: Run) -> list[dict]:
     return out
 
 
-def _text(run: Run) -> list[str]:
-    new, old = run.graph, run.source
-    lines = [f"header: {len(old)} {old.blob_count()} -> {len(new)} {new.blob_count()}"]
-    if run.result.modified and not run.args.verify:
-        # exit 0 without the parity run: say so (the cache is proven only by --verify)
-        lines.append("not proven: the cached decode was not run through ncnn (--verify "
-                     "checks prefill + single steps against a full prefill; needs --bin)")
-    return lines
-
-
-def _make_pass(args: argparse.Namespace) -> PassLike:
-    from paramsurgery.commands._pass_commands import pass_from_args
-    from paramsurgery.passes.kvcache import AddKVCache
-
-    return pass_from_args(AddKVCache, args)
-
-
-run = GraphCommand("kvcache", _make_pass, bin_note=True, verify=_verify,
-                   refusal="kv-cache parity failed", json=_json, text=_text)
+run = AddKVCacheCommand()

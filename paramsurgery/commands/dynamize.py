@@ -77,4 +77,4 @@ def run(args: argparse.Namespace) -> int:
         traced=load_traced(traced), inputshape=shapes, pair_traced=load_traced(pair_traced),
         # named in messages when read without weights (as before the move)
         pair_path=None if args.pair_bin else args.pair)
-    return run_param_pass(args, p, "dynamic")
+    return run_param_pass(args, "dynamic", lambda: p)

@@ -34,56 +34,53 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.finish(p)
 
 
-def _verify(run: Run, staged: Outputs) -> Check | None:
-    args, result = run.args, run.result
-    if not args.verify:
-        return None
-    import numpy as np
+class ExtractCommand(GraphCommand):
+    tag, prefix = "extract", True
+    refusal = "the subgraph does not reproduce the full graph"
 
-    from paramsurgery.passes.extract import check_extract
+    def make_pass(self, args: argparse.Namespace) -> PassLike:
+        from paramsurgery.passes.extract import Extract
 
-    feeds = {}
-    if args.feeds:
-        with np.load(args.feeds) as data:
-            feeds = {k: data[k] for k in data.files}
-    needed = set(result.data["graph_inputs"]) | set(_upstream_inputs(run.source, result))
-    missing = [b for b in run.source.inputs if b in needed and b not in feeds]
-    if missing:
-        raise ParamSurgeryError(f"--verify: --feeds has no array for {', '.join(missing)}",
-                                file=args.feeds or args.param)
-    return check_extract(args.param, args.bin, staged.param, staged.bin, feeds,
-                         result.data["outputs"], cut=result.data["cut"])
+        return Extract(args.inputs, args.outputs)
+
+    def verify(self, run: Run, staged: Outputs) -> Check | None:
+        import numpy as np
+
+        from paramsurgery.passes.extract import check_extract
+
+        args, result = run.args, run.result
+        feeds = {}
+        if args.feeds:
+            with np.load(args.feeds) as data:
+                feeds = {k: data[k] for k in data.files}
+        needed = set(result.data["graph_inputs"]) | set(_upstream_inputs(run.source, result))
+        missing = [b for b in run.source.inputs if b in needed and b not in feeds]
+        if missing:
+            raise ParamSurgeryError(f"--verify: --feeds has no array for {', '.join(missing)}",
+                                    file=args.feeds or args.param)
+        return check_extract(args.param, args.bin, staged.param, staged.bin, feeds,
+                             result.data["outputs"], cut=result.data["cut"])
+
+    def json(self, run: Run) -> dict:
+        d, sub = run.result.data, run.graph
+        return {"param": run.out.param, "bin": run.out.bin, "layers": len(sub),
+                "source_layers": len(run.source), "inputs": d["inputs"], "cut": d["cut"],
+                "outputs": d["outputs"], "extra_outputs": d["extra_outputs"],
+                "weight_bytes": d.get("weight_bytes"),
+                "verified": None if run.check is None else run.check.ok}
+
+    def text(self, run: Run) -> list[str]:
+        d = run.result.data
+        lines = [f"inputs: {', '.join(d['inputs'])}" + (f" (cut: {', '.join(d['cut'])})"
+                                                        if d["cut"] else ""),
+                 f"outputs: {', '.join(d['outputs'])}" +
+                 (f" (extra: {', '.join(d['extra_outputs'])})" if d["extra_outputs"] else "")]
+        if run.out.bin:
+            lines.append(f"weights: {d.get('weight_bytes', 0)} weight bytes")
+        return lines
 
 
-def _json(run: Run) -> dict:
-    d, sub = run.result.data, run.graph
-    return {"param": run.out.param, "bin": run.out.bin, "layers": len(sub),
-            "source_layers": len(run.source), "inputs": d["inputs"], "cut": d["cut"],
-            "outputs": d["outputs"], "extra_outputs": d["extra_outputs"],
-            "weight_bytes": d.get("weight_bytes"),
-            "verified": None if run.check is None else run.check.ok}
-
-
-def _text(run: Run) -> list[str]:
-    d = run.result.data
-    lines = [f"inputs: {', '.join(d['inputs'])}" + (f" (cut: {', '.join(d['cut'])})"
-                                                    if d["cut"] else ""),
-             f"outputs: {', '.join(d['outputs'])}" + (f" (extra: {', '.join(d['extra_outputs'])})"
-                                                      if d["extra_outputs"] else "")]
-    if run.out.bin:
-        lines.append(f"weights: {d.get('weight_bytes', 0)} weight bytes")
-    return lines
-
-
-def _make_pass(args: argparse.Namespace) -> PassLike:
-    from paramsurgery.passes.extract import Extract
-
-    return Extract(args.inputs, args.outputs)
-
-
-run = GraphCommand("extract", _make_pass, prefix=True, verify=_verify,
-                   refusal="the subgraph does not reproduce the full graph", json=_json,
-                   text=_text)
+run = ExtractCommand()
 
 
 def _upstream_inputs(g, result) -> list[str]:

@@ -30,14 +30,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.ir.graph import Graph
 from paramsurgery.passes.base import PassResult, repairs
 from paramsurgery.pipeline.fix import FixReport, fix_graph, fix_inputs
 from paramsurgery.commands._common import add_output_args
-from paramsurgery.commands._runner import (Check, GraphCommand, Outputs, Run, add_bin_arg, add_pnnx_arg,
-                                           add_verify_args, traced_path)
+from paramsurgery.commands._runner import (Check, GraphCommand, Outputs, PassLike, Run, Writer, add_bin_arg,
+                                           add_pnnx_arg, add_verify_args, traced_path)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -102,76 +103,117 @@ def _report(run: Run) -> FixReport:
     return run.result.data["report"]
 
 
-def _summary(run: Run) -> list[str]:
-    rep, explain = _report(run), run.args.explain
-    lines = [f"{len(rep.before)} finding(s); repairs called for: "
-             f"{', '.join(rep.wanted) or 'none'}"]
-    lines += [r.format(explain) for r in rep.results]
-    lines += [f"{name}: refused (rolled back): {msg}" for name, msg in rep.failures]
-    lines += [f"not repaired ({f.fix_pass} left it; --explain says why): "
-              f"{f.format(run.args.param)}" for f in rep.fixable_left]
-    lines += [f"not repairable here: {f.format(run.args.param)}" for f in rep.unrepairable]
-    return lines
+class FixCommand(GraphCommand):
+    tag, bin_note = "fixed", True
+    refusal = "the repaired graph does not match the reference"
 
+    def make_pass(self, args: argparse.Namespace) -> PassLike:
+        return _FixAll(args)
 
-def _json(run: Run) -> dict:
-    rep = _report(run)
-    return {"findings_before": [f.to_json() for f in rep.before],
-            "passes": [{"pass": r.pass_name, "modified": r.modified,
-                        "changes": [c.__dict__ for c in r.changes]} for r in rep.results],
-            "refused": [{"pass": n, "reason": m} for n, m in rep.failures],
-            "findings_after": [f.to_json() for f in rep.after],
-            "weights": run.bin_note,
-            "verify": None if run.check is None else run.check.to_json()}
+    def summary(self, run: Run) -> list[str]:
+        rep, explain = _report(run), run.args.explain
+        lines = [f"{len(rep.before)} finding(s); repairs called for: "
+                 f"{', '.join(rep.wanted) or 'none'}"]
+        lines += [r.format(explain) for r in rep.results]
+        lines += [f"{name}: refused (rolled back): {msg}" for name, msg in rep.failures]
+        lines += [f"not repaired ({f.fix_pass} left it; --explain says why): "
+                  f"{f.format(run.args.param)}" for f in rep.fixable_left]
+        lines += [f"not repairable here: {f.format(run.args.param)}" for f in rep.unrepairable]
+        return lines
 
+    def json(self, run: Run) -> dict:
+        rep = _report(run)
+        return {"findings_before": [f.to_json() for f in rep.before],
+                "passes": [{"pass": r.pass_name, "modified": r.modified,
+                            "changes": [c.__dict__ for c in r.changes]} for r in rep.results],
+                "refused": [{"pass": n, "reason": m} for n, m in rep.failures],
+                "findings_after": [f.to_json() for f in rep.after],
+                "weights": run.bin_note,
+                "verify": None if run.check is None else run.check.to_json()}
 
-def _verify(run: Run, staged: Outputs) -> Check | None:
-    """The repaired graph against the torch reference (a raw export may not load at all,
-    so the reference is torch's numbers, not the input graph)."""
-    from paramsurgery.formats.pnnx_reference import find_reference
-    from paramsurgery.verify.reference import verify_against_reference
+    def checks(self, run: Run) -> bool:
+        return True  # `verify` decides: a reference next to the input is used unasked
 
-    args = run.args
-    # a static export dynamized to the reference's length computes something new at that
-    # length: proven against the reference whether --verify was given or not
-    dynamized = any("length_spec" in r.data for r in _report(run).results)
-    # a mask rebuilt from the run-time lengths (pnnx's dynamic export: causal-mask on the
-    # mask built in the graph) is proven against a reference next to the input by default
-    derived = any(r.data.get("length_derived") for r in _report(run).results)
-    ref = args.reference or find_reference(args.param)
-    if not (args.verify or dynamized or (derived and ref is not None)):
-        # any other change, with a torch reference next to the input (or given) and the
-        # weights: run through ncnn against it before anything is written, asked or not
-        # (issue 24: a repair that computes something else is refused, exit 1, not written)
-        if ref is None or staged.bin is None or not run.result.modified:
-            return None
-    if ref is None:
-        raise ParamSurgeryError("--verify needs a torch reference: X.ref.npz next to the input "
-                                "or --reference REF.npz", file=args.param)
-    # a static export dynamized from a pair runs at the reference's length as well: its
-    # inputs are paired with the arrays like a single-trace dynamize's (pnnx's traced shapes
-    # are of the first trace's length)
-    resized = any(r.pass_name == "dynamize" and r.modified for r in _report(run).results)
-    if dynamized or (resized and not args.verify):
-        if staged.bin is None:
+    def verify(self, run: Run, staged: Outputs) -> Check | None:
+        """The repaired graph against the torch reference (a raw export may not load at all,
+        so the reference is torch's numbers, not the input graph)."""
+        from paramsurgery.formats.pnnx_reference import find_reference
+        from paramsurgery.verify.reference import verify_against_reference
+
+        args = run.args
+        # a static export dynamized to the reference's length computes something new at that
+        # length: proven against the reference whether --verify was given or not
+        dynamized = any("length_spec" in r.data for r in _report(run).results)
+        # a mask rebuilt from the run-time lengths (pnnx's dynamic export: causal-mask on the
+        # mask built in the graph) is proven against a reference next to the input by default
+        derived = any(r.data.get("length_derived") for r in _report(run).results)
+        ref = args.reference or find_reference(args.param)
+        if not (args.verify or dynamized or (derived and ref is not None)):
+            # any other change, with a torch reference next to the input (or given) and the
+            # weights: run through ncnn against it before anything is written, asked or not
+            # (issue 24: a repair that computes something else is refused, exit 1, not written)
+            if ref is None or staged.bin is None or not run.result.modified:
+                return None
+        if ref is None:
+            raise ParamSurgeryError("--verify needs a torch reference: X.ref.npz next to the input "
+                                    "or --reference REF.npz", file=args.param)
+        # a static export dynamized from a pair runs at the reference's length as well: its
+        # inputs are paired with the arrays like a single-trace dynamize's (pnnx's traced shapes
+        # are of the first trace's length)
+        resized = any(r.pass_name == "dynamize" and r.modified for r in _report(run).results)
+        if dynamized or (resized and not args.verify):
+            if staged.bin is None:
+                from paramsurgery.core.fs import companion
+
+                staged.bin = companion(args.param, (".param", ".bin"), (".param.bin", ".bin"))
+            if staged.bin is None:
+                raise ParamSurgeryError(f"dynamized to the length of {ref}, which only a run "
+                                        f"through ncnn proves: give the weights (--bin)",
+                                        file=args.param)
+            return _verify_other_length(run, staged, os.fspath(ref))
+        if staged.bin is None and derived and not args.verify:
             from paramsurgery.core.fs import companion
 
             staged.bin = companion(args.param, (".param", ".bin"), (".param.bin", ".bin"))
-        if staged.bin is None:
-            raise ParamSurgeryError(f"dynamized to the length of {ref}, which only a run "
-                                    f"through ncnn proves: give the weights (--bin)",
-                                    file=args.param)
-        return _verify_other_length(run, staged, os.fspath(ref))
-    if staged.bin is None and derived and not args.verify:
-        from paramsurgery.core.fs import companion
+            if staged.bin is None:
+                raise ParamSurgeryError(f"a mask rebuilt from the run-time lengths is proven against "
+                                        f"{ref} through ncnn: give the weights (--bin)",
+                                        file=args.param)
+        return verify_against_reference(staged.param, staged.bin, os.fspath(ref), graph=run.graph,
+                                        pnnx=args.pnnx or None, source=args.param, tol=args.tol)
 
-        staged.bin = companion(args.param, (".param", ".bin"), (".param.bin", ".bin"))
-        if staged.bin is None:
-            raise ParamSurgeryError(f"a mask rebuilt from the run-time lengths is proven against "
-                                    f"{ref} through ncnn: give the weights (--bin)",
-                                    file=args.param)
-    return verify_against_reference(staged.param, staged.bin, os.fspath(ref), graph=run.graph,
-                                    pnnx=args.pnnx or None, source=args.param, tol=args.tol)
+    def refuse(self, run: Run) -> tuple[int, str] | None:
+        """A repair refused, or errors are left that no repair handles: nothing is written
+        (exit 2), unless `--always-write` asks for the partly repaired graph (exit 1)."""
+        rep = _report(run)
+        if rep.failures:
+            names = ", ".join(dict.fromkeys(name for name, _ in rep.failures))
+            return 2, f"{len(rep.failures)} repair(s) refused ({names}; rolled back, see above)"
+        left = rep.errors_left
+        if left and not run.args.always_write:
+            where = "; ".join(f"{f.code} {f.layer or 'header'}" +
+                              (f" (line {f.line})" if f.line else "") for f in left[:5])
+            more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+            return 2, (f"{len(left)} error(s) no repair handles: {where}{more} (--always-write "
+                       f"writes the partly repaired graph)")
+        return None
+
+    def write(self, run: Run, writers: dict[str, Writer]) -> str | None:
+        if not (run.result.modified or run.args.always_write):
+            return "nothing to change; no file written (--always-write writes a copy)"
+        return super().write(run, writers)
+
+    def report(self, run: Run, *, written: bool = True, note: str | None = None) -> int:
+        """Refusals, then every error left, located (`file:line: CODE ...`), on stderr
+        whatever the format; the report; exit 1 when errors are left."""
+        rep = _report(run)
+        for line in rep.located + [f"{f.format(run.args.param)}" for f in rep.errors_left]:
+            print(line, file=sys.stderr)
+        super().report(run, written=written, note=note)
+        return 1 if rep.errors_left else rep.exit_code
+
+
+run = FixCommand()
 
 
 def _verify_other_length(run: Run, staged: Outputs, ref: str) -> Check:
@@ -191,46 +233,6 @@ def _verify_other_length(run: Run, staged: Outputs, ref: str) -> Check:
                                          tol=run.args.tol)
     check.reference = ref
     return check
-
-
-def _refuse(run: Run) -> tuple[int, str] | None:
-    """A repair refused, or errors are left that no repair handles: nothing is written
-    (exit 2), unless `--always-write` asks for the partly repaired graph (exit 1)."""
-    rep = _report(run)
-    if rep.failures:
-        names = ", ".join(dict.fromkeys(name for name, _ in rep.failures))
-        return 2, f"{len(rep.failures)} repair(s) refused ({names}; rolled back, see above)"
-    left = rep.errors_left
-    if left and not run.args.always_write:
-        where = "; ".join(f"{f.code} {f.layer or 'header'}" +
-                          (f" (line {f.line})" if f.line else "") for f in left[:5])
-        more = f" and {len(left) - 5} more" if len(left) > 5 else ""
-        return 2, (f"{len(left)} error(s) no repair handles: {where}{more} (--always-write "
-                   f"writes the partly repaired graph)")
-    return None
-
-
-def _skip_write(run: Run) -> str | None:
-    if run.result.modified or run.args.always_write:
-        return None
-    return "nothing to change; no file written (--always-write writes a copy)"
-
-
-def _exit_code(run: Run) -> int:
-    rep = _report(run)
-    return 1 if rep.errors_left else rep.exit_code
-
-
-def _diagnostics(run: Run) -> list[str]:
-    """Refusals, then every error left, located (`file:line: CODE ...`), for stderr."""
-    rep = _report(run)
-    return rep.located + [f"{f.format(run.args.param)}" for f in rep.errors_left]
-
-
-run = GraphCommand("fixed", _FixAll, bin_note=True, verify=_verify,
-                   refusal="the repaired graph does not match the reference", summary=_summary,
-                   json=_json, exit_code=_exit_code, diagnostics=_diagnostics,
-                   refuse=_refuse, skip_write=_skip_write)
 
 
 def _fix_then_kvcache(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from paramsurgery.commands._common import add_pass_args
-from paramsurgery.commands.set_param import run_located
+from paramsurgery.commands._runner import run_param_pass
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,4 +20,4 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from paramsurgery.passes.fix_batch_reshape import FixBatchReshape
 
-    return run_located(args, FixBatchReshape, "batchfix")
+    return run_param_pass(args, "batchfix", FixBatchReshape)

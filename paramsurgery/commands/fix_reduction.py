@@ -25,5 +25,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from paramsurgery.passes.fix_reduction import FixReduction
 
-    return run_param_pass(args, FixReduction(style=args.style, traced=load_traced(traced_path(args)),
-                                             partial=args.partial), "fixred")
+    return run_param_pass(args, "fixred", lambda: FixReduction(
+        style=args.style, traced=load_traced(traced_path(args)), partial=args.partial))

@@ -22,5 +22,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from paramsurgery.passes.fix_slice import FixSlice
 
-    return run_param_pass(args, FixSlice(traced=load_traced(traced_path(args)), partial=args.partial),
-                          "fixslice")
+    return run_param_pass(args, "fixslice", lambda: FixSlice(traced=load_traced(traced_path(args)),
+                                                             partial=args.partial))

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
                                     file=args.param)
         steps = load_steps(args.feeds) if args.feeds else None
         verify = lambda result: _prove(args, result, steps, shapes)  # noqa: E731
-    return run_param_pass(args, FoldExplicitCache(), "nativecache", verify=verify)
+    return run_param_pass(args, "nativecache", FoldExplicitCache, prove=verify)
 
 
 def load_steps(path: str) -> list[dict]:

@@ -15,7 +15,7 @@ from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.ir.graph import Graph
 from paramsurgery.commands._common import add_input_arg, add_output_args, command
 from paramsurgery.commands._runner import (Check, GraphCommand, PassLike, Outputs, Run, add_bin_arg,
-                                           add_pnnx_arg, add_verify_args, traced_path)
+                                           add_pnnx_arg, add_verify_args, prove_equivalent, traced_path)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,64 +43,56 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.finish(p, explain="say why SDPA layers were left alone")
 
 
-def _verify(run: Run, staged: Outputs) -> Check | None:
-    args = run.args
-    if not (args.verify and run.result.modified):
-        return None
-    from paramsurgery.verify.gqa import verify_fold
-    from paramsurgery.commands._common import inputshape_of
-    from paramsurgery.commands.verify_kvcache import decoder_io_from_args
+class FoldGQACommand(GraphCommand):
+    # --verify runs without weights too when --inputshape/--inputs describe the inputs
+    tag, bin_note, verify_needs_bin = "gqa", True, False
+    refusal = "the folded graph is not proven equal"
 
-    shapes = inputshape_of(args)
-    lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
-    check: Any
-    if shapes or args.inputs:  # generic: any graph, from the input spec
-        from paramsurgery.verify.equivalence import verify_equivalent
+    def make_pass(self, args: argparse.Namespace) -> PassLike:
+        from paramsurgery.passes.fold_gqa import FoldGQA
+        from paramsurgery.commands._common import inputshape_of
 
-        syms = {d.symbols[0] for s in shapes.values() for d in s
-                if getattr(d, "symbols", ())}
-        check = verify_equivalent(staged.param, args.reference or args.param, bin=staged.bin,
-                                  reference_bin=args.reference_bin, inputshape=shapes,
-                                  values={sym: lengths for sym in syms}, inputs=args.inputs,
-                                  tol=args.tol, seed=args.seed)
-    else:
-        if staged.bin is None:
-            raise ParamSurgeryError("--verify needs the weights (--bin model.bin)",
-                                    file=args.param)
-        check = verify_fold(staged.param, staged.bin, args.reference or args.param,
-                            lengths=lengths, io=decoder_io_from_args(args), tol=args.tol,
-                            seed=args.seed, reference_bin=args.reference_bin)
-    check.reference = args.reference or args.param
-    return check
+        from paramsurgery.formats.pnnx_param import read_pnnx_param
 
+        traced = traced_path(args)
+        return FoldGQA(only=frozenset(args.only or ()), skip=frozenset(args.skip or ()),
+                       inputshape=inputshape_of(args),
+                       traced=read_pnnx_param(traced) if traced is not None else None)
 
-def _json(run: Run) -> dict:
-    check = run.check
-    return {"folded": run.result.data.get("folded", []),
-            "unloadable": run.result.data.get("unloadable", {}),
-            "verify": None if check is None else {"ok": check.ok, "rel": check.rel,
-                                                  "reference": check.reference}}
+    def prepare(self, args: argparse.Namespace, g: Graph) -> None:
+        from paramsurgery.commands._common import inputshape_of
 
+        inputshape_of(args, g)  # --inputshape names blobs of this graph
 
-def _make_pass(args: argparse.Namespace) -> PassLike:
-    from paramsurgery.passes.fold_gqa import FoldGQA
-    from paramsurgery.commands._common import inputshape_of
+    def verify(self, run: Run, staged: Outputs) -> Check | None:
+        args = run.args
+        if not run.result.modified:
+            return None
+        from paramsurgery.verify.gqa import verify_fold
+        from paramsurgery.commands._common import inputshape_of
+        from paramsurgery.commands.verify_kvcache import decoder_io_from_args
 
-    from paramsurgery.formats.pnnx_param import read_pnnx_param
+        shapes = inputshape_of(args)
+        lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+        check: Any
+        if shapes or args.inputs:  # generic: any graph, from the input spec
+            check = prove_equivalent(args, staged, args.reference or args.param, args.reference_bin)
+        else:
+            if staged.bin is None:
+                raise ParamSurgeryError("--verify needs the weights (--bin model.bin)",
+                                        file=args.param)
+            check = verify_fold(staged.param, staged.bin, args.reference or args.param,
+                                lengths=lengths, io=decoder_io_from_args(args), tol=args.tol,
+                                seed=args.seed, reference_bin=args.reference_bin)
+        check.reference = args.reference or args.param
+        return check
 
-    traced = traced_path(args)
-    return FoldGQA(only=frozenset(args.only or ()), skip=frozenset(args.skip or ()),
-                   inputshape=inputshape_of(args),
-                   traced=read_pnnx_param(traced) if traced is not None else None)
-
-
-def _prepare(args: argparse.Namespace, g: Graph) -> None:
-    from paramsurgery.commands._common import inputshape_of
-
-    inputshape_of(args, g)  # --inputshape names blobs of this graph
+    def json(self, run: Run) -> dict:
+        check = run.check
+        return {"folded": run.result.data.get("folded", []),
+                "unloadable": run.result.data.get("unloadable", {}),
+                "verify": None if check is None else {"ok": check.ok, "rel": check.rel,
+                                                      "reference": check.reference}}
 
 
-# --verify runs without weights too when --inputshape/--inputs describe the inputs
-run = GraphCommand("gqa", _make_pass, bin_note=True, verify=_verify, verify_needs_bin=False,
-                   prepare=_prepare, refusal="the folded graph is not proven equal",
-                   json=_json)
+run = FoldGQACommand()

@@ -61,78 +61,76 @@ def untouched_weights(before, after) -> tuple[int, list[str]]:
     return sum(a[k] == b[k] for k in common), [k for k in common if a[k] != b[k]]
 
 
-def _before_write(run: Run) -> None:
-    """Name the files in the manifest; refuse weights the pass should not have touched."""
-    args, out = run.args, run.out
-    manifest = run.result.data["manifest"]
-    manifest.param = os.path.basename(out.param)
-    manifest.bin = os.path.basename(out.bin) if out.bin else None
-    manifest.source_param = os.path.basename(args.param)
-    manifest.source_bin = os.path.basename(args.bin) if args.bin else None
-    same, differ = untouched_weights(run.source, run.graph) if args.bin else (0, [])
-    if differ:  # the pass never edits them; refuse rather than write a surprise
-        raise VerificationError(f"weights of untouched layers changed: {', '.join(differ)}",
-                                file=args.param)
-    run.result.data["untouched_identical"] = same
+class FuseCodebooksCommand(GraphCommand):
+    tag, prefix, extra, refusal = "fused", True, {"json": ".json"}, "parity failed"
+
+    def default_prefix(self, param: str) -> str:
+        return default_prefix(param)
+
+    def make_pass(self, args: argparse.Namespace) -> PassLike:
+        from paramsurgery.passes.fuse_codebooks import FuseCodebooks
+
+        from paramsurgery.commands._common import inputshape_of
+
+        return FuseCodebooks(mode="split" if args.split else "sum", embeds=args.embeds,
+                             input_name=args.input_name, layer_name=args.name,
+                             inputshape=inputshape_of(args))
+
+    def prepare(self, args: argparse.Namespace, g: Graph) -> None:
+        from paramsurgery.commands._common import inputshape_of
+
+        inputshape_of(args, g)  # --inputshape names blobs of this graph
+
+    def before_write(self, run: Run) -> None:
+        """Name the files in the manifest; refuse weights the pass should not have touched."""
+        args, out = run.args, run.out
+        manifest = run.result.data["manifest"]
+        manifest.param = os.path.basename(out.param)
+        manifest.bin = os.path.basename(out.bin) if out.bin else None
+        manifest.source_param = os.path.basename(args.param)
+        manifest.source_bin = os.path.basename(args.bin) if args.bin else None
+        same, differ = untouched_weights(run.source, run.graph) if args.bin else (0, [])
+        if differ:  # the pass never edits them; refuse rather than write a surprise
+            raise VerificationError(f"weights of untouched layers changed: {', '.join(differ)}",
+                                    file=args.param)
+        run.result.data["untouched_identical"] = same
+
+    def extra_writers(self, run: Run) -> dict[str, Writer]:
+        text = run.result.data["manifest"].dumps().encode("utf-8")
+        return {"json": lambda fh: fh.write(text)}
+
+    def checks(self, run: Run) -> bool:
+        return bool(run.args.bin) and not run.args.no_verify  # checked unless --no-verify
+
+    def verify(self, run: Run, staged: Outputs) -> Check | None:
+        from paramsurgery.verify.codebooks import verify_fusion
+
+        args = run.args
+        lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+        assert staged.bin is not None  # the fused table is written with the weights
+        return verify_fusion(args.param, args.bin, staged.param, staged.bin,
+                             run.result.data["manifest"], lengths=lengths, seed=args.seed,
+                             tol=args.tol)
+
+    def json(self, run: Run) -> dict:
+        check = run.check
+        return {"outputs": run.out.all(), "manifest": run.result.data["manifest"].to_json(),
+                "untouched_weights_identical":
+                    run.result.data["untouched_identical"] if run.args.bin else None,
+                "parity": None if check is None else {"ok": check.ok, "max_rel": check.blobs}}
+
+    def text(self, run: Run) -> list[str]:
+        manifest = run.result.data["manifest"]
+        lines = [f"  {f.embed}: input {f.input!r} = {len(f.groups)} groups x T ids, "
+                 f"group-major, offsets {f.offsets}; " +
+                 (f"output {f.output!r} (sum)" if f.mode == "sum" else
+                  "outputs " + ", ".join(g.output for g in f.groups))
+                 for f in manifest.fusions]
+        if run.args.bin:
+            lines.append(f"weights: fused table(s) {', '.join(f.dtype for f in manifest.fusions)}; "
+                         f"{run.result.data['untouched_identical']} untouched layer(s) keep "
+                         f"identical bytes (sha256)")
+        return lines
 
 
-def _manifest_writer(run: Run) -> dict[str, Writer]:
-    text = run.result.data["manifest"].dumps().encode("utf-8")
-    return {"json": lambda fh: fh.write(text)}
-
-
-def _verify(run: Run, staged: Outputs) -> Check | None:
-    from paramsurgery.verify.codebooks import verify_fusion
-
-    args = run.args
-    if not args.bin or args.no_verify:
-        return None
-    lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
-    assert staged.bin is not None  # the fused table is written with the weights
-    return verify_fusion(args.param, args.bin, staged.param, staged.bin,
-                         run.result.data["manifest"], lengths=lengths, seed=args.seed,
-                         tol=args.tol)
-
-
-def _json(run: Run) -> dict:
-    check = run.check
-    return {"outputs": run.out.all(), "manifest": run.result.data["manifest"].to_json(),
-            "untouched_weights_identical":
-                run.result.data["untouched_identical"] if run.args.bin else None,
-            "parity": None if check is None else {"ok": check.ok, "max_rel": check.blobs}}
-
-
-def _text(run: Run) -> list[str]:
-    manifest = run.result.data["manifest"]
-    lines = [f"  {f.embed}: input {f.input!r} = {len(f.groups)} groups x T ids, group-major, "
-             f"offsets {f.offsets}; " + (f"output {f.output!r} (sum)" if f.mode == "sum" else
-                                          "outputs " + ", ".join(g.output for g in f.groups))
-             for f in manifest.fusions]
-    if run.args.bin:
-        lines.append(f"weights: fused table(s) {', '.join(f.dtype for f in manifest.fusions)}; "
-                     f"{run.result.data['untouched_identical']} untouched layer(s) keep "
-                     f"identical bytes (sha256)")
-    return lines
-
-
-def _make_pass(args: argparse.Namespace) -> PassLike:
-    from paramsurgery.passes.fuse_codebooks import FuseCodebooks
-
-    from paramsurgery.commands._common import inputshape_of
-
-    return FuseCodebooks(mode="split" if args.split else "sum", embeds=args.embeds,
-                         input_name=args.input_name, layer_name=args.name,
-                         inputshape=inputshape_of(args))
-
-
-def _prepare(args: argparse.Namespace, g: Graph) -> None:
-    from paramsurgery.commands._common import inputshape_of
-
-    inputshape_of(args, g)  # --inputshape names blobs of this graph
-
-
-run = GraphCommand("fused", _make_pass, prefix=True, default_prefix=default_prefix,
-                   prepare=_prepare,
-                   extra={"json": ".json"}, before_write=_before_write,
-                   extra_writers=_manifest_writer, verify=_verify, refusal="parity failed",
-                   json=_json, text=_text)
+run = FuseCodebooksCommand()

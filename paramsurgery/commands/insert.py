@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from paramsurgery.commands._common import add_pass_args
-from paramsurgery.commands.set_param import intermixed, run_located, take_assignments
+from paramsurgery.commands._runner import run_param_pass
+from paramsurgery.commands.set_param import intermixed, take_assignments
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,8 +32,8 @@ def run(args: argparse.Namespace) -> int:
     from paramsurgery.passes.insert import InsertLayer
 
     take_assignments(args, "before", "after")
-    return run_located(args, lambda: InsertLayer(args.layer_type, args.name,
-                                                 before=args.before or (),
-                                                 after=args.after or (),
-                                                 assignments=args.assignments,
-                                                 force=args.force), "inserted")
+    return run_param_pass(args, "inserted", lambda: InsertLayer(args.layer_type, args.name,
+                                                                before=args.before or (),
+                                                                after=args.after or (),
+                                                                assignments=args.assignments,
+                                                                force=args.force))

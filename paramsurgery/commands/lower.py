@@ -6,7 +6,7 @@ import argparse
 
 from paramsurgery.commands._common import add_pass_args
 from paramsurgery.commands._runner import add_partial_arg, add_pnnx_arg, traced_path
-from paramsurgery.commands.set_param import run_located
+from paramsurgery.commands._runner import run_param_pass
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,6 +41,6 @@ def run(args: argparse.Namespace) -> int:
 
     traced = traced_path(args)
     # pnnx's IR parsed here, after the input (the pass receives the graph, reads no file)
-    return run_located(args, lambda: Lower(rules, traced=pnnx_graph(traced),
-                                           partial=args.partial, traced_len=args.traced_len),
-                       "lowered")
+    return run_param_pass(args, "lowered", lambda: Lower(rules, traced=pnnx_graph(traced),
+                                                         partial=args.partial,
+                                                         traced_len=args.traced_len))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from paramsurgery.commands._common import add_pass_args
-from paramsurgery.commands.set_param import run_located
+from paramsurgery.commands._runner import run_param_pass
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,5 +27,5 @@ def run(args: argparse.Namespace) -> int:
     from paramsurgery.passes.io_edits import MergeInputs
 
     inputs = [b.strip() for b in args.inputs.split(",") if b.strip()] if args.inputs else None
-    return run_located(args, lambda: MergeInputs(inputs, layer_name=args.name,
-                                                 kv_cache=args.kv_cache), "merged")
+    return run_param_pass(args, "merged", lambda: MergeInputs(inputs, layer_name=args.name,
+                                                              kv_cache=args.kv_cache))

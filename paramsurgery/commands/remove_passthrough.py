@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 
 from paramsurgery.commands._common import add_pass_args
-from paramsurgery.commands._runner import add_partial_arg, add_pnnx_arg, traced_path
-from paramsurgery.commands.set_param import run_located
+from paramsurgery.commands._runner import add_partial_arg, add_pnnx_arg, run_param_pass, traced_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,5 +24,5 @@ def run(args: argparse.Namespace) -> int:
     from paramsurgery.passes.passthrough import RemovePassthrough
 
     traced = traced_path(args)
-    return run_located(args, lambda: RemovePassthrough(args.type, traced=traced,
-                                                       partial=args.partial), "nopass")
+    return run_param_pass(args, "nopass", lambda: RemovePassthrough(args.type, traced=traced,
+                                                                    partial=args.partial))

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 
 from paramsurgery.commands._common import add_pass_args, command
-from paramsurgery.commands.set_param import intermixed, run_located
+from paramsurgery.commands._runner import run_param_pass
+from paramsurgery.commands.set_param import intermixed
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,5 +28,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from paramsurgery.passes.io_edits import RenameBlobs
 
-    return run_located(args, lambda: RenameBlobs(args.renames, cache_naming=args.cache_naming),
-                       "renamed")
+    return run_param_pass(args, "renamed",
+                          lambda: RenameBlobs(args.renames, cache_naming=args.cache_naming))

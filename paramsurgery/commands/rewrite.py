@@ -14,7 +14,8 @@ import argparse
 from typing import Any
 
 from paramsurgery.commands._common import add_inputshape_args, add_input_arg, add_output_args, command
-from paramsurgery.commands._runner import Check, GraphCommand, Outputs, PassLike, Run, add_bin_arg
+from paramsurgery.commands._runner import (Check, GraphCommand, Outputs, PassLike, Run, add_bin_arg,
+                                           prove_equivalent)
 from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.ir.graph import Graph
 
@@ -37,59 +38,51 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.finish(p, explain="show each rule's best near-miss when it never matched")
 
 
-def _make_pass(args: argparse.Namespace) -> PassLike:
-    from paramsurgery.passes.rewrite import Rewrite
-    from paramsurgery.patterns.rule_file import read_rule_file
+class RewriteCommand(GraphCommand):
+    tag, bin_note, verify_needs_bin = "rewrite", True, False
+    refusal = "the rewritten graph is not proven equal; nothing written"
 
-    return Rewrite(rules=[read_rule_file(path) for path in args.rule])
+    def make_pass(self, args: argparse.Namespace) -> PassLike:
+        from paramsurgery.passes.rewrite import Rewrite
+        from paramsurgery.patterns.rule_file import read_rule_file
 
+        return Rewrite(rules=[read_rule_file(path) for path in args.rule])
 
-def _prepare(args: argparse.Namespace, g: Graph) -> None:
-    from paramsurgery.commands._common import inputshape_of
-    from paramsurgery.formats.weights.schema import reads_for
+    def prepare(self, args: argparse.Namespace, g: Graph) -> None:
+        from paramsurgery.commands._common import inputshape_of
+        from paramsurgery.formats.weights.schema import reads_for
 
-    inputshape_of(args, g)
-    if args.no_verify or args.bin:
-        return
-    weighted = next((layer for layer in g if any(r.count > 0 for r in reads_for(layer.type,
-                                                                                 layer.params) or [])),
-                    None)
-    if weighted is not None:
-        raise ParamSurgeryError(f"the proof runs the weights, and {weighted.type} "
-                                f"{weighted.name!r} has some: give --bin (or --no-verify to "
-                                f"write the rewrite unproven)", file=args.param,
-                                line=weighted.source_line)
+        inputshape_of(args, g)
+        if args.no_verify or args.bin:
+            return
+        weighted = next((layer for layer in g
+                         if any(r.count > 0 for r in reads_for(layer.type, layer.params) or [])),
+                        None)
+        if weighted is not None:
+            raise ParamSurgeryError(f"the proof runs the weights, and {weighted.type} "
+                                    f"{weighted.name!r} has some: give --bin (or --no-verify to "
+                                    f"write the rewrite unproven)", file=args.param,
+                                    line=weighted.source_line)
 
+    def checks(self, run: Run) -> bool:
+        return not run.args.no_verify  # proven unless --no-verify
 
-def _verify(run: Run, staged: Outputs) -> Check | None:
-    args = run.args
-    if args.no_verify or not run.result.modified:
-        return None
-    from paramsurgery.commands._common import inputshape_of
-    from paramsurgery.verify.equivalence import verify_equivalent
+    def verify(self, run: Run, staged: Outputs) -> Check | None:
+        if not run.result.modified:
+            return None
+        return prove_equivalent(run.args, staged, run.args.param, run.args.bin)
 
-    shapes = inputshape_of(args)
-    lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
-    syms = {sym for s in shapes.values() for d in s for sym in getattr(d, "symbols", ())}
-    return verify_equivalent(staged.param, args.param, bin=staged.bin, reference_bin=args.bin,
-                             inputshape=shapes, values={sym: lengths for sym in syms},
-                             inputs=args.inputs, tol=args.tol, seed=args.seed)
+    def text(self, run: Run) -> list[str]:
+        if run.result.modified and run.args.no_verify:
+            return ["NOT PROVEN: --no-verify: the rewritten graph was not run against the input"]
+        return []
 
-
-def _text(run: Run) -> list[str]:
-    if run.result.modified and run.args.no_verify:
-        return ["NOT PROVEN: --no-verify: the rewritten graph was not run against the input"]
-    return []
-
-
-def _json(run: Run) -> dict[str, Any]:
-    check = run.check
-    return {"fired": run.result.data.get("fired", {}),
-            "proven": check is not None and check.ok,
-            "verify": None if check is None else {"ok": check.ok, "rel": check.rel,
-                                                  "envs": check.envs}}
+    def json(self, run: Run) -> dict[str, Any]:
+        check = run.check
+        return {"fired": run.result.data.get("fired", {}),
+                "proven": check is not None and check.ok,
+                "verify": None if check is None else {"ok": check.ok, "rel": check.rel,
+                                                      "envs": check.envs}}
 
 
-run = GraphCommand("rewrite", _make_pass, bin_note=True, verify=_verify, verify_needs_bin=False,
-                   prepare=_prepare, refusal="the rewritten graph is not proven equal; nothing "
-                   "written", json=_json, text=_text)
+run = RewriteCommand()

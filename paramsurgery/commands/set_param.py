@@ -45,14 +45,6 @@ def take_assignments(args: argparse.Namespace, *names: str) -> None:
         setattr(args, name, keep)
 
 
-def run_located(args: argparse.Namespace, make_pass, tag: str) -> int:
-    """Run the pass `make_pass()` builds through the shared runner (refusals that name no
-    file are located at the input .param)."""
-    from paramsurgery.commands._runner import GraphCommand
-
-    return GraphCommand(tag, lambda _args: make_pass())(args)
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, __doc__, run)
     add_pass_args(p, "set")
@@ -77,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     from paramsurgery.passes.set_param import SetParam
 
     take_assignments(args, "layer", "type", "unset")
-    return run_located(args, lambda: SetParam(args.assignments, layers=args.layer or (),
-                                              types=args.type or (), unset=args.unset,
-                                              where=args.where, force=args.force), "set")
+    from paramsurgery.commands._runner import run_param_pass
+
+    return run_param_pass(args, "set", lambda: SetParam(args.assignments, layers=args.layer or (),
+                                                        types=args.type or (), unset=args.unset,
+                                                        where=args.where, force=args.force))
