@@ -44,6 +44,7 @@ from paramsurgery.passes.lower_layout import LAYOUT_RULES
 from paramsurgery.passes.lower_masks import MASK_RULES
 from paramsurgery.passes.lower_values import VALUE_RULES
 from paramsurgery.passes.zero_mask import drop_zero_masks
+from paramsurgery.passes.eager_attention import fuse_eager_attention
 
 if TYPE_CHECKING:
     from paramsurgery.formats.pnnx_param import PnnxGraph
@@ -109,6 +110,16 @@ class Lower(Pass, name="lower", repair_order=20,
         existing = {layer.id for layer in g}  # what the pass adds may share tables
         if pnnx is not None:
             lowered += self._thaw(g, pnnx, shared, result)
+        if g.by_type("torch.where"):  # before the rules: the where it drops is not lowered
+            from paramsurgery.analysis.shapes import infer_shapes
+
+            ev = shared.get("evidence")
+            fused, left = fuse_eager_attention(g, infer_shapes(g, ev.inputshape if ev else None))
+            result.changes.extend(fused)
+            result.skipped.extend(left)
+            if fused:
+                result.modified = True
+                lowered += len(fused)
         zero = drop_zero_masks(g, pnnx)  # before the rules: what built the mask goes unread
         if zero:
             result.changes.extend(zero)

@@ -412,6 +412,24 @@ def _broadcast_right(a: Sequence, b: Sequence):
     return tuple(dmax(x, y) for x, y in zip(a, b))
 
 
+@rule("torch.where", "aten::where")
+def _where(layer: Layer, ins: Shapes):
+    """torch.where(cond, x, y) (a leftover ncnn does not load): torch's broadcast of the three
+    (right-aligned, each dim equal or 1), so what reads it keeps its shapes (eager
+    attention's masked scores); None when a shape is not known or a dim could differ."""
+    if len(ins) != 3 or any(x is None for x in ins):
+        return None
+    n = max(len(x) for x in ins)  # type: ignore[arg-type]
+    padded = [(1,) * (n - len(x)) + tuple(x) for x in ins]  # type: ignore[arg-type]
+    out = []
+    for dims in zip(*padded):
+        big = {d for d in dims if d != 1}
+        if len(big) > 1:
+            return None
+        out.append(big.pop() if big else 1)
+    return [tuple(out)]
+
+
 @rule("Embed")
 def _embed(layer: Layer, ins: Shapes):
     x = ins[0]
