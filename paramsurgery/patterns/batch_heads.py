@@ -11,6 +11,10 @@ once a fused projection is split into heads (Phi-3's and GPT-NeoX's fused QKV):
     RotaryEmbed                       on a 4-D blob it rotates the first head only (PS405)
     Concat 0=3 (rotated, pass part)   joins a 4-D blob with a batched 3-D one
 
+The same 4-D RotaryEmbed input arises without the batch axis: a plain `Reshape
+6="D,0h,H,1"` of 3-D heads (Qwen3's k after its per-head norm and transpose); that split is
+written 3-D the same way.
+
 `plan_heads` proves the rewrite to `[w=D, h=T, c=H]` (what SDPA and RotaryEmbed take) for
 one blob an SDPA reads, or says why not.
 """
@@ -119,6 +123,21 @@ def _out_of_batch(layer: Layer) -> tuple[int, int] | None:
     return (r, h) if r is not None and h is not None and r > 0 and h > 0 else None
 
 
+def _unit_c(layer: Layer) -> tuple[int, int] | None:
+    """(width, heads) of a plain `Reshape 6="D,0h,H,1"`: 3-D heads [D, T, H] written 4-D
+    with a unit c (Qwen3's k after its per-head RMSNorm and transpose in a dynamic export).
+    The elements are in the same order with or without the trailing 1, so dropping it is
+    exact; RotaryEmbed and SDPA only read the 3-D form right."""
+    if layer.type != "Reshape" or _int(layer, 12, NO_BATCH) != NO_BATCH or \
+            _int(layer, 13, NO_BATCH) != NO_BATCH:
+        return None
+    dims = reshape_dims(layer)
+    if not dims or len(dims) != 4 or dims[1] != "0h" or int_or_none(dims[3]) != 1:
+        return None
+    r, h = int_or_none(dims[0]), int_or_none(dims[2])
+    return (r, h) if r is not None and h is not None and r > 0 and h > 0 else None
+
+
 def _four_d(g: Graph, blob: str) -> tuple[Layer, list[Layer]] | None:
     """The head split out of n above `blob` through Splits / RotaryEmbed (data) / norms, and
     the layers passed; None when there is none."""
@@ -132,7 +151,8 @@ def _four_d(g: Graph, blob: str) -> tuple[Layer, list[Layer]] | None:
             passed.append(p)
             cur = p.inputs[0]
             continue
-        return (p, passed) if _out_of_batch(p) is not None else None
+        found = _out_of_batch(p) is not None or _unit_c(p) is not None
+        return (p, passed) if found else None
     return None
 
 
@@ -168,9 +188,10 @@ def plan_heads(g: Graph, blob: str, allowed: set[int] | None = None, *,
         if found is None:
             return None
         split, passed = found
-        r, h = _out_of_batch(split) or (0, 0)
-        src = batched_heads(g, split.inputs[0])
-        if src is None or src[:2] != (r, h):
+        unit = _unit_c(split)
+        r, h = unit or _out_of_batch(split) or (0, 0)
+        src = None if unit is not None else batched_heads(g, split.inputs[0])
+        if unit is None and (src is None or src[:2] != (r, h)):
             raise MatchFailure(split, f"Reshape {split.name!r} takes T out of ncnn's batch "
                                       f"axis from a blob not proven [w={r}, h={h}] heads in n")
         plan = HeadsPlan(root, r, h, [split], form="4-D")
