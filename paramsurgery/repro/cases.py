@@ -991,9 +991,9 @@ CASES: tuple[ReproCase, ...] = (
         ),
         why=("torch.ones with a size from the dynamic T, the expand of it and the bool cast "
              "have no ncnn conversion, and masked_fill has none either (ncnn has no select "
-             "layer); the mask is all zero at every length. paramsurgery fix refuses it naming "
-             "Tensor.expand (lower cannot prove the extent of the ones); the HF fix is to pass "
-             "no mask, or an additive float mask as an input."),
+             "layer); the mask is all zero at every length. paramsurgery fix proves it 0 at "
+             "every length and drops it from the SDPA (lower: adding 0.0 is exact); the HF fix "
+             "is to pass no mask, or an additive float mask as an input."),
         offending=(r"^torch\.ones\s", r"^Tensor\.expand\s", r"^Tensor\.masked_fill\s"),
         offending_text="torch.ones torch.ones_0 1 1 a b  ->  Tensor.expand ...  ->  "
                        "Tensor.masked_fill ...",
