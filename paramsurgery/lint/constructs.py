@@ -69,18 +69,11 @@ def _expand_feeds_attention(ctx: "LintContext", expand: "Layer") -> bool:
 def _feeds_pad(ctx: "LintContext", layer: "Layer") -> bool:
     """Shape arithmetic (through casts and further expressions) that ends in an F.pad's pad
     bottom: Encodec/Mimi extra padding (`ceil(...)` -> `.long()` -> `[K-S, extra]`)."""
-    work, seen = list(layer.outputs), set()
-    while work:
-        b = work.pop()
-        if b in seen:
-            continue
-        seen.add(b)
-        for c in ctx.through_splits(b):
-            if c.type == "F.pad":
-                return True
-            if c.type in ("pnnx.Expression", "Tensor.to", "Tensor.long", "Tensor.int"):
-                work.extend(c.outputs)
-    return False
+    from paramsurgery.patterns.match import readers_below
+
+    arithmetic = ("pnnx.Expression", "Tensor.to", "Tensor.long", "Tensor.int")
+    return any(c.type == "F.pad" for c in readers_below(ctx.through_splits, layer.outputs,
+                                                        arithmetic))
 
 
 def _repeat_kv_expr(ctx: "LintContext", layer: "Layer") -> bool:

@@ -86,6 +86,23 @@ class KVExpansion:
 NOT_EXPANDED = "not-expanded"  # MatchFailure.kind: SDPA reads k/v as they come (maybe kv heads)
 
 
+def _named(layer: Layer | None) -> str:
+    return f"{layer.type} {layer.name!r}" if layer is not None else "nothing"
+
+
+def _expand_dims_of(g: Graph, blob: str, axis: int, at: Layer | None, tensor: str,
+                    adding: str, *, only_reader: bool = False) -> Layer:
+    """The ExpandDims adding torch's `axis` that writes `blob` (and, `only_reader`, is its
+    only reader's input); else MatchFailure at `at`: "`tensor` comes from <the producer>,
+    not from ExpandDims adding `adding`"."""
+    exp = g.producer(blob)
+    if exp is None or exp.type != "ExpandDims" or _ints(exp.params.get(3)) != [axis] or \
+            (only_reader and len(g.consumers(blob)) != 1):
+        raise MatchFailure(at, f"{tensor} comes from {_named(exp)}, not from ExpandDims "
+                               f"adding {adding}")
+    return exp
+
+
 def _ints(v) -> list[int] | None:
     if v is None:
         return None
@@ -201,11 +218,11 @@ class _Matcher:
                     raise MatchFailure(tile, f"Tile {tile.name!r} tiles axis {tile.params.get(0, 0)}, "
                                         f"not the new axis 1")
                 rep = tile.params.get_int(1, 1)
-            exp = g.producer(tile.inputs[0])
+            into = tile.inputs[0]
             form = "tile"
             layers.append(tile)
         elif src is not None and src.type == "Tensor.expand" and len(src.inputs) == 2:
-            exp = g.producer(src.inputs[0])
+            into = src.inputs[0]
             sizes = g.producer(src.inputs[1])
             layers.append(src)
             if sizes is not None and sizes.type == "pnnx.Expression" and \
@@ -216,13 +233,10 @@ class _Matcher:
         elif src is not None and src.type == "Reshape":
             return self._match_stack(g, sdpa, slot, blob, expanded, r2, src)
         else:
-            what = f"{src.type} {src.name!r}" if src is not None else "nothing"
-            raise MatchFailure(r2, f"{side}: Reshape {r2.name!r} reshapes {what}, not a Tile / "
-                              f"Tensor.expand / stack of repeated heads")
-        if exp is None or exp.type != "ExpandDims" or _ints(exp.params.get(3)) != [1]:
-            what = f"{exp.type} {exp.name!r}" if exp is not None else "nothing"
-            raise MatchFailure(None, f"{side}: the repeated tensor comes from {what}, not from ExpandDims "
-                                f"adding axis 1 right after the heads (-23303=1,1)")
+            raise MatchFailure(r2, f"{side}: Reshape {r2.name!r} reshapes {_named(src)}, not a "
+                                   f"Tile / Tensor.expand / stack of repeated heads")
+        exp = _expand_dims_of(g, into, 1, None, f"{side}: the repeated tensor",
+                              "axis 1 right after the heads (-23303=1,1)")
         layers.append(exp)
         root, splits = above_splits(g, exp.inputs[0])
         d, groups = kv_layout(g, root, self.shapes)
@@ -301,12 +315,8 @@ class _Matcher:
             # input is the unsqueezed v still in ncnn's batch axis; removed with the expansion
             layers.append(b2d)
             into = b2d.inputs[0]
-        exp = g.producer(into)
-        if exp is None or exp.type != "ExpandDims" or _ints(exp.params.get(3)) != [2] or \
-                len(g.consumers(into)) != 1:
-            what = f"{exp.type} {exp.name!r}" if exp is not None else "nothing"
-            raise MatchFailure(src, f"{side}: the expanded tensor comes from {what}, not from "
-                                    f"ExpandDims adding torch's axis 2 (-23303=1,2)")
+        exp = _expand_dims_of(g, into, 2, src, f"{side}: the expanded tensor",
+                              "torch's axis 2 (-23303=1,2)", only_reader=True)
         layers.append(exp)
         root, _ = above_splits(g, exp.inputs[0])
         dk, gk = kv_layout(g, root, self.shapes)

@@ -2,14 +2,9 @@
 `[w=D, h=T, c=H]` blob ncnn's SDPA and RotaryEmbed take.
 
 Under a dynamic export (`inputshape2`) pnnx infers the sequence axis T as ncnn's batch `n`
-once a fused projection is split into heads (Phi-3's and GPT-NeoX's fused QKV):
-
-    Reshape 13=1 6="D,H,0h,1"        torch (1, T, H, D), T in n: ncnn [w=D, h=H, c=1] × n=T
-    (HF's transpose(1, 2) is free: it only moves T's torch axis to 2)
-    [Slice on w]                      the rotary part | the pass-through part of each head
-    Reshape 12=2 13=233 6="R,0n,H,1"  T out of n: 4-D [w=R, h=T, d=H, c=1] (torch (1,H,T,R))
-    RotaryEmbed                       on a 4-D blob it rotates the first head only (PS405)
-    Concat 0=3 (rotated, pass part)   joins a 4-D blob with a batched 3-D one
+once a fused projection is split into heads (Phi-3's and GPT-NeoX's fused QKV); the layers
+it then writes, down to a RotaryEmbed that rotates only the first head of a 4-D blob
+(PS405), are drawn once in `patterns/batch_heads.py`, where `plan_heads` proves them.
 
 The pass proves each SDPA input's heads from these layers and writes them as ncnn wants:
 the head split out of n becomes 3-D (`6="R,0n,H"`: [R, T, H]), a batched blob gets the

@@ -113,14 +113,7 @@ def batched_heads(g: Graph, blob: str) -> tuple[int, int, list[Layer]] | None:
 
 def _out_of_batch(layer: Layer) -> tuple[int, int] | None:
     """(width, heads) of `Reshape 12=2 13=233 6="R,0n,H,1"` (T out of n, 4-D), else None."""
-    if layer.type != "Reshape" or _int(layer, 12, NO_BATCH) != BATCH_T_AXIS or \
-            _int(layer, 13, NO_BATCH) != NO_BATCH:
-        return None
-    dims = reshape_dims(layer)
-    if not dims or len(dims) != 4 or dims[1] != "0n" or int_or_none(dims[3]) != 1:
-        return None
-    r, h = int_or_none(dims[0]), int_or_none(dims[2])
-    return (r, h) if r is not None and h is not None and r > 0 and h > 0 else None
+    return _four_d_heads(layer, BATCH_T_AXIS, "0n")
 
 
 def _unit_c(layer: Layer) -> tuple[int, int] | None:
@@ -128,11 +121,18 @@ def _unit_c(layer: Layer) -> tuple[int, int] | None:
     with a unit c (Qwen3's k after its per-head RMSNorm and transpose in a dynamic export).
     The elements are in the same order with or without the trailing 1, so dropping it is
     exact; RotaryEmbed and SDPA only read the 3-D form right."""
-    if layer.type != "Reshape" or _int(layer, 12, NO_BATCH) != NO_BATCH or \
+    return _four_d_heads(layer, NO_BATCH, "0h")
+
+
+def _four_d_heads(layer: Layer, batch_axis: int, length: str) -> tuple[int, int] | None:
+    """(R, H) of a `Reshape 6="R,<length>,H,1"` whose input batch axis (12) is
+    `batch_axis` (NO_BATCH: none) and whose output has none (13), R and H positive numbers;
+    else None."""
+    if layer.type != "Reshape" or _int(layer, 12, NO_BATCH) != batch_axis or \
             _int(layer, 13, NO_BATCH) != NO_BATCH:
         return None
     dims = reshape_dims(layer)
-    if not dims or len(dims) != 4 or dims[1] != "0h" or int_or_none(dims[3]) != 1:
+    if not dims or len(dims) != 4 or dims[1] != length or int_or_none(dims[3]) != 1:
         return None
     r, h = int_or_none(dims[0]), int_or_none(dims[2])
     return (r, h) if r is not None and h is not None and r > 0 and h > 0 else None

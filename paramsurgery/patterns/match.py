@@ -11,8 +11,9 @@ raise `MatchFailure`, so every pass words a broken chain the same way:
 - `chain_up(g, blob, through, until)`: up through 1→1 layers of given types to a layer of
   another type (an Embed under layout layers, a Reshape under Permutes, ...);
 - `walk_up(g, blobs, through)`: every blob above `blobs` through layers of given types,
-  each once, with its producer; `visit_once(start, expand)` is the depth-first worklist
-  under it, for walks over anything hashable.
+  each once, with its producer; `readers_below(read, blobs, through)`: the other way, the
+  layers reading what comes down through such layers; `visit_once(start, expand)` is the
+  depth-first worklist under both, for walks over anything hashable.
 
 Walks are loops over the graph's producer/consumer indices (no recursion, no rescans).
 """
@@ -84,6 +85,19 @@ def walk_up(g: Graph, blobs: Iterable[str], through: Collection[str],
 
     for b in visit_once(blobs, up, seen):
         yield b, g.producer(b)
+
+
+def readers_below(read: Callable[[str], Iterable[Layer]], blobs: Iterable[str],
+                  through: Collection[str]) -> Iterator[Layer]:
+    """Every layer `read(blob)` gives for a blob at or below `blobs` whose type is not in
+    `through`, going down through the outputs of those whose type is (each blob once; a
+    layer once per blob it reads). `read`: a graph's `consumer_layers`, or a reader that
+    looks through Split copies."""
+    def down(b: str) -> list[str]:
+        return [o for c in read(b) if c.type in through for o in c.outputs]
+
+    for b in visit_once(blobs, down):
+        yield from (c for c in read(b) if c.type not in through)
 
 
 def _walk_down(g: Graph, blob: str, splits: list[Layer]) -> list[tuple[Layer, str, int]]:

@@ -22,6 +22,7 @@ from paramsurgery.core.errors import ParamSurgeryError
 from paramsurgery.core.layer_types import ELEMENT_MOVING
 from paramsurgery.formats.pnnx_reference import io_sidefile
 from paramsurgery.ir.graph import Graph
+from paramsurgery.patterns.match import readers_below
 from paramsurgery.runtime.child import NO_BATCH, Feed, Fetch, RunOptions, run_isolated
 
 
@@ -88,17 +89,7 @@ def _as_read(graph: Graph, blob: str, array: np.ndarray) -> np.ndarray:
         return array
     # through the layers that only move elements (ids sliced or reshaped before their Embed,
     # e.g. the codec's codes), to the layers that read the values
-    work, seen, readers = [blob], set(), []
-    while work:
-        b = work.pop()
-        if b in seen:
-            continue
-        seen.add(b)
-        for c in graph.consumer_layers(b):
-            if c.type in ELEMENT_MOVING:
-                work.extend(c.outputs)
-            else:
-                readers.append(c)
+    readers = list(readers_below(graph.consumer_layers, [blob], ELEMENT_MOVING))
     if readers and all(r.type != "Embed" for r in readers):
         return array.astype(np.float32)
     return array
