@@ -54,6 +54,7 @@ from paramsurgery.core.match import MatchFailure
 from paramsurgery.passes.unbatch_heads import apply_heads
 from paramsurgery.patterns.batch_heads import HeadsPlan, plan_heads
 from paramsurgery.patterns.match import above_splits, readers_through_splits
+from paramsurgery.patterns.splits import resplit
 from paramsurgery.analysis.shape_expr import int_or_none, reshape_dims
 from paramsurgery.analysis.shapes import infer_shapes
 
@@ -490,8 +491,8 @@ class FoldGQA(Pass, name="fold-gqa", repair_order=10,
         if e.heads_plan is not None:  # [D, T, G] out of pnnx's batch-axis form
             out = apply_heads(g, e.heads_plan, e.readers, f"{e.sdpa.name}_{'kv'[e.slot - 1]}")
             if out != e.root:
-                _resplit(g, out)
-        _resplit(g, e.root)
+                resplit(g, [out])
+        resplit(g, [e.root])
 
 
 def expand_gqa(g: Graph, form: str = "tile") -> list[str]:
@@ -524,35 +525,3 @@ def expand_gqa(g: Graph, form: str = "tile") -> list[str]:
         done.append(sdpa.name)
     return done
 
-
-def _resplit(g: Graph, blob: str) -> None:
-    """Give `blob` exactly one Split when several layers read it (extend a Split already
-    reading it, else add one right after its producer)."""
-    readers = g.consumers(blob)
-    layers = []
-    for layer, _ in readers:
-        if layer not in layers:
-            layers.append(layer)
-    if len(layers) <= 1:
-        return
-    split = next((l for l in layers if l.type == "Split"), None)
-    others = [(l, s) for l, s in readers if l is not split]
-    if split is not None:
-        tops = list(split.outputs)
-        for layer, slot in others:
-            new = g.unique_blob_name(f"{blob}_splitncnn_{len(tops)}")
-            tops.append(new)
-            g.set_outputs(split, tops)
-            g.set_input(layer, slot, new)
-        return
-    prod = g.producer(blob)
-    names = []
-    for i in range(len(others)):
-        names.append(g.unique_blob_name(f"{blob}_splitncnn_{i}"))
-    split = g.add_layer("Split", g.unique_layer_name(f"splitncnn_{blob}"), [blob], names,
-                        after=prod)
-    for (layer, slot), new in zip(others, names):
-        g.set_input(layer, slot, new)
-
-
-# ============================================================================ proof
