@@ -68,6 +68,10 @@ class Outputs:
 
 Writer = Callable[[IO[Any]], Any]
 
+# the one prefix of the line a run that modified the graph and proved nothing prints (its
+# JSON field is `not_verified`)
+NOT_VERIFIED = "not verified through ncnn"
+
 
 @dataclass
 class Run:
@@ -130,6 +134,15 @@ class GraphCommand:
     def verify(self, run: Run, staged: Outputs) -> Check | None:
         """Check the staged candidate files (None: nothing to check)."""
         return None
+
+    def unproven(self, run: Run) -> str | None:
+        """What this run did not prove (the report's `not verified through ncnn: ...` line
+        and the JSON's `not_verified`), or None: the graph was unmodified or a check ran. A
+        command that always proves its result, or says so its own way, returns None."""
+        if not run.result.modified or run.check is not None:
+            return None
+        return ("the rewritten graph was not run through ncnn (the pass's own tests prove its "
+                "rewrite, not this output); run with --verify")
 
     def extra_writers(self, run: Run) -> dict[str, Writer]:
         """Role → writer of the extra files."""
@@ -299,6 +312,7 @@ class GraphCommand:
         """Print the report and return the exit code (0); `written`: the outputs were
         written (else `note`, when given, says why not, in place of the "wrote" line)."""
         args, result, out = run.args, run.result, run.out
+        unproven = self.unproven(run) if written else None
         if args.format == "json":
             data: dict[str, Any] = {"pass": result.pass_name,
                                     "output": out.param,
@@ -310,6 +324,8 @@ class GraphCommand:
             if run.check is not None and hasattr(run.check, "to_json"):
                 data["verify"] = run.check.to_json()
             data.update(self.json(run))
+            if unproven is not None:
+                data["not_verified"] = unproven
             data["files"] = self._files(run, written)
             print_json(data, stream=sys.stderr if out.param == "-" else None)
             return 0
@@ -322,6 +338,8 @@ class GraphCommand:
             rest = progress.unshown(run.check.format())  # lines shown as they came: not again
             if rest:
                 print(rest, file=stream)
+        if unproven is not None:
+            print(f"{NOT_VERIFIED}: {unproven}", file=stream)
         if self.bin_note and run.bin_note:
             print(run.bin_note, file=stream)
         if note is not None:

@@ -51,7 +51,8 @@ LAYER_STATE = nullable(obj({"type": STR, "bottoms": arr(STR), "tops": arr(STR),
 
 
 def pass_report(**extra: dict) -> dict:
-    return obj({**PASS, **extra})
+    # `not_verified` (optional): what a run that modified the graph did not prove
+    return obj({**PASS, **extra}, {"not_verified": STR})
 
 
 SCHEMAS: dict[str, dict[str, Any]] = {

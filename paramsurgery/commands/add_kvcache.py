@@ -59,6 +59,9 @@ class AddKVCacheCommand(GraphCommand):
                 "cache": [s.__dict__ for s in run.result.data.get("slots", [])],
                 "parity": None if parity is None else parity.to_json()}
 
+    def unproven(self, run: Run) -> str | None:
+        return None  # proven by default; its own line (in `text`) says when it was not
+
     def text(self, run: Run) -> list[str]:
         new, old = run.graph, run.source
         lines = [f"header: {len(old)} {old.blob_count()} -> {len(new)} {new.blob_count()}"]

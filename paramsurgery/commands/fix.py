@@ -182,6 +182,25 @@ class FixCommand(GraphCommand):
         return verify_against_reference(staged.param, staged.bin, os.fspath(ref), graph=run.graph,
                                         pnnx=args.pnnx or None, source=args.param, tol=args.tol)
 
+    def unproven(self, run: Run) -> str | None:
+        """fix proves against torch's numbers, not the input graph (a raw export may not load):
+        without a reference or the weights no check ran, and the line says which was missing."""
+        from paramsurgery.formats.pnnx_reference import find_reference
+
+        if not run.result.modified or run.check is not None:
+            return None
+        args = run.args
+        ref = args.reference or find_reference(args.param)
+        if ref is None:
+            p = args.param
+            stem = next((p[: -len(ext)] for ext in (".ncnn.param", ".param") if p.endswith(ext)), p)
+            return (f"no torch reference ({stem}.ref.npz next to the input, or --reference "
+                    f"REF.npz): the repaired graph was not run through ncnn against torch's "
+                    f"numbers; with one and the weights (--bin), fix proves it before writing "
+                    f"(exit 1, nothing written, on a mismatch)")
+        return (f"no weights (--bin model.bin): the repaired graph was not run through ncnn "
+                f"against {ref}; with them, fix proves it before writing")
+
     def refuse(self, run: Run) -> tuple[int, str] | None:
         """A repair refused, or errors are left that no repair handles: nothing is written
         (exit 2), unless `--always-write` asks for the partly repaired graph (exit 1)."""
