@@ -26,11 +26,25 @@ def register_pass_commands(sub: argparse._SubParsersAction, taken: Container[str
         p = sub.add_parser(name, help=cls.summary, description=cls.summary)
         add_pass_args(p, cls.tag)
         add_option_args(p, cls)
+        add_equivalence_args(p)
 
         def run(args: argparse.Namespace, cls: type[Pass] = cls, tag: str = cls.tag) -> int:
             return run_param_pass(args, tag, lambda: pass_from_args(cls, args))
 
         p.set_defaults(run=run)
+
+
+def add_equivalence_args(p: argparse.ArgumentParser) -> None:
+    """`--verify` on every declared pass: the result against the input through ncnn
+    (`prove_equivalent`) at lengths no trace used, before anything is written."""
+    from paramsurgery.commands._common import add_inputshape_args
+    from paramsurgery.commands._runner import add_verify_args
+
+    add_verify_args(p, "run the rewritten graph and the input through ncnn on the same inputs "
+                       "(each --inputshape symbol at every --lengths value)", tol=1e-4)
+    p.add_argument("--lengths", default="5,11", help="--verify: values of the shape symbols")
+    p.add_argument("--seed", type=int, default=0, help="--verify: seed of the random inputs")
+    add_inputshape_args(p)
 
 
 def add_option_args(p: argparse.ArgumentParser, cls: type) -> None:

@@ -476,14 +476,33 @@ class PassCommand(GraphCommand):
     def __init__(self, tag: str, make: Callable[[], PassLike],
                  prove: Callable[["PassResult"], Check] | None = None) -> None:
         self.tag, self._make, self._prove = tag, make, prove
+        # a failed proof of the pass's own is a VerificationError (exit 2); a failed --verify
+        # is a mismatch like every command's (exit 1, nothing written)
+        self.raise_on_failed_check = prove is not None
 
     def make_pass(self, args: argparse.Namespace) -> PassLike:
         return self._make()
 
     def verify(self, run: Run, staged: Outputs) -> Check | None:
-        if self._prove is None or not run.result.modified:
+        if not run.result.modified:
             return None
-        return self._prove(run.result)
+        if self._prove is not None:
+            return self._prove(run.result)
+        if not getattr(run.args, "verify", False):
+            return None
+        before, after = run.source, run.graph
+        for what, old, new in (("inputs", before.inputs, after.inputs),
+                               ("outputs", before.outputs, after.outputs)):
+            if sorted(old) != sorted(new):
+                gone = ", ".join(sorted(set(old) - set(new))) or "none"
+                added = ", ".join(sorted(set(new) - set(old))) or "none"
+                raise ParamSurgeryError(
+                    f"--verify: the pass changed the graph's {what} (gone: {gone}; new: "
+                    f"{added}), so the result cannot be run against the input on the same "
+                    f"feeds; run without --verify (the report says it is not verified), or "
+                    f"compare it yourself with a reference of the new {what}",
+                    file=run.args.param)
+        return prove_equivalent(run.args, staged, run.args.param, getattr(run.args, "bin", None))
 
 
 def run_param_pass(args: argparse.Namespace, tag: str, make: Callable[[], PassLike],
